@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` and `make test` (each installs first).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.jaxplace-installed
+DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
+PYTEST_ARGS ?=
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+# Re-installs only when the project metadata changed (the install is editable).
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: install
+	$(BIN)/jaxplace run --devices 2 --out $(DEMO_DIR) sample_scripts/pingpong_eager.py
+	$(BIN)/jaxplace audit $(DEMO_DIR)
+
+test: install
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python bench/run_bench.py
+
+clean:
+	rm -rf $(VENV) jaxplace-runs .pytest_cache

@@ -1,0 +1,59 @@
+"""Open what ``audit`` was pointed at: a jaxplace run directory (manifest + events store).
+
+Foreign traces (a ``jax.profiler`` log dir or a single ``.xplane.pb``) are read by
+``xplane.py``; ``open_input`` decides which reader applies and turns every failure into one
+``InputError`` line (exit code 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..rundir import EVENTS, RunDirError, is_run_dir, read_manifest
+from ..store import StoreError, StoreReader
+
+
+class InputError(Exception):
+    """What audit was given cannot be read; the message is one line saying what to do."""
+
+
+@dataclass
+class RunData:
+    path: Path
+    manifest: dict
+    store: StoreReader
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.get("status") in ("complete", "failed", "interrupted", "terminated")
+
+
+def open_run(path: Path) -> RunData:
+    path = Path(path)
+    try:
+        manifest = read_manifest(path)
+        store = StoreReader(path / EVENTS)
+    except (RunDirError, StoreError) as exc:
+        raise InputError(str(exc)) from None
+    return RunData(path, manifest, store)
+
+
+def classify_input(path: Path) -> str:
+    """'run' | 'trace' — or InputError when it is neither."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path} does not exist; pass a run directory made by `jaxplace run`, "
+                         "a jax.profiler log dir or a .xplane.pb file")
+    if path.is_dir() and is_run_dir(path):
+        return "run"
+    if path.is_file() and path.name.endswith(".xplane.pb"):
+        return "trace"
+    if path.is_dir():
+        try:
+            next(iter(path.rglob("*.xplane.pb")))
+            return "trace"
+        except (StopIteration, OSError):
+            pass
+        raise InputError(f"{path} is not a jaxplace run (no run.json) and holds no .xplane.pb "
+                         "trace; pass a directory made by `jaxplace run` or a jax.profiler log dir")
+    raise InputError(f"{path} is not a jaxplace run directory or a .xplane.pb trace file")

@@ -1,0 +1,97 @@
+"""Totals of a run: transfers per kind, top transfer sites, ops per device.
+
+Transfers below ``min_bytes`` (Python scalar operands, 4-byte losses) are counted apart as
+``small`` so they neither hide nor inflate real traffic (DESIGN.md fact 7); transfers whose
+size is unknown (foreign traces) are counted apart as ``unknown_size``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..events import TRANSFER_KINDS
+from .run import RunData
+
+
+@dataclass
+class KindTotal:
+    count: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class TransferSite:
+    kind: str
+    file: str
+    line: int
+    function: str
+    api: str
+    implicit: bool
+    blocking: bool
+    count: int
+    bytes: int
+    routes: list[str]  # "cpu:0>cpu:1"
+
+
+@dataclass
+class DeviceOps:
+    device: str
+    count: int
+    dispatch_ns: int
+    top: list[tuple[str, int]]  # (op name, count), most frequent first
+
+
+@dataclass
+class Summary:
+    min_bytes: int
+    totals: dict[str, KindTotal]
+    small: dict[str, KindTotal]
+    unknown_size: dict[str, int]
+    sites: list[TransferSite]
+    ops_total: int
+    ops_by_device: list[DeviceOps]
+    op_errors: int
+    devices: list[str] = field(default_factory=list)
+
+
+def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops: int = 5) -> Summary:
+    conn = run.store.conn
+    sites = run.store.sites()
+    totals = {k: KindTotal() for k in TRANSFER_KINDS}
+    small = {k: KindTotal() for k in TRANSFER_KINDS}
+    unknown = {k: 0 for k in TRANSFER_KINDS}
+    q = ("SELECT kind, CASE WHEN bytes < 0 THEN 'unknown' WHEN bytes < ? THEN 'small' ELSE 'counted' END AS cls, "
+         "COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers GROUP BY kind, cls")
+    for kind, cls, count, nbytes in conn.execute(q, (min_bytes,)):
+        if kind not in totals:
+            continue
+        if cls == "counted":
+            totals[kind] = KindTotal(count, nbytes)
+        elif cls == "small":
+            small[kind] = KindTotal(count, nbytes)
+        else:
+            unknown[kind] = count
+    site_rows = conn.execute(
+        "SELECT site, kind, api, implicit, blocking, COUNT(*) AS n, SUM(bytes) AS b, "
+        "GROUP_CONCAT(DISTINCT src || '>' || dst) FROM transfers WHERE bytes >= ? "
+        "GROUP BY site, kind, api, implicit, blocking ORDER BY b DESC, n DESC LIMIT ?",
+        (min_bytes, top_sites),
+    ).fetchall()
+    tsites = []
+    for sid, kind, api, implicit, blocking, n, b, routes in site_rows:
+        s = sites.get(sid)
+        tsites.append(TransferSite(kind, s.file if s else "?", s.line if s else 0,
+                                   s.function if s else "?", api, bool(implicit), bool(blocking),
+                                   n, b, sorted((routes or "").split(","))))
+    by_dev = []
+    for dev, n, ns in conn.execute(
+            "SELECT devices, COUNT(*), SUM(dur_ns) FROM ops WHERE error = '' GROUP BY devices ORDER BY devices"):
+        top = conn.execute(
+            "SELECT name, COUNT(*) AS c FROM ops WHERE devices = ? AND error = '' GROUP BY name "
+            "ORDER BY c DESC, name LIMIT ?", (dev, top_ops)).fetchall()
+        by_dev.append(DeviceOps(dev, n, ns or 0, [(name, c) for name, c in top]))
+    ops_total = sum(d.count for d in by_dev)
+    errors = conn.execute("SELECT COUNT(*) FROM ops WHERE error != ''").fetchone()[0]
+    devices = [d["name"] for d in run.manifest.get("devices", [])]
+    seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
+    return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,
+                   devices + seen)

@@ -1,0 +1,256 @@
+"""Dispatch hooks: one wrapper around every Python entry point that can launch device work.
+
+Why wrappers and not ``core.EvalTrace.process_primitive``: ``jax.numpy`` functions and user
+``jit`` functions dispatch through the C++ fast path, which never re-enters Python on a cache
+hit (DESIGN.md fact 1). Forcing the slow path costs ~x1.44; a thin Python wrapper around the
+*public* entry points (``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs
+a couple of microseconds, sees the caller's frame, and keeps the fast path. Primitives bound
+eagerly outside any wrapper (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on
+``EvalTrace.process_primitive``.
+
+A wrapper records only when it is the outermost hooked call on its thread, JAX is not
+tracing, and the call produced a jax.Array that is not simply one of its inputs — so helpers
+such as ``jnp.shape`` or ``jnp.asarray(existing_array)`` leave no op behind.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from threading import get_ident as _thread_ident
+from time import perf_counter_ns
+
+from jax._src import core as _core
+from jax._src.array import ArrayImpl
+from jax.tree_util import tree_leaves
+
+from ..events import D2D, H2D, HOST, OP_JIT, OpEvent, TransferEvent
+from ..recorder import _nbytes
+from .state import HOST_DATA_TYPES, PY_SCALARS, active, scalar_nbytes, sharding_label, tls
+
+import jax
+
+_trace_ctx = _core.trace_ctx
+_EvalTrace = _core.EvalTrace
+_Array = jax.Array
+_X64 = [False]
+
+
+def refresh_x64() -> None:
+    _X64[0] = bool(jax.config.jax_enable_x64)
+
+
+def array_nbytes(a) -> int:
+    aval = a.aval
+    return _nbytes(aval.shape, aval.dtype)
+
+
+class CallSpec:
+    """How a wrapped callable's arguments are read: which are operands, which are static."""
+
+    __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames")
+
+    def __init__(self, name, kind, scalar_operands=False, flatten=False,
+                 static_argnums=(), static_argnames=()):
+        self.name = name
+        self.kind = kind
+        self.scalar_operands = scalar_operands  # Python scalars are data (x + 1.0), not shapes
+        self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
+        self.static_argnums = frozenset(static_argnums)
+        self.static_argnames = frozenset(static_argnames)
+
+
+def _operand_leaves(spec: CallSpec, args, kwargs):
+    if spec.flatten:
+        if spec.static_argnums or spec.static_argnames:
+            args = [a for i, a in enumerate(args) if i not in spec.static_argnums]
+            kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
+        return tree_leaves((args, kwargs))
+    leaves = []
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if type(a) in (list, tuple):
+            leaves.extend(a)
+        else:
+            leaves.append(a)
+    return leaves
+
+
+def _out_arrays(out, flatten: bool):
+    if type(out) is ArrayImpl:
+        return (out,)
+    if flatten or type(out) in (tuple, list):
+        return [o for o in tree_leaves(out) if isinstance(o, _Array)]
+    if isinstance(out, _Array):
+        return (out,)
+    return ()
+
+
+def is_recording() -> bool:
+    """True when a hooked call here should record (not nested, not tracing)."""
+    return (active.rec is not None and not tls.depth
+            and type(_trace_ctx.trace) is _EvalTrace)
+
+
+def record_call(spec: CallSpec, fn, args, kwargs):
+    """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers."""
+    rec = active.rec
+    site = rec.site_of(sys._getframe(1))
+    seq = rec.next_seq()
+    placer = active.placer
+    if placer is not None:
+        args, kwargs = placer.place(spec, args, kwargs, site)
+    tls.depth = 1
+    tls.op = (spec.name, seq, site)
+    t0 = perf_counter_ns()
+    try:
+        out = fn(*args, **kwargs)
+    except BaseException as exc:
+        t1 = perf_counter_ns()
+        tls.depth = 0
+        tls.op = None
+        _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc)
+        raise
+    t1 = perf_counter_ns()
+    tls.depth = 0
+    tls.op = None
+    outs = _out_arrays(out, spec.flatten)
+    if not outs or (args and outs[0] is args[0]):
+        return out
+    _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1)
+    if active.on_dispatch is not None:
+        active.on_dispatch()
+    return out
+
+
+def _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1):
+    first = outs[0]
+    dev = sharding_label(first.sharding)
+    thread = _thread_ident()
+    base = rec.t0
+    in_bufs = []
+    scalars = spec.scalar_operands or spec.flatten
+    for a in _operand_leaves(spec, args, kwargs):
+        if type(a) is ArrayImpl or isinstance(a, _Array):
+            adev = sharding_label(a.sharding)
+            committed = getattr(a, "_committed", True)
+            b = rec.buffer_id(a, adev, committed, site, seq)
+            in_bufs.append(b)
+            if adev != dev and "," not in dev and "," not in adev:
+                api = spec.name + (" (uncommitted input)" if not committed else "")
+                rec.add_transfer(TransferEvent(rec.next_seq(), t0 - base, thread, D2D, adev, dev,
+                                               array_nbytes(a), True, False, api, site, b, seq))
+        elif isinstance(a, HOST_DATA_TYPES):
+            rec.add_transfer(TransferEvent(rec.next_seq(), t0 - base, thread, H2D, HOST, dev,
+                                           int(a.nbytes), True, False,
+                                           spec.name + " (numpy argument)", site, 0, seq))
+        elif scalars and type(a) in PY_SCALARS:
+            rec.add_transfer(TransferEvent(rec.next_seq(), t0 - base, thread, H2D, HOST, dev,
+                                           scalar_nbytes(a, _X64[0]), True, False,
+                                           spec.name + " (Python scalar)", site, 0, seq))
+    out_bufs = []
+    for o in outs:
+        odev = dev if o is first else sharding_label(o.sharding)
+        out_bufs.append(rec.buffer_id(o, odev, getattr(o, "_committed", True), site, seq))
+    rec.ops.append(OpEvent(seq, t0 - base, t1 - t0, thread, spec.kind, spec.name, dev, site,
+                           ",".join(map(str, in_bufs)), ",".join(map(str, out_bufs)), ""))
+
+
+def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
+    """A call that raised is still an event: audit explains device errors from it."""
+    try:
+        devs, bufs = [], []
+        for a in _operand_leaves(spec, args, kwargs):
+            if isinstance(a, _Array):
+                adev = sharding_label(a.sharding)
+                devs.append(adev)
+                bufs.append(rec.buffer_id(a, adev, getattr(a, "_committed", True), site, seq))
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, _thread_ident(), spec.kind, spec.name,
+                               ",".join(dict.fromkeys(devs)), site,
+                               ",".join(map(str, bufs)), "", msg[:2000]))
+    except Exception:
+        pass  # recording must never mask the user's exception
+
+
+def wrap(fn, spec: CallSpec):
+    """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+            return fn(*args, **kwargs)
+        return record_call(spec, fn, args, kwargs)
+
+    wrapper.__jaxplace_original__ = fn
+    return wrapper
+
+
+# -- jax.jit ------------------------------------------------------------------------------------
+
+class JitFunction:
+    """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
+
+    Attribute access (``lower``, ``trace``, ``eval_shape``, ``clear_cache``...) is forwarded
+    to the real jitted function, and ``__get__`` keeps ``@jax.jit`` methods working.
+    """
+
+    __slots__ = ("_jitted", "_spec", "__dict__", "__weakref__")
+
+    def __init__(self, jitted, spec: CallSpec):
+        self._jitted = jitted
+        self._spec = spec
+        try:
+            functools.update_wrapper(self, jitted)
+        except Exception:
+            pass
+
+    def __call__(self, *args, **kwargs):
+        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+            return self._jitted(*args, **kwargs)
+        return record_call(self._spec, self._jitted, args, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return repr(self._jitted)
+
+
+def _static_names(fun, static_argnums, static_argnames):
+    nums = static_argnums if static_argnums is not None else ()
+    names = static_argnames if static_argnames is not None else ()
+    if isinstance(nums, int):
+        nums = (nums,)
+    if isinstance(names, str):
+        names = (names,)
+    nums, names = set(nums), set(names)
+    try:  # jax.jit accepts either form and infers the other from the signature
+        params = list(inspect.signature(fun).parameters)
+        nums |= {params.index(n) for n in names if n in params}
+        names |= {params[i] for i in nums if 0 <= i < len(params)}
+    except (TypeError, ValueError):
+        pass
+    return tuple(sorted(nums)), tuple(sorted(names))
+
+
+def make_jit(original_jit):
+    """Replacement for ``jax.jit`` that returns a recording JitFunction."""
+
+    @functools.wraps(original_jit)
+    def jit(fun=None, *args, **kwargs):
+        if fun is None:  # decorator factory form: @jax.jit(static_argnames=...)
+            return lambda f: jit(f, *args, **kwargs)
+        jitted = original_jit(fun, *args, **kwargs)
+        nums, names = _static_names(fun, kwargs.get("static_argnums"), kwargs.get("static_argnames"))
+        fname = getattr(fun, "__name__", None) or type(fun).__name__
+        spec = CallSpec(f"jit({fname})", OP_JIT, scalar_operands=True, flatten=True,
+                        static_argnums=nums, static_argnames=names)
+        return JitFunction(jitted, spec)
+
+    jit.__jaxplace_original__ = original_jit
+    return jit

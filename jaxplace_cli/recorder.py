@@ -1,0 +1,220 @@
+"""In-process recorder: the cheap, thread-safe sink that hooks write events into.
+
+Everything on the hot path is a deque append of a tuple (atomic under the GIL, so threads
+need no lock). Work that is not needed to *capture* a fact — formatting shapes, dtype names,
+interning file names — is deferred to ``drain()``, which runs on the writer thread.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import sysconfig
+import threading
+from collections import deque
+from pathlib import Path
+from time import perf_counter_ns
+
+from .events import BufferEvent, Marker, OpEvent, Site, TransferEvent
+
+_JAXPLACE_DIR = str(Path(__file__).resolve().parent) + os.sep
+
+# Frame tiers: 2 = the user's code, 1 = a third-party library, 0 = JAX/jaxplace/stdlib.
+USER, LIBRARY, INTERNAL = 2, 1, 0
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    prefixes = {_JAXPLACE_DIR}
+    for mod in ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            prefixes.add(str(Path(m.__file__).resolve().parent) + os.sep)
+            prefixes.add(str(Path(m.__file__).parent) + os.sep)
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            prefixes.add(os.path.join(p, ""))
+    return tuple(prefixes)
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths})
+
+
+class Recorder:
+    """Collects events from hooks; ``drain()`` hands finished rows to the store writer."""
+
+    def __init__(self) -> None:
+        self._seq = itertools.count(1)
+        self._buf_ids = itertools.count(1)
+        self.ops: deque = deque()
+        self.transfers: deque = deque()
+        self.buffers: deque = deque()  # raw tuples, formatted in drain()
+        self.markers: deque = deque()
+        self._new_sites: deque = deque()
+        self._sites: dict = {}  # (code, instruction offset) -> site id
+        self._site_by_line: dict = {}  # (file, line, function) -> site id
+        self._site_ids = itertools.count(1)
+        self._tiers: dict = {}  # code -> tier
+        self._internal = _internal_prefixes()
+        self._library = _library_prefixes()
+        self.counts = {"ops": 0, "transfers": 0}
+        self.on_transfer = None  # set while a profiler trace is open (TraceAnnotations)
+        self._site_text: dict = {}  # site id -> "file:line"
+        self.t0 = perf_counter_ns()
+
+    # -- identities -------------------------------------------------------------------------
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def _tier(self, code) -> int:
+        fn = code.co_filename
+        if fn.startswith("<"):
+            tier = INTERNAL
+        elif fn.startswith(self._internal):
+            tier = INTERNAL
+        elif fn.startswith(self._library):
+            tier = LIBRARY
+        else:
+            tier = USER
+        self._tiers[code] = tier
+        return tier
+
+    def site_of(self, frame) -> int:
+        """Site id of the first user frame at or above ``frame`` (a library frame if none)."""
+        tiers = self._tiers
+        fallback = None
+        f = frame
+        while f is not None:
+            code = f.f_code
+            tier = tiers.get(code)
+            if tier is None:
+                tier = self._tier(code)
+            if tier == USER:
+                break
+            if tier == LIBRARY and fallback is None:
+                fallback = f
+            f = f.f_back
+        else:
+            f = fallback
+            if f is None:
+                return 0
+        # Keyed on the instruction offset: f_lineno decodes the line table linearly (slow in
+        # big module-level code), f_lasti is a field read. Offsets on one line share a site.
+        key = (f.f_code, f.f_lasti)
+        sid = self._sites.get(key)
+        if sid is None:
+            sid = self._intern_site(key, f)
+        return sid
+
+    def _intern_site(self, key, f) -> int:
+        code = f.f_code
+        line_key = (code.co_filename, f.f_lineno, code.co_name)
+        sid = self._site_by_line.get(line_key)
+        if sid is None:
+            sid = self._site_by_line[line_key] = next(self._site_ids)
+            self._site_text[sid] = f"{line_key[0]}:{line_key[1]}"
+            self._new_sites.append(Site(sid, *line_key))
+        self._sites[key] = sid
+        return sid
+
+    def user_frame_and_caller(self, frame):
+        """(first user frame, the outermost internal frame just below it) — used to name the
+        API a user called, e.g. ``__float__`` for ``float(x)``."""
+        tiers = self._tiers
+        below = None
+        f = frame
+        while f is not None:
+            code = f.f_code
+            tier = tiers.get(code)
+            if tier is None:
+                tier = self._tier(code)
+            if tier != INTERNAL:
+                return f, below
+            below = f
+            f = f.f_back
+        return None, below
+
+    def buffer_id(self, arr, device: str, committed: bool, site: int, seq: int) -> int:
+        """The jaxplace identity of ``arr``; assigns one (and logs a BufferEvent) if new."""
+        try:
+            b = arr._jaxplace_buf
+        except AttributeError:
+            b = next(self._buf_ids)
+            try:
+                arr._jaxplace_buf = b
+            except (AttributeError, TypeError):
+                return 0
+            self.buffers.append((b, seq, device, arr.aval, committed, site))
+        return b
+
+    # -- events -----------------------------------------------------------------------------
+    def add_transfer(self, ev: TransferEvent) -> None:
+        self.transfers.append(ev)
+        if self.on_transfer is not None:
+            self.on_transfer(ev)
+
+    def site_text(self, sid: int) -> str:
+        return self._site_text.get(sid, "")
+
+    def marker(self, kind: str, value: str) -> None:
+        self.markers.append(Marker(next(self._seq), perf_counter_ns() - self.t0, kind, value))
+
+    def drain(self) -> dict[str, list]:
+        """Pop everything recorded so far into row lists (runs on the writer thread)."""
+
+        def pop_all(dq: deque) -> list:
+            n = len(dq)
+            pop = dq.popleft
+            return [pop() for _ in range(n)]
+
+        sites = pop_all(self._new_sites)
+        ops = pop_all(self.ops)
+        transfers = pop_all(self.transfers)
+        raw_buffers = pop_all(self.buffers)
+        buffers = []
+        for b, seq, device, aval, committed, site in raw_buffers:
+            try:
+                shape = aval.shape
+                dtype = aval.dtype
+                nbytes = _nbytes(shape, dtype)
+                shape_s = "x".join(map(str, shape)) if shape else "scalar"
+                dtype_s = str(dtype)
+            except Exception:
+                shape_s, dtype_s, nbytes = "?", "?", -1
+            buffers.append(BufferEvent(b, seq, device, shape_s, dtype_s, nbytes, bool(committed), site))
+        self.counts["ops"] += len(ops)
+        self.counts["transfers"] += len(transfers)
+        return {
+            "sites": sites,
+            "ops": ops,
+            "transfers": transfers,
+            "buffers": buffers,
+            "markers": pop_all(self.markers),
+        }
+
+
+_ITEMSIZE_CACHE: dict = {}
+
+
+def _nbytes(shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    size = _ITEMSIZE_CACHE.get(dtype)
+    if size is None:
+        size = getattr(dtype, "itemsize", None)
+        if size is None:
+            import numpy as np
+
+            size = np.dtype(dtype).itemsize
+        _ITEMSIZE_CACHE[dtype] = size
+    return n * size
+
+
+def thread_id() -> int:
+    return threading.get_ident()
+
+
+__all__ = ["Recorder", "OpEvent", "TransferEvent", "thread_id"]

@@ -1,0 +1,45 @@
+"""Renderers: AuditResult -> text. They never analyse; they only present.
+
+The format comes from ``--format`` or the output file's extension.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+
+from ..analysis import AuditResult
+
+
+def render_to_string(result: AuditResult, fmt: str) -> str:
+    if fmt == "json":
+        from .json_report import render
+
+        return render(result)
+    from rich.console import Console
+
+    from .terminal import render
+
+    buf = io.StringIO()
+    rich = fmt == "rich"
+    console = Console(file=buf, force_terminal=rich, no_color=not rich, width=120 if not rich else None,
+                      highlight=False, soft_wrap=not rich)
+    render(result, console)
+    return buf.getvalue()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file + rename: a failed write never leaves a partial report."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or "."))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

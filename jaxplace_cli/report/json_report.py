@@ -1,0 +1,55 @@
+"""``--format json``: the documented, versioned audit schema (docs/audit-json-schema.md).
+
+Bump ``AUDIT_SCHEMA_VERSION`` on any incompatible change and update the document.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from ..analysis import AuditResult
+
+AUDIT_SCHEMA_VERSION = 1
+
+
+def to_dict(result: AuditResult) -> dict:
+    s = result.summary
+    m = result.manifest
+    return {
+        "schema_version": AUDIT_SCHEMA_VERSION,
+        "source": result.source,
+        "path": result.path,
+        "run": {
+            "status": m.get("status"),
+            "exit_code": m.get("exit_code"),
+            "argv": m.get("argv", []),
+            "policy": m.get("policy"),
+            "jax_version": m.get("jax_version"),
+        },
+        "devices": s.devices,
+        "ops": {
+            "total": s.ops_total,
+            "errors": s.op_errors,
+            "by_device": {d.device: {"count": d.count, "dispatch_ns": d.dispatch_ns,
+                                     "top": [{"name": n, "count": c} for n, c in d.top]}
+                          for d in s.ops_by_device},
+        },
+        "transfers": {
+            "min_bytes": s.min_bytes,
+            "totals": {k: {"count": v.count, "bytes": v.bytes} for k, v in s.totals.items()},
+            "small": {k: {"count": v.count, "bytes": v.bytes} for k, v in s.small.items()},
+            "unknown_size": dict(s.unknown_size),
+            "sites": [
+                {"kind": t.kind, "file": t.file, "line": t.line, "function": t.function,
+                 "count": t.count, "bytes": t.bytes, "implicit": t.implicit,
+                 "blocking": t.blocking, "api": t.api, "routes": t.routes}
+                for t in s.sites
+            ],
+        },
+        "findings": [asdict(f) for f in result.findings],
+        "notes": list(result.notes),
+    }
+
+
+def render(result: AuditResult) -> str:
+    return json.dumps(to_dict(result), indent=2) + "\n"

@@ -1,0 +1,179 @@
+"""A recording session: run directory + store + hooks + trace window around one script run.
+
+The order matters and is the reason this module exists:
+1. the run directory and a "running" manifest are written before anything runs;
+2. ``--devices N`` goes into ``XLA_FLAGS`` before JAX is first imported;
+3. hooks are installed before the script imports anything, so ``jax.jit`` and friends the
+   script sees are the recording ones;
+4. whatever way the script ends (exit code, exception, Ctrl-C, SIGTERM), the store is flushed
+   and the manifest finalised *before* python's own ending is reproduced.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .rundir import EVENTS, MANIFEST_SCHEMA_VERSION, create_run_dir, write_manifest
+from .runner import Outcome, run_target
+
+
+@dataclass
+class RunOptions:
+    kind: str  # "path" | "module"
+    target: str
+    args: list[str]
+    out: Path
+    devices: int | None = None
+    trace: str = "window"
+    trace_seconds: float = 3.0
+    policy: str = "default"
+    command: list[str] = field(default_factory=list)
+
+
+def simulate_cpu_devices(n: int) -> None:
+    """Make the CPU backend expose ``n`` devices; must run before JAX is imported."""
+    if "jax" in sys.modules:
+        raise RuntimeError("--devices must be applied before JAX is imported")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    flags.append(f"--xla_force_host_platform_device_count={n}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def _devices_manifest() -> list[dict]:
+    """Devices JAX initialised during the run (never initialises a backend itself)."""
+    try:
+        from jax._src import xla_bridge
+
+        if not xla_bridge.backends_are_initialized():
+            return []
+        import jax
+
+        from .devices import describe_devices
+
+        return describe_devices(jax.devices())
+    except Exception:
+        return []
+
+
+class Session:
+    def __init__(self, opts: RunOptions):
+        self.opts = opts
+        self.run_dir = create_run_dir(opts.out)
+        self.manifest: dict = {
+            "schema_version": MANIFEST_SCHEMA_VERSION,
+            "tool": "jaxplace",
+            "tool_version": __version__,
+            "target": {"kind": opts.kind, "name": opts.target},
+            "argv": [opts.target, *opts.args],
+            "command": opts.command,
+            "cwd": os.getcwd(),
+            "python": platform.python_version(),
+            "host": platform.node(),
+            "pid": os.getpid(),
+            "policy": opts.policy,
+            "simulated_devices": opts.devices,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "status": "running",
+            "exit_code": None,
+        }
+        write_manifest(self.run_dir, self.manifest)
+        self._writer = None
+        self._bg = None
+        self.recorder = None
+        self.trace = None
+        self.hook_report = None
+        self._finalized = False
+        self._prev_sigterm = None
+
+    def start(self) -> None:
+        if self.opts.devices:
+            simulate_cpu_devices(self.opts.devices)
+        import jax
+        import jaxlib
+
+        from . import hooks
+        from .hooks.trace_window import TraceWindow
+        from .recorder import Recorder
+        from .store import BackgroundWriter, StoreWriter
+
+        self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
+        self.recorder = Recorder()
+        self._writer = StoreWriter(self.run_dir / EVENTS)
+        self._bg = BackgroundWriter(self.recorder.drain, self._writer)
+        self._bg.start()
+        self.hook_report = hooks.install(self.recorder)
+        for name, reason in self.hook_report.failed:
+            self.recorder.marker("hook-unavailable", f"{name}: {reason}")
+        self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds)
+        self.trace.arm()
+        self.manifest["hooks"] = {"installed": self.hook_report.installed,
+                                  "unavailable": [f"{n}: {r}" for n, r in self.hook_report.failed]}
+        write_manifest(self.run_dir, self.manifest)
+        self._install_sigterm()
+
+    def _install_sigterm(self) -> None:
+        """SIGTERM kills python without cleanup; save what was recorded, then die the same way."""
+        try:
+            self._prev_sigterm = signal.getsignal(signal.SIGTERM)
+            if self._prev_sigterm in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # not the main thread
+            pass
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.finalize(Outcome("terminated", 128 + signum, "terminated by SIGTERM"))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def run(self) -> Outcome:
+        self.start()
+        outcome = run_target(self.opts.kind, self.opts.target, self.opts.args)
+        self.finalize(outcome)
+        return outcome
+
+    def finalize(self, outcome: Outcome) -> None:
+        """Flush everything and write the final manifest; safe to call twice."""
+        if self._finalized:
+            return
+        self._finalized = True
+        from . import hooks
+
+        if self.trace is not None:
+            self.trace.close()
+        hooks.uninstall()
+        if self._bg is not None:
+            self._bg.stop()
+        lost = self._bg.lost_rows if self._bg else 0
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:
+                pass
+        rec = self.recorder
+        self.manifest.update(
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
+            ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            devices=_devices_manifest(),
+            events={"ops": rec.counts["ops"] if rec else 0,
+                    "transfers": rec.counts["transfers"] if rec else 0,
+                    "lost_rows": lost,
+                    "write_error": self._bg.error if self._bg else ""},
+            trace={"mode": self.trace.mode if self.trace else "off",
+                   "state": self.trace.state if self.trace else "off",
+                   "seconds": self.opts.trace_seconds,
+                   "files": self.trace.files() if self.trace else [],
+                   "note": self.trace.note if self.trace else ""},
+        )
+        try:
+            write_manifest(self.run_dir, self.manifest)
+        except OSError as exc:
+            print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)

@@ -1,0 +1,182 @@
+"""The SQLite run store: schema from the event model, a buffered background writer, a reader.
+
+Why SQLite: it is crash-safe (WAL: a SIGKILLed writer leaves a readable database holding
+every committed batch), queryable with plain SQL by users, and in the standard library.
+Why a background thread: the hooks only append tuples to a list; the thread swaps the list
+out every ``flush_interval`` seconds and writes it with ``executemany``, so the user's
+dispatch path never waits on disk.
+"""
+from __future__ import annotations
+
+import sqlite3
+import typing
+import threading
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from .events import BufferEvent, Marker, OpEvent, Site, TransferEvent
+
+SCHEMA_VERSION = 1
+MAGIC = "jaxplace-events"
+
+# table name -> event type; column order = NamedTuple field order.
+TABLES: dict[str, type[NamedTuple]] = {
+    "sites": Site,
+    "ops": OpEvent,
+    "transfers": TransferEvent,
+    "buffers": BufferEvent,
+    "markers": Marker,
+}
+_SQL_TYPES = {int: "INTEGER", str: "TEXT", bool: "INTEGER"}
+
+
+class StoreError(Exception):
+    """The events database is missing, corrupt, or from another schema version."""
+
+
+def _create_sql(name: str, cls: type[NamedTuple]) -> str:
+    hints = typing.get_type_hints(cls)
+    cols = [f"{name} {_SQL_TYPES[hints[name]]}" for name in cls._fields]
+    return f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(cols)})"
+
+
+def _insert_sql(name: str, cls: type[NamedTuple]) -> str:
+    marks = ", ".join("?" * len(cls._fields))
+    return f"INSERT INTO {name} VALUES ({marks})"
+
+
+class StoreWriter:
+    """Owns the database connection; ``write(batches)`` is called from the writer thread only."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        for name, cls in TABLES.items():
+            self.conn.execute(_create_sql(name, cls))
+        self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION))],
+        )
+        self._inserts = {name: _insert_sql(name, cls) for name, cls in TABLES.items()}
+        self.rows_written = 0
+
+    def write(self, batches: dict[str, list]) -> None:
+        if not any(batches.values()):
+            return
+        c = self.conn
+        c.execute("BEGIN")
+        try:
+            for name, rows in batches.items():
+                if rows:
+                    c.executemany(self._inserts[name], rows)
+                    self.rows_written += len(rows)
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self.conn.close()
+
+
+class BackgroundWriter(threading.Thread):
+    """Drains a Recorder's buffers into a StoreWriter every ``interval`` seconds.
+
+    A write failure (disk full, directory removed) never reaches the user's program: the
+    thread counts the rows it could not write (``lost_rows``) and keeps draining so memory
+    stays bounded; the run summary reports the loss.
+    """
+
+    def __init__(self, drain, writer: StoreWriter, interval: float = 0.25):
+        super().__init__(name="jaxplace-writer", daemon=True)
+        self._drain = drain
+        self._writer = writer
+        self._interval = interval
+        self._stop_event = threading.Event()
+        self.lost_rows = 0
+        self.error: str = ""
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._interval):
+            self.flush()
+        self.flush()
+
+    def flush(self) -> None:
+        batches = self._drain()
+        try:
+            self._writer.write(batches)
+        except Exception as exc:  # never propagate into the user's program
+            self.lost_rows += sum(len(v) for v in batches.values())
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout=30)
+
+
+class StoreReader:
+    """Read-only access to an events database; validates magic and schema version."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise StoreError(f"no events database at {self.path}")
+        try:
+            uri = f"file:{self.path}?mode=ro"
+            self.conn = sqlite3.connect(uri, uri=True)
+            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{self.path} is not a readable jaxplace events database ({exc}); "
+                "the run may be corrupt"
+            ) from None
+        if meta.get("magic") != MAGIC:
+            raise StoreError(f"{self.path} is not a jaxplace events database")
+        version = int(meta.get("schema_version", "0"))
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has events schema version {version}, this jaxplace reads "
+                f"version {SCHEMA_VERSION}; use the jaxplace version that recorded it"
+            )
+        self.meta = meta
+
+    def _rows(self, name: str, cls, order: str = "") -> Iterator:
+        try:
+            cur = self.conn.execute(f"SELECT * FROM {name} {order}")
+            make = cls._make
+            for row in cur:
+                yield make(row)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: table {name} is unreadable ({exc})") from None
+
+    def sites(self) -> dict[int, Site]:
+        return {s.id: s for s in self._rows("sites", Site)}
+
+    def ops(self) -> Iterator[OpEvent]:
+        return self._rows("ops", OpEvent, "ORDER BY seq")
+
+    def transfers(self) -> Iterator[TransferEvent]:
+        return self._rows("transfers", TransferEvent, "ORDER BY seq")
+
+    def buffers(self) -> Iterator[BufferEvent]:
+        return self._rows("buffers", BufferEvent)
+
+    def markers(self) -> Iterator[Marker]:
+        return self._rows("markers", Marker, "ORDER BY seq")
+
+    def count(self, name: str) -> int:
+        return self.conn.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0]
+
+    def close(self) -> None:
+        self.conn.close()
+
