@@ -231,7 +231,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     import os
 
     try:
-        app(args=argv, standalone_mode=False, prog_name="jaxplace")
+        rv = app(args=argv, standalone_mode=False, prog_name="jaxplace")
     except SystemExit:
         raise
     except KeyboardInterrupt:
@@ -253,4 +253,5 @@ def main(argv: Optional[list[str]] = None) -> None:
         typer.echo(f"jaxplace: internal error: {name}: {exc} "
                    "(set JAXPLACE_DEBUG=1 for the traceback, and please report it)", err=True)
         sys.exit(3)
-    sys.exit(0)
+    # without standalone mode, typer returns the code of a typer.Exit instead of raising it
+    sys.exit(rv if isinstance(rv, int) else 0)

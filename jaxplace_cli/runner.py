@@ -36,7 +36,10 @@ class Outcome:
     def finish(self) -> None:
         """Print what python prints for this ending. Call after the recording is saved."""
         if self.exc_info is not None:
-            sys.excepthook(*self.exc_info)
+            etype, value, tb = self.exc_info
+            if value is not None:
+                value.__traceback__ = tb  # 3.11's default hook prints value.__traceback__
+            sys.excepthook(etype, value, tb)
             self.exc_info = None
 
 
@@ -94,8 +97,10 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     try:
         if kind == "module":
             runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
+        elif os.path.isdir(target):
             runpy.run_path(target, run_name="__main__")
+        else:
+            _exec_script(target)
         return Outcome("complete", 0)
     except SystemExit as exc:
         return _exit_outcome(exc)
@@ -109,6 +114,25 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
+
+
+def _exec_script(target: str) -> None:
+    """Execute a script file as ``__main__`` the way ``python FILE`` does: ``__file__`` is the
+    absolute path, ``sys.argv[0]`` stays as typed (``runpy.run_path`` would change it)."""
+    import builtins
+    import importlib.machinery
+    import io
+
+    path = os.path.abspath(target)
+    with io.open_code(path) as fh:
+        source = fh.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None, __package__=None,
+                         __spec__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
 
 
 def _exit_outcome(exc: SystemExit) -> Outcome:

@@ -66,6 +66,11 @@ _DETAIL_KIND = {
 _TPU_TO = "tpu::System::TransferToDevice"
 _TPU_FROM = "tpu::System::TransferFromDevice"
 _TPU_TUPLE = "tpu::System::AllocateAndFillTupleIndexTable=>Transfer"
+# First characters of every name recognized above. Testing ``name[:1]`` (a cached one-char
+# string) first is what keeps the pass cheap: substring tests and dict lookups on every event
+# would cost as much as reading the names (kernel and HLO names can be 1000+ characters).
+_DEVICE_FIRST = "MC_"  # Memcpy*, Copy*, __amd_rocclr_copyBuffer*
+_HOST_FIRST = "Mcht"  # Memcpy*/MemCpyAsync, cuMemcpy*/cudaMemcpy*, hipMemcpy*, tpu::System::*
 
 # Lines that aggregate or annotate other lines: never summed, or time would count twice.
 _STEPS_LINE = "Steps"
@@ -238,11 +243,8 @@ def _int(v, default=None):
 
 def _proto_varints(raw) -> dict[int, int]:
     """Varint fields of a small serialized proto (the TPU ``core_details`` stat)."""
-    if isinstance(raw, str):
-        try:
-            raw = raw.encode("latin-1")
-        except UnicodeEncodeError:
-            return {}
+    if isinstance(raw, str):  # pybind11 hands bytes stats over as UTF-8-decoded str
+        raw = raw.encode("utf-8", "surrogateescape")
     if not isinstance(raw, (bytes, bytearray)):
         return {}
     out, i, n = {}, 0, len(raw)
@@ -338,7 +340,7 @@ class _Copy:
     """A transfer candidate before pairing and numbering."""
 
     __slots__ = ("ts", "kind", "src", "dst", "bytes", "blocking", "api", "corr", "ctx",
-                 "paired", "hlo_op", "dest_unknown", "assumed_kind")
+                 "paired", "hlo_op", "assumed_kind")
 
     def __init__(self, ts, kind, src, dst, nbytes, blocking, api, corr=None, ctx=None):
         self.ts, self.kind, self.src, self.dst = ts, kind, src, dst
@@ -346,17 +348,32 @@ class _Copy:
         self.corr, self.ctx = corr, ctx
         self.paired = False
         self.hlo_op = False
-        self.dest_unknown = False
         self.assumed_kind = False
 
 
 def read_trace(path) -> TraceData:
     """Read one ``.xplane.pb`` file. Raises :class:`TraceError` if it is not a readable trace."""
     path = Path(path)
-    data, planes = _load(path)
+    if path.is_dir():
+        raise TraceError(f"{path} is a directory; use read_traces() for a log dir, or {_HINT}")
+    _data, planes = _load(path)  # _data keeps the parsed XSpace alive while we read it
+    try:
+        return _extract(path, planes)
+    except TraceError:
+        raise
+    except Exception as e:  # a trace layout this reader does not expect: say so, on one line
+        raise TraceError(f"could not read the events of {path} ({type(e).__name__}: {e}); "
+                         "this trace layout is not supported yet, please report it") from None
+
+
+def read_traces(path, run: str | None = None) -> list[TraceData]:
+    """Read every host's trace that ``path`` designates (see :func:`find_trace_files`)."""
+    return [read_trace(f) for f in find_trace_files(path, run)]
+
+
+def _extract(path: Path, planes) -> TraceData:
     name = path.name
     host = name[: -len(TRACE_SUFFIX)] if name.endswith(TRACE_SUFFIX) else path.stem
-
     notes: list[str] = []
     source: list[str] = []
 
@@ -381,7 +398,7 @@ def read_trace(path) -> TraceData:
     op_n: dict[str, int] = {d: 0 for d in devices}
     steps = None
     dev_copy_events = []  # (platform, label, name, kind, event)
-    offload_events = []  # (label, name, start)
+    offload_events = []  # (label, name, start_ns)
     op_sources = set()
 
     # ---- device planes: one pass over the chosen op lines; other lines are not iterated
@@ -403,33 +420,34 @@ def read_trace(path) -> TraceData:
             if ln.name == _XLA_OPS_LINE:
                 for e in ln.events:
                     n = e.name
-                    if "copy-" in n and _HOST_MEMORY_SPACE in n:
+                    if n.startswith(("%copy-", "copy-")) and _HOST_MEMORY_SPACE in n:
                         if " copy-start(" in n:
                             offload_events.append((label, n, e.start_ns))
                             continue
                         if " copy-done(" in n:
-                            continue
+                            continue  # the wait for that copy: transfer time, not op time
                     total += e.duration_ns
                     count += 1
             else:
                 for e in ln.events:
                     n = e.name
-                    kind = _DEVICE_COPY.get(n)
-                    if kind is not None or n.startswith(_BLIT_PREFIX):
-                        dev_copy_events.append((plat, label, n, kind, e))
-                        continue
+                    if n[:1] in _DEVICE_FIRST:
+                        kind = _DEVICE_COPY.get(n)
+                        if kind is not None or n.startswith(_BLIT_PREFIX):
+                            dev_copy_events.append((plat, label, n, kind, e))
+                            continue
                     total += e.duration_ns
                     count += 1
         op_ns[label] = int(total)
         op_n[label] = count
 
-    # ---- host planes: cheap substring filter, stats only for candidates
+    # ---- host planes: a one-character gate, then substring tests; stats only for candidates
     host_events = []  # (name, event)
     for pl in host_planes:
         for ln in pl.lines:
             for e in ln.events:
                 n = e.name
-                if "emcpy" in n or "Transfer" in n or "MemCpy" in n:
+                if n[:1] in _HOST_FIRST and ("emcpy" in n or "Transfer" in n or "MemCpy" in n):
                     host_events.append((n, e))
 
     # ---- device-side copies
@@ -440,8 +458,6 @@ def read_trace(path) -> TraceData:
         st = dict(e.stats)
         det = _details(st.get("memcpy_details"))
         size = _int(det.get("size"), 0)
-        nbytes = size if size > 0 else -1
-        blocking = det.get("async") == "0"
         if kind == H2D:
             src, dst = HOST, label
         elif kind == D2H:
@@ -449,12 +465,10 @@ def read_trace(path) -> TraceData:
         else:  # d2d, or a blit kernel whose direction the host call will tell
             src = label
             dest = _int(det.get("dest"))
-            if dest is not None and 0 <= dest < n_by_platform[plat]:
-                dst = f"{plat}:{dest}"
-            else:
-                dst = f"{plat}:?"
-        c = _Copy(int(e.start_ns), kind, src, dst, nbytes, blocking, n,
-                  _int(st.get("correlation_id")), st.get("context_id"))
+            dst = (f"{plat}:{dest}" if dest is not None and 0 <= dest < n_by_platform[plat]
+                   else f"{plat}:?")
+        c = _Copy(int(e.start_ns), kind, src, dst, size if size > 0 else -1,
+                  det.get("async") == "0", n, _int(st.get("correlation_id")), st.get("context_id"))
         c.hlo_op = "hlo_op" in st
         copies.append(c)
         dev_names[n] += 1
@@ -467,7 +481,7 @@ def read_trace(path) -> TraceData:
     unknown_dir: Counter = Counter()
     tpu_names: Counter = Counter()
     tpu_variants = 0
-    tpu_raw = []  # (ts, kind, size, ordinal, name)
+    tpu_raw = []  # (ts, kind, bytes, ordinal, name)
     tuple_tables = 0
     tf_memcpy_async = 0
     for n, e in host_events:
@@ -477,88 +491,42 @@ def read_trace(path) -> TraceData:
             tpu_raw.append((int(e.start_ns), H2D if n == _TPU_TO else D2H,
                             size if size > 0 else -1, _int(st.get("device_ordinal")), n))
             tpu_names[n] += 1
-            continue
-        if n.startswith((_TPU_TO, _TPU_FROM)):
+        elif n.startswith((_TPU_TO, _TPU_FROM)):
             tpu_variants += 1
-            continue
-        if n == _TPU_TUPLE:
+        elif n == _TPU_TUPLE:
             tuple_tables += 1
-            continue
-        if n == "MemCpyAsync":
+        elif n == "MemCpyAsync":
             tf_memcpy_async += 1
-            continue
-        if not (n.startswith(_HOST_API_PREFIXES) or n in _DEVICE_COPY):
-            continue  # e.g. TPU 'PCIe/Memcpy Dispatch' parents of the events above
-        st = dict(e.stats)
-        det = _details(st.get("memcpy_details"))
-        corr = _int(st.get("correlation_id"))
-        ctx = st.get("context_id")
-        twin = None
-        for c in by_corr.get(corr, ()) if corr is not None else ():
-            if not c.paired and (c.ctx is None or ctx is None or c.ctx == ctx):
-                twin = c
-                break
-        kind = _host_kind(n, det)
-        size = _int(det.get("size"), 0)
-        if twin is not None:
-            twin.paired = True
-            paired[n] += 1
-            if twin.kind is None and kind is not None:
-                twin.kind = kind
-                if kind == H2D:
-                    twin.src, twin.dst = HOST, twin.src
-                elif kind == D2H:
-                    twin.dst = HOST
-            if twin.bytes < 0 and size > 0:
-                twin.bytes = size
-            if "async" in det and twin.api.startswith(_BLIT_PREFIX):
-                twin.blocking = det["async"] == "0"
-            twin.hlo_op = twin.hlo_op or "hlo_op" in st
-            continue
-        if kind is None:
-            unknown_dir[n] += 1
-            continue
-        dest = _int(det.get("dest"))
-        dev = (f"{main_platform}:{dest}"
-               if dest is not None and 0 <= dest < max(n_by_platform[main_platform], 1)
-               else f"{main_platform}:?")
-        src, dst = (HOST, dev) if kind == H2D else (dev, HOST) if kind == D2H else (f"{main_platform}:?", dev)
-        c = _Copy(int(e.start_ns), kind, src, dst, size if size > 0 else -1,
-                  det.get("async") == "0", n, corr, ctx)
-        c.hlo_op = "hlo_op" in st
-        copies.append(c)
-        host_only[n] += 1
+        elif n.startswith(_HOST_API_PREFIXES) or n in _DEVICE_COPY:
+            _host_copy(n, dict(e.stats), int(e.start_ns), by_corr, copies, main_platform,
+                       n_by_platform, paired, host_only, unknown_dir)
+        # anything else (TPU 'PCIe/Memcpy Dispatch', 'H2D Dispatch', ...) wraps events above
 
-    # blit kernels whose host call was not found: a copy of unknown direction, taken as d2d
-    for c in copies:
+    for c in copies:  # blit kernels whose host call was not found
         if c.kind is None:
-            c.kind = D2D
-            c.assumed_kind = True
-        if c.kind == D2D and c.dst.endswith(":?"):
-            c.dest_unknown = True
+            c.kind, c.assumed_kind = D2D, True
 
     # ---- TPU host transfers: map device_ordinal to a plane
     if tpu_raw:
-        ordinals = {o for _, _, _, o, _ in tpu_raw if o is not None}
-        tpu_planes = [t for t in dev_planes if t[0] == "tpu"]
-        mapping, how = _tpu_mapping(ordinals, tpu_planes)
+        ordinals = {t[3] for t in tpu_raw if t[3] is not None}
+        mapping, how = _tpu_mapping(ordinals, [t for t in dev_planes if t[0] == "tpu"])
         if ordinals:
             shown = ", ".join(str(o) for o in sorted(ordinals))
             if how:
-                notes.append(f"TPU host transfers name device_ordinal {shown}; mapped to planes "
+                notes.append(f"TPU host transfers name device_ordinal {shown}: mapped to "
                              f"{', '.join(mapping[o] for o in sorted(ordinals))} {how}")
             else:
-                notes.append(f"TPU host transfers name device_ordinal {shown}, which match no "
-                             "TPU plane; their device is shown as tpu:?")
+                notes.append(f"TPU host transfers name device_ordinal {shown}: no TPU plane "
+                             "matches, so their device is shown as tpu:?")
         for ts, kind, nbytes, o, n in tpu_raw:
             dev = mapping.get(o, "tpu:?")
             src, dst = (HOST, dev) if kind == H2D else (dev, HOST)
             copies.append(_Copy(ts, kind, src, dst, nbytes, False, n))
-        source.append("TPU host transfers: " + ", ".join(
-            f"{k} x{v}" for k, v in sorted(tpu_names.items())))
-        if tpu_variants:
-            notes.append(f"{_plural(tpu_variants, 'TPU =>IssueEvent/=>Done event')} repeat "
-                         "transfers already counted and were skipped")
+        source.append("TPU host transfers: "
+                      + ", ".join(f"{k} x{v}" for k, v in sorted(tpu_names.items())))
+    if tpu_variants:
+        notes.append(f"{_plural(tpu_variants, 'TPU =>IssueEvent/=>Done event')}: the same "
+                     "transfers again; skipped")
 
     # ---- HLO host-offload copies (plain tuples: there can be thousands)
     offload = []  # (ts, kind, src, dst, bytes, api)
@@ -583,80 +551,63 @@ def read_trace(path) -> TraceData:
                 f"{_plural(len(offload), 'XLA host-offload copy', 'XLA host-offload copies')} "
                 f"(copy-start to/from memory space S(5)): {kc[H2D]} h2d, {kc[D2H]} d2h; bytes "
                 "are the logical size of the HLO shape (tile padding not included)"
-                + (f", {unknown} with a shape too complex to size (size unknown)" if unknown else "")
+                + (f", {unknown} too complex to size (bytes=-1)" if unknown else "")
                 + "; listed in offload_transfers, not in transfers")
             source.append(f"HLO host-offload copies: copy-start with S(5) x{len(offload)}")
 
     # ---- CPU-only trace: devices and op time from executed HLO ops on host threads
     if not dev_planes:
-        cpu_ns: Counter = Counter()
-        cpu_n: Counter = Counter()
-        for pl in host_planes:
-            for ln in pl.lines:
-                if ln.name.startswith("python"):
-                    continue  # the Python tracer's line: thousands of '$...' frames, no HLO ops
-                for e in ln.events:
-                    if e.name.startswith(("$", "ThreadpoolListener")):
-                        continue
-                    st = dict(e.stats)
-                    if "hlo_op" in st and "device_ordinal" in st:
-                        o = _int(st["device_ordinal"])
-                        if o is not None:
-                            cpu_ns[o] += e.duration_ns
-                            cpu_n[o] += 1
-        devices = [f"cpu:{o}" for o in sorted(cpu_n)]
-        op_ns = {f"cpu:{o}": int(cpu_ns[o]) for o in sorted(cpu_n)}
-        op_n = {f"cpu:{o}": cpu_n[o] for o in sorted(cpu_n)}
+        devices, op_ns, op_n = _cpu_ops(host_planes)
         if devices:
             op_sources.add("host events with hlo_op and device_ordinal (cpu)")
-            notes.append("no device plane: a CPU trace; devices and op time come from executed "
-                         "HLO ops on host threads, and the CPU profiler records no transfer "
-                         "events (host and CPU devices share memory)")
+            notes.append("no device plane (a CPU trace): devices and op time come from HLO ops "
+                         "run on host threads; the CPU runtime records no transfer events "
+                         "(host and CPU devices share memory)")
         else:
             notes.append("no device plane and no executed HLO op: the trace shows no device")
 
-    # ---- notes on what is unknown or assumed
+    # ---- source and notes: what was recognized, and everything unknown or assumed
     if dev_names:
         part = "device copies: " + ", ".join(f"{k} x{v}" for k, v in sorted(dev_names.items()))
         if paired:
-            part += (f" (host calls paired by correlation_id and not counted again: "
+            part += (" (their host calls, paired by correlation_id and not counted again: "
                      + ", ".join(f"{k} x{v}" for k, v in sorted(paired.items())) + ")")
         source.append(part)
     if host_only:
         source.append("host copy calls without a device event: "
                       + ", ".join(f"{k} x{v}" for k, v in sorted(host_only.items())))
         notes.append(f"{_plural(sum(host_only.values()), 'copy', 'copies')} seen only as a host "
-                     "call (no device-side event in the trace); counted from the host event")
+                     "call (no device-side event in the trace): counted from the host event")
     for kind in (H2D, D2H, D2D):
         unknown = sum(1 for c in copies if c.kind == kind and c.bytes < 0)
         if unknown:
-            notes.append(f"{_plural(unknown, kind + ' copy', kind + ' copies')} have no size in "
-                         "this trace (bytes=-1: size unknown)")
+            notes.append(f"{_plural(unknown, kind + ' copy', kind + ' copies')}: no size in this "
+                         "trace (bytes=-1, size unknown)")
     assumed = sum(1 for c in copies if c.assumed_kind)
     if assumed:
-        notes.append(f"{_plural(assumed, _BLIT_PREFIX + ' kernel')} have no matching host memcpy "
+        notes.append(f"{_plural(assumed, _BLIT_PREFIX + ' kernel')}: no matching host memcpy "
                      "call, so the direction is unknown; counted as d2d")
-    dest_unknown = sum(1 for c in copies if c.dest_unknown)
+    dest_unknown = sum(1 for c in copies if c.kind == D2D and c.dst.endswith(":?"))
     if dest_unknown:
-        notes.append(f"{_plural(dest_unknown, 'd2d copy', 'd2d copies')} do not name the other "
-                     "device (dst shown as ?)")
+        notes.append(f"{_plural(dest_unknown, 'd2d copy', 'd2d copies')}: the other device is "
+                     "not named (dst shown as ?)")
     hlo_copies = sum(1 for c in copies if c.kind == D2D and c.hlo_op)
     if hlo_copies:
-        notes.append(f"{_plural(hlo_copies, 'd2d copy', 'd2d copies')} belong to an HLO op of a "
-                     "compiled program (hlo_op stat): possibly a copy within one device")
+        notes.append(f"{_plural(hlo_copies, 'd2d copy', 'd2d copies')}: part of an HLO op in a "
+                     "compiled program (hlo_op stat), possibly a copy within one device")
     if unknown_dir:
         notes.append(f"{_plural(sum(unknown_dir.values()), 'host memcpy call')} of unknown "
-                     "direction were not counted: " + ", ".join(sorted(unknown_dir)))
+                     "direction: not counted (" + ", ".join(sorted(unknown_dir)) + ")")
     if tuple_tables:
-        notes.append(f"{tuple_tables} TPU tuple-index-table transfers ({_TPU_TUPLE}) carry no size "
-                     "and were not counted (runtime metadata, not array data)")
+        notes.append(f"{_plural(tuple_tables, 'TPU tuple-index-table transfer')} ({_TPU_TUPLE}): "
+                     "not counted (no size; runtime metadata, not array data)")
     if tf_memcpy_async:
         notes.append(f"{_plural(tf_memcpy_async, 'MemCpyAsync host event')} (TF collective "
-                     "executor) name no device, direction or size and were not counted")
+                     "executor): not counted (no device, direction or size recorded)")
+    if not copies and not offload:
+        source.append("no transfer events recognized")
     if op_sources:
         source.append("ops: " + ", ".join(sorted(op_sources)))
-    if not copies and not offload:
-        source.insert(0, "no transfer events recognized")
 
     # ---- number everything on one timeline (seq from 1), then split
     order = [(c.ts, 0, i) for i, c in enumerate(copies)]
@@ -678,6 +629,72 @@ def read_trace(path) -> TraceData:
                      device_op_ns=op_ns, device_op_count=op_n, step_count=steps,
                      source="; ".join(source), notes=notes,
                      offload_transfers=offload_transfers)
+
+
+def _host_copy(n, st, ts, by_corr, copies, platform, n_by_platform, paired, host_only,
+               unknown_dir):
+    """A host memcpy call: the twin of a device-side copy (pair and enrich it) or, without
+    one, a transfer of its own."""
+    det = _details(st.get("memcpy_details"))
+    corr = _int(st.get("correlation_id"))
+    ctx = st.get("context_id")
+    kind = _host_kind(n, det)
+    size = _int(det.get("size"), 0)
+    for c in by_corr.get(corr, ()) if corr is not None else ():
+        if not c.paired and (c.ctx is None or ctx is None or c.ctx == ctx):
+            c.paired = True
+            paired[n] += 1
+            if c.kind is None and kind is not None:  # a blit kernel: the call tells the direction
+                c.kind = kind
+                if kind == H2D:
+                    c.src, c.dst = HOST, c.src
+                elif kind == D2H:
+                    c.dst = HOST
+            if c.bytes < 0 and size > 0:
+                c.bytes = size
+            if c.api.startswith(_BLIT_PREFIX) and "async" in det:
+                c.blocking = det["async"] == "0"
+            c.hlo_op = c.hlo_op or "hlo_op" in st
+            return
+    if kind is None:
+        unknown_dir[n] += 1
+        return
+    dest = _int(det.get("dest"))
+    dev = (f"{platform}:{dest}" if dest is not None and 0 <= dest < n_by_platform[platform]
+           else f"{platform}:?")
+    if kind == H2D:
+        src, dst = HOST, dev
+    elif kind == D2H:
+        src, dst = dev, HOST
+    else:
+        src, dst = f"{platform}:?", dev
+    c = _Copy(ts, kind, src, dst, size if size > 0 else -1, det.get("async") == "0", n, corr, ctx)
+    c.hlo_op = "hlo_op" in st
+    copies.append(c)
+    host_only[n] += 1
+
+
+def _cpu_ops(host_planes):
+    """(devices, op_ns, op_count) of a CPU-only trace, from host events that carry both
+    ``hlo_op`` and ``device_ordinal`` (the CPU runtime's per-op events)."""
+    ns: Counter = Counter()
+    cnt: Counter = Counter()
+    for pl in host_planes:
+        for ln in pl.lines:
+            if ln.name.startswith("python"):
+                continue  # the Python tracer's frames: no HLO ops there
+            for e in ln.events:
+                if e.name.startswith(("$", "ThreadpoolListener")):
+                    continue
+                st = dict(e.stats)
+                if "hlo_op" in st and "device_ordinal" in st:
+                    o = _int(st["device_ordinal"])
+                    if o is not None:
+                        ns[o] += e.duration_ns
+                        cnt[o] += 1
+    devs = sorted(cnt)
+    return ([f"cpu:{o}" for o in devs], {f"cpu:{o}": int(ns[o]) for o in devs},
+            {f"cpu:{o}": cnt[o] for o in devs})
 
 
 def _tpu_mapping(ordinals: set[int], tpu_planes) -> tuple[dict[int, str], str]:
@@ -709,7 +726,3 @@ def _tpu_mapping(ordinals: set[int], tpu_planes) -> tuple[dict[int, str], str]:
                 "assuming device_ordinal equals the plane index (no core_details to check)")
     return {}, ""
 
-
-def read_traces(path, run: str | None = None) -> list[TraceData]:
-    """Read every host's trace that ``path`` designates (see :func:`find_trace_files`)."""
-    return [read_trace(f) for f in find_trace_files(path, run)]

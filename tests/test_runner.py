@@ -1,0 +1,148 @@
+"""`jaxplace run` behaves like `python`: output, exit code, __name__, argv, sys.path[0], cwd,
+exceptions, SystemExit and Ctrl-C — and the recording survives every one of them."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SCRIPTS, audit_json, child_env, jaxplace, python
+
+
+def _run_both(tmp_path, script, *args, cwd=None):
+    plain = python(script, *args, cwd=cwd)
+    jp = jaxplace("run", "--quiet", "--no-trace", "--out", tmp_path / "run", script, *args, cwd=cwd)
+    return plain, jp
+
+
+def test_same_name_argv_path_cwd_and_output(tmp_path):
+    script = SCRIPTS / "show_env.py"
+    plain, jp = _run_both(tmp_path, script, "--flag", "value", "-x", cwd=tmp_path)
+    assert jp.returncode == plain.returncode == 0
+    assert jp.stdout == plain.stdout
+    assert jp.stderr == plain.stderr == "to stderr\n"
+    seen = json.loads(jp.stdout)
+    assert seen["name"] == "__main__"
+    assert seen["argv"] == [str(script), "--flag", "value", "-x"]
+    assert seen["path0"] == str(SCRIPTS)
+    assert seen["cwd"] == str(tmp_path)
+
+
+def test_relative_script_path_like_python(tmp_path):
+    plain = python("scripts/show_env.py", "a", cwd=SCRIPTS.parent)
+    jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", "scripts/show_env.py", "a", cwd=SCRIPTS.parent)
+    assert json.loads(jp.stdout) == json.loads(plain.stdout)
+
+
+def test_run_module_like_python_dash_m(tmp_path):
+    env = child_env(PYTHONPATH=str(SCRIPTS))
+    plain = subprocess.run([sys.executable, "-m", "pkgmod", "one", "--two"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", "-m", "pkgmod", "one", "--two",
+                  cwd=tmp_path, env=env)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout
+    seen = json.loads(jp.stdout.splitlines()[0])
+    assert seen["name"] == "__main__" and seen["argv_rest"] == ["one", "--two"]
+    assert seen["path0"] == str(tmp_path)
+    assert audit_json(tmp_path / "r")["ops"]["total"] >= 2  # arange + sum
+
+
+@pytest.mark.parametrize("code", [3, 0, 42])
+def test_exit_code_preserved_and_run_saved(tmp_path, code):
+    plain, jp = _run_both(tmp_path, SCRIPTS / "exit_code.py", str(code))
+    assert plain.returncode == code
+    assert jp.returncode == code
+    assert jp.stdout == plain.stdout
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["exit_code"] == code
+    assert manifest["status"] == ("complete" if code == 0 else "failed")
+    r = audit_json(tmp_path / "run")
+    assert r["run"]["exit_code"] == code
+    assert r["ops"]["total"] >= 3  # ones, multiply, sum
+
+
+def test_exit_with_message(tmp_path):
+    plain, jp = _run_both(tmp_path, SCRIPTS / "exit_message.py")
+    assert plain.returncode == jp.returncode == 1
+    assert jp.stderr == plain.stderr == "stopping: bad configuration\n"
+
+
+@pytest.mark.parametrize("script", ["raises.py", "raises_in_jit.py"])
+def test_exception_traceback_identical_to_python(tmp_path, script):
+    plain, jp = _run_both(tmp_path, SCRIPTS / script)
+    assert plain.returncode == jp.returncode == 1
+    assert jp.stdout == plain.stdout
+    assert jp.stderr == plain.stderr
+    assert "jaxplace" not in jp.stderr
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "failed" and manifest["exit_code"] == 1
+    assert audit_json(tmp_path / "run")["run"]["status"] == "failed"
+
+
+def _start_and_signal(tmp_path, sig, *cmd):
+    proc = subprocess.Popen(list(cmd), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path)
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", proc.stderr.read() if proc.poll() is not None else line
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_ctrl_c_exits_like_python_and_keeps_data(tmp_path):
+    script = str(SCRIPTS / "sleeps.py")
+    plain_rc, plain_err = _start_and_signal(tmp_path, signal.SIGINT, sys.executable, script)
+    rc, err = _start_and_signal(tmp_path, signal.SIGINT, sys.executable, "-m", "jaxplace_cli", "run",
+                                "--quiet", "--no-trace", "--out", str(tmp_path / "run"), script)
+    assert plain_rc == rc == -signal.SIGINT  # the shell shows 130
+    assert err.splitlines()[-1] == plain_err.splitlines()[-1] == "KeyboardInterrupt"
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["exit_code"] == 130
+    r = audit_json(tmp_path / "run")
+    assert r["ops"]["total"] >= 40  # 20 x (matmul + multiply) before "ready"
+
+
+def test_sigterm_saves_the_run_and_dies_like_python(tmp_path):
+    script = str(SCRIPTS / "sleeps.py")
+    plain_rc, _ = _start_and_signal(tmp_path, signal.SIGTERM, sys.executable, script)
+    rc, _ = _start_and_signal(tmp_path, signal.SIGTERM, sys.executable, "-m", "jaxplace_cli", "run",
+                              "--quiet", "--no-trace", "--out", str(tmp_path / "run"), script)
+    assert plain_rc == rc == -signal.SIGTERM
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["status"] == "terminated"
+    assert audit_json(tmp_path / "run")["ops"]["total"] >= 40
+
+
+def test_sigkill_leaves_an_auditable_incomplete_run(tmp_path):
+    script = str(SCRIPTS / "sleeps.py")
+    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "run", "--quiet", "--no-trace",
+                             "--out", str(tmp_path / "run"), script], env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)  # > the writer's 0.25 s flush interval
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    r = audit_json(tmp_path / "run")
+    assert r["run"]["status"] == "running"
+    assert any("incomplete" in n for n in r["notes"])
+    assert r["ops"]["total"] >= 40
+
+
+def test_summary_names_the_audit_command(tmp_path):
+    proc = jaxplace("run", "--no-trace", "--out", tmp_path / "run", SCRIPTS / "exit_code.py", "0")
+    assert proc.returncode == 0
+    assert f"jaxplace audit {tmp_path / 'run'}" in proc.stderr
+    assert proc.stdout.startswith("before exit")
+
+
+def test_default_out_dir_is_unique_and_never_overwritten(tmp_path):
+    for _ in range(2):
+        proc = jaxplace("run", "-q", "--no-trace", SCRIPTS / "exit_code.py", "0", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    runs = sorted((tmp_path / "jaxplace-runs").iterdir())
+    assert len(runs) == 2 and all(r.name.startswith("exit_code-") for r in runs)
