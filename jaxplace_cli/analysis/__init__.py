@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from .findings import Finding, RuleConfig, run_rules
 from .run import RunData
+from .steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
 from .summary import Summary, summarize
 
 
@@ -20,6 +21,8 @@ class AuditResult:
     summary: Summary
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    steps: StepInfo | None = None
+    step_transfers: dict[str, KindStepStats] = field(default_factory=dict)
 
 
 def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20) -> AuditResult:
@@ -39,4 +42,6 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
         notes.append(f"hook unavailable on this JAX version, not recorded: {h}")
     summary = summarize(run, cfg.min_bytes, top_sites=top_sites)
     findings = run_rules(run, cfg, select, ignore)
-    return AuditResult("run", str(run.path), run.manifest, summary, findings, notes)
+    steps = detect_steps(run)
+    step_transfers = per_step_transfers(run, steps, cfg.min_bytes)
+    return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps, step_transfers)

@@ -209,6 +209,36 @@ def _install_transfers(report: HookReport) -> None:
     report.installed.append("numpy." + "/".join(NUMPY_READERS) + " (host reads on CPU)")
 
 
+def _install_step_annotation(report: HookReport) -> None:
+    """``jax.profiler.StepTraceAnnotation`` marks the user's own steps: record a marker at
+    each step's start and end so audits use the user's step boundaries."""
+    import jax.profiler
+
+    original = jax.profiler.StepTraceAnnotation
+
+    class StepTraceAnnotation(original):
+        __doc__ = original.__doc__
+
+        def __init__(self, name: str, **kwargs):
+            super().__init__(name, **kwargs)
+            self._jaxplace_label = f"{name}\t{kwargs.get('step_num', '')}"
+
+        def __enter__(self):
+            rec = state.active.rec
+            if rec is not None:
+                rec.marker("step-begin", self._jaxplace_label)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            rec = state.active.rec
+            if rec is not None:
+                rec.marker("step-end", self._jaxplace_label)
+            return super().__exit__(*exc)
+
+    _patch(jax.profiler, "StepTraceAnnotation", StepTraceAnnotation)
+    report.installed.append("jax.profiler.StepTraceAnnotation")
+
+
 INSTALLERS = (
     ("transfers", _install_transfers),
     ("jit", _install_jit),
@@ -216,6 +246,7 @@ INSTALLERS = (
     ("ufunc", _install_ufunc),
     ("array-methods", _install_array_methods),
     ("eager-primitives", _install_process_primitive),
+    ("step-annotation", _install_step_annotation),
 )
 
 

@@ -19,7 +19,6 @@ from jax.tree_util import tree_leaves
 import jax
 
 from ..events import D2D, D2H, H2D, HOST, OP_DEVICE_GET, OP_DEVICE_PUT, OpEvent, TransferEvent
-from ..recorder import _nbytes
 from .dispatch import array_nbytes, is_recording
 from .state import HOST_DATA_TYPES, active, sharding_label, tls
 

@@ -46,8 +46,23 @@ def to_dict(result: AuditResult) -> dict:
                 for t in s.sites
             ],
         },
+        "steps": _steps(result),
         "findings": [asdict(f) for f in result.findings],
         "notes": list(result.notes),
+    }
+
+
+def _steps(result: AuditResult) -> dict | None:
+    info = result.steps
+    if info is None:
+        return None
+    return {
+        "method": info.method,
+        "detail": info.detail,
+        "count": len(info.steps),
+        "warmup": info.warmup,
+        "steady_state": {k: v.summary(info.warmup) for k, v in result.step_transfers.items()},
+        "per_step": {k: {"counts": v.counts, "bytes": v.bytes} for k, v in result.step_transfers.items()},
     }
 
 

@@ -68,6 +68,20 @@ def render(result: AuditResult, console: Console) -> None:
                    ", ".join(f"{n}×{c}" for n, c in d.top))
     console.print(ot)
 
+    info = result.steps
+    if info is not None and info.steps:
+        stt = Table(title=f"Per step, steady state ({len(info.steps)} steps by {info.method}: {info.detail}; "
+                    f"first {info.warmup} excluded as warm-up)", title_justify="left")
+        for col in ("kind", "count min/median/max", "bytes min/median/max"):
+            stt.add_column(col)
+        for kind, st in result.step_transfers.items():
+            d = st.summary(info.warmup)
+            stt.add_row(kind, f"{d['min']}/{d['median']:g}/{d['max']}",
+                        f"{human_bytes(d['bytes_min'])}/{human_bytes(int(d['bytes_median']))}/{human_bytes(d['bytes_max'])}")
+        console.print(stt)
+    elif info is not None:
+        console.print(Text(f"steps: none detected ({info.detail})", style="dim"))
+
     if result.findings:
         console.print(Text(f"Findings ({len(result.findings)})", style="bold"))
         for f in result.findings:

@@ -1,0 +1,1 @@
+"""One module per subcommand; each is a thin function over library code."""

@@ -1,0 +1,88 @@
+"""`jaxplace run`: run a script like python, recording every op and transfer."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import fail
+
+def run(
+    ctx: typer.Context,
+    script: Optional[str] = typer.Argument(None, help="Python script to run (its arguments follow it)."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m` would."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                       help="Run directory to create (default jaxplace-runs/<script>-<timestamp>/; never overwritten)."),
+    devices: Optional[int] = typer.Option(None, "--devices", min=1,
+                                          help="Simulate N CPU devices (sets XLA_FLAGS before JAX is imported)."),
+    trace: str = typer.Option("window", "--trace",
+                              help="Native jax.profiler trace: window (first --trace-seconds after the first dispatch), full, or off."),
+    trace_seconds: float = typer.Option(3.0, "--trace-seconds", min=0.0, help="Length of the trace window."),
+    no_trace: bool = typer.Option(False, "--no-trace", help="Same as --trace off."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing of jaxplace's own after the run."),
+) -> None:
+    """Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer.
+
+    Everything after the script name is passed to the script: jaxplace run train.py --epochs 3
+    The exit code, stdout and stderr are the script's own. After the run, a one-paragraph summary
+    and the audit command are printed to stderr (unless --quiet).
+    """
+    from ..hooks.trace_window import OFF, TRACE_MODES
+    from ..rundir import RunDirError, default_run_dir
+    from ..runner import ScriptNotFound, exit_like_python, resolve_target
+    from ..session import RunOptions, Session
+
+    args = list(ctx.args)
+    if module is None and script is None:
+        fail("nothing to run: give a script (jaxplace run train.py) or -m MODULE")
+    if module is not None and script is not None:
+        args = [script, *args]  # `jaxplace run -m pkg arg1`: arg1 belongs to the module
+    if trace not in TRACE_MODES:
+        fail(f"--trace must be one of {', '.join(TRACE_MODES)}, not {trace!r}")
+    if devices is not None and "jax" in sys.modules:
+        fail("--devices must be applied before JAX is imported; run jaxplace as a command")
+    try:
+        kind, target = resolve_target(None if module else script, module)
+    except ScriptNotFound as exc:
+        fail(str(exc))
+    run_dir = out if out is not None else default_run_dir(target)
+    opts = RunOptions(kind, target, args, run_dir, devices, OFF if no_trace else trace,
+                      trace_seconds, command=["jaxplace", *sys.argv[1:]])
+    try:
+        session = Session(opts)
+    except RunDirError as exc:
+        fail(str(exc))
+    outcome = session.run()
+    outcome.finish()
+    if not quiet:
+        _print_run_summary(session)
+    raise typer.Exit(exit_like_python(outcome))
+
+
+def _print_run_summary(session) -> None:
+    from ..sizes import human_bytes
+
+    m = session.manifest
+    ev = m.get("events", {})
+    try:
+        from ..analysis.run import open_run
+        from ..analysis.summary import summarize
+
+        s = summarize(open_run(session.run_dir))
+        kinds = ", ".join(f"{k} {v.count} ({human_bytes(v.bytes)})" for k, v in s.totals.items())
+    except Exception:
+        kinds = f"{ev.get('transfers', 0)} transfers"
+    err = sys.stderr
+    print(f"jaxplace: {m.get('status')} (exit {m.get('exit_code')}): recorded {ev.get('ops', 0):,} ops, "
+          f"transfers ≥1 KiB: {kinds}", file=err)
+    if ev.get("lost_rows"):
+        print(f"jaxplace: warning: {ev['lost_rows']} events were lost: {ev.get('write_error')}", file=err)
+    for h in m.get("hooks", {}).get("unavailable", []):
+        print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {h}", file=err)
+    if m.get("trace", {}).get("note"):
+        print(f"jaxplace: {m['trace']['note']}", file=err)
+    print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}", file=err)
+
+
