@@ -31,6 +31,15 @@ activity that executed it, linked by the ``correlation_id`` stat. The rule is:
 Sizes: a size the trace does not state is ``bytes=-1`` (``size:0`` in ROCm's
 ``memcpy_details`` means "not recorded", not "zero bytes"). Nothing is guessed; the one
 derived size is the logical byte size of an HLO shape for offload copies, and notes say so.
+
+TransferEvent fields of trace-derived events: ``seq`` numbers transfers and offload copies
+together from 1 in start order; ``ts_ns`` is the start on the trace's own clock;
+``thread``/``site``/``buf``/``op_seq`` are 0 and ``implicit`` is False, because a trace names
+no Python thread, user line, buffer or op; ``blocking`` is True only where ``memcpy_details``
+says ``async:0``; ``api`` is the event name. A d2d copy's ``dst`` is ``gpu:<dest>`` when the
+``dest:`` of ``memcpy_details`` is the index of a device plane, else ``gpu:?`` (ROCm writes
+``dest:512``). Device labels are plane indices (``/device:GPU:3`` -> ``gpu:3``): on one host
+they are JAX's device ids; on a multi-host slice JAX's global ids differ (TPU notes say how).
 """
 from __future__ import annotations
 
