@@ -52,7 +52,7 @@ class OpEvent(NamedTuple):
     time lives in the profiler trace, not here. ``devices`` is a comma-joined list of device
     labels (``cpu:0``), ``in_bufs``/``out_bufs`` comma-joined buffer ids. ``error`` is the
     exception text when the call raised, else empty.
-    """
+    """  # noqa: D205
 
     seq: int
     ts_ns: int
@@ -65,6 +65,8 @@ class OpEvent(NamedTuple):
     in_bufs: str
     out_bufs: str
     error: str
+    backward: bool  # a backward-pass (transpose) op, from JAX's name stack
+    placed: str  # what placed it: "" = JAX decided, else the policy decision ("rr", "rule 2")
 
 
 class TransferEvent(NamedTuple):

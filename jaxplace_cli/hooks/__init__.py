@@ -29,6 +29,7 @@ class HookReport:
 
 
 _PATCHES: list[tuple[object, str, object]] = []  # (owner, attribute, original)
+_LISTENERS: list = []  # jax.monitoring listeners to unregister
 
 # Module -> op-name prefix. Functions there are wrapped when they are plain functions,
 # jitted functions or custom_jvp/vjp objects; classes, dtypes and constants are left alone.
@@ -153,6 +154,16 @@ def _install_array_methods(report: HookReport) -> None:
     report.installed.append(f"Array operators and methods ({n})")
 
 
+def in_backward_pass() -> bool:
+    """True while JAX evaluates a transpose (backward pass): its name stack says so."""
+    try:
+        from jax._src import source_info_util
+
+        return "transpose" in str(source_info_util.current_name_stack())
+    except Exception:
+        return False
+
+
 def _install_process_primitive(report: HookReport) -> None:
     from jax._src import core
 
@@ -171,7 +182,7 @@ def _install_process_primitive(report: HookReport) -> None:
         def run(*a):
             return original(self, primitive, a, params)
 
-        return record_call(spec, run, tuple(args), {})
+        return record_call(spec, run, tuple(args), {}, backward=in_backward_pass())
 
     _patch(core.EvalTrace, "process_primitive", process_primitive)
     report.installed.append("EvalTrace.process_primitive")
@@ -239,6 +250,18 @@ def _install_step_annotation(report: HookReport) -> None:
     report.installed.append("jax.profiler.StepTraceAnnotation")
 
 
+def _install_compile_listener(report: HookReport) -> None:
+    """Every XLA compilation, with the signature of the call that triggered it: what the
+    ``recompile`` finding compares (shapes, dtypes, weak types, static args, devices)."""
+    import jax.monitoring
+
+    from .compiles import on_duration_event
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration_event)
+    _LISTENERS.append(on_duration_event)
+    report.installed.append("jax.monitoring compile events")
+
+
 INSTALLERS = (
     ("transfers", _install_transfers),
     ("jit", _install_jit),
@@ -247,6 +270,7 @@ INSTALLERS = (
     ("array-methods", _install_array_methods),
     ("eager-primitives", _install_process_primitive),
     ("step-annotation", _install_step_annotation),
+    ("compile-events", _install_compile_listener),
 )
 
 
@@ -279,6 +303,13 @@ def install(recorder) -> HookReport:
 def uninstall() -> None:
     """Deactivate recording and restore every patched attribute (last patched first)."""
     state.active.rec = None
+    while _LISTENERS:
+        try:
+            import jax.monitoring
+
+            jax.monitoring.unregister_event_duration_listener(_LISTENERS.pop())
+        except Exception:
+            pass
     while _PATCHES:
         owner, attr, original = _PATCHES.pop()
         try:

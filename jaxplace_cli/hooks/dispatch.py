@@ -91,16 +91,22 @@ def is_recording() -> bool:
             and type(_trace_ctx.trace) is _EvalTrace)
 
 
-def record_call(spec: CallSpec, fn, args, kwargs):
-    """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers."""
+def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
+    """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers.
+
+    With a placement policy active (``device_placement`` on this thread, else ``--policy``),
+    the placer first decides the device, moves the arguments there (recording those moves)
+    and may wrap ``fn`` so that ops without array inputs are created on that device.
+    """
     rec = active.rec
     site = rec.site_of(sys._getframe(1))
     seq = rec.next_seq()
-    placer = active.placer
+    placer = tls.placer or active.placer
+    placed = ""
     if placer is not None:
-        args, kwargs = placer.place(spec, args, kwargs, site)
+        fn, args, kwargs, placed = placer.place(rec, spec, fn, args, kwargs, site, seq, backward)
     tls.depth = 1
-    tls.op = (spec.name, seq, site)
+    tls.op = (spec.name, seq, site, args, kwargs)
     t0 = perf_counter_ns()
     try:
         out = fn(*args, **kwargs)
@@ -116,13 +122,13 @@ def record_call(spec: CallSpec, fn, args, kwargs):
     outs = _out_arrays(out, spec.flatten)
     if not outs or (args and outs[0] is args[0]):
         return out
-    _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1)
+    _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1, backward, placed)
     if active.on_dispatch is not None:
         active.on_dispatch()
     return out
 
 
-def _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1):
+def _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1, backward, placed):
     first = outs[0]
     dev = sharding_label(first.sharding)
     thread = _thread_ident()
@@ -152,7 +158,8 @@ def _record_op(rec, spec, args, kwargs, outs, seq, site, t0, t1):
         odev = dev if o is first else sharding_label(o.sharding)
         out_bufs.append(rec.buffer_id(o, odev, getattr(o, "_committed", True), site, seq))
     rec.ops.append(OpEvent(seq, t0 - base, t1 - t0, thread, spec.kind, spec.name, dev, site,
-                           ",".join(map(str, in_bufs)), ",".join(map(str, out_bufs)), ""))
+                           ",".join(map(str, in_bufs)), ",".join(map(str, out_bufs)), "",
+                           backward, placed))
 
 
 def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
@@ -167,7 +174,7 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, _thread_ident(), spec.kind, spec.name,
                                ",".join(dict.fromkeys(devs)), site,
-                               ",".join(map(str, bufs)), "", msg[:2000]))
+                               ",".join(map(str, bufs)), "", msg[:2000], False, ""))
     except Exception:
         pass  # recording must never mask the user's exception
 

@@ -16,7 +16,8 @@ from ..events import device_label
 
 class _TLS(threading.local):
     depth = 0
-    op = None  # (name, seq, site) of the hooked call in flight on this thread
+    op = None  # (name, seq, site, args, kwargs) of the hooked call in flight on this thread
+    placer = None  # innermost device_placement() on this thread (None: the global --policy)
 
 
 tls = _TLS()

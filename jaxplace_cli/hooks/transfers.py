@@ -95,7 +95,7 @@ def make_device_put(original):
                                                    "jax.device_put", site, ob, seq))
         rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_PUT, "device_put",
                                ",".join(dict.fromkeys(devs)), site, ",".join(map(str, in_bufs)),
-                               ",".join(map(str, out_bufs)), ""))
+                               ",".join(map(str, out_bufs)), "", False, ""))
         return out
 
     device_put.__jaxplace_original__ = original
@@ -135,7 +135,7 @@ def make_device_get(original):
         if bufs:
             rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_GET, "device_get",
                                    ",".join(dict.fromkeys(devs)), site, ",".join(map(str, bufs)),
-                                   "", ""))
+                                   "", "", False, ""))
         return out
 
     device_get.__jaxplace_original__ = original
@@ -203,7 +203,7 @@ def _record_read(rec, arr, t0, blocking: bool, api) -> None:
     try:
         op = tls.op
         if op is not None:  # JAX read a concrete value while running an op: implicit
-            name, op_seq, site = op
+            name, op_seq, site = op[0], op[1], op[2]
             api, implicit = f"{name} (reads value)", True
         else:
             frame = sys._getframe(2)
