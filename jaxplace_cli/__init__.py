@@ -1,6 +1,29 @@
 """jaxplace: which line of your JAX program moved which bytes between which devices, and why.
 
 The command line is ``jaxplace`` (``python -m jaxplace_cli``). Importing this package does not
-import JAX, so ``jaxplace run --devices N`` can still configure JAX before it loads.
+import JAX, so ``jaxplace run --devices N`` can still configure JAX before it loads; the
+library API below is imported lazily.
+
+- ``device_placement(policy)``: place the ops of a block by a policy (docs/policies.md).
+- ``where(x)``: the device label(s) an array or pytree lives on.
+- ``OpInfo``, ``PolicyError``: what a policy callable receives, and what a failing policy raises.
 """
 __version__ = "0.1.0"
+
+_LAZY = {
+    "device_placement": ("jaxplace_cli.placement.api", "device_placement"),
+    "where": ("jaxplace_cli.placement.api", "where"),
+    "OpInfo": ("jaxplace_cli.placement.opinfo", "OpInfo"),
+    "PolicyError": ("jaxplace_cli.placement.errors", "PolicyError"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'jaxplace_cli' has no attribute {name!r}")

@@ -45,14 +45,16 @@ def _library_prefixes() -> tuple[str, ...]:
 class Recorder:
     """Collects events from hooks; ``drain()`` hands finished rows to the store writer."""
 
-    def __init__(self) -> None:
+    def __init__(self, maxlen: int | None = None) -> None:
+        """``maxlen`` bounds every buffer (oldest dropped): for in-process use with no writer
+        draining it, e.g. ``device_placement`` outside ``jaxplace run``."""
         self._seq = itertools.count(1)
         self._buf_ids = itertools.count(1)
-        self.ops: deque = deque()
-        self.transfers: deque = deque()
-        self.buffers: deque = deque()  # raw tuples, formatted in drain()
-        self.markers: deque = deque()
-        self._new_sites: deque = deque()
+        self.ops: deque = deque(maxlen=maxlen)
+        self.transfers: deque = deque(maxlen=maxlen)
+        self.buffers: deque = deque(maxlen=maxlen)  # raw tuples, formatted in drain()
+        self.markers: deque = deque(maxlen=maxlen)
+        self._new_sites: deque = deque(maxlen=maxlen)
         self._sites: dict = {}  # (code, instruction offset) -> site id
         self._site_by_line: dict = {}  # (file, line, function) -> site id
         self._site_ids = itertools.count(1)
@@ -62,6 +64,7 @@ class Recorder:
         self.counts = {"ops": 0, "transfers": 0}
         self.on_transfer = None  # set while a profiler trace is open (TraceAnnotations)
         self._site_text: dict = {}  # site id -> "file:line"
+        self.site_info: dict = {}  # site id -> Site (policies match on file/line/function)
         self.t0 = perf_counter_ns()
 
     # -- identities -------------------------------------------------------------------------
@@ -115,7 +118,8 @@ class Recorder:
         if sid is None:
             sid = self._site_by_line[line_key] = next(self._site_ids)
             self._site_text[sid] = f"{line_key[0]}:{line_key[1]}"
-            self._new_sites.append(Site(sid, *line_key))
+            self.site_info[sid] = site = Site(sid, *line_key)
+            self._new_sites.append(site)
         self._sites[key] = sid
         return sid
 

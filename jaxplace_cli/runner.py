@@ -18,6 +18,8 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from .placement.errors import PolicyError
+
 _OWN_FILES = (os.path.join(str(Path(__file__).resolve().parent), ""), os.path.dirname(runpy.__file__))
 
 
@@ -104,6 +106,8 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
         return Outcome("complete", 0)
     except SystemExit as exc:
         return _exit_outcome(exc)
+    except PolicyError as exc:  # jaxplace's own error, not the script's: one line, exit 2
+        return Outcome("failed", 2, f"PolicyError: {exc}", exit_message=f"jaxplace: error: {exc}")
     except KeyboardInterrupt as exc:
         return Outcome("interrupted", 130, "KeyboardInterrupt",
                        (type(exc), exc, _strip_own_frames(exc.__traceback__)))

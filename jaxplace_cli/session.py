@@ -33,6 +33,7 @@ class RunOptions:
     trace: str = "window"
     trace_seconds: float = 3.0
     policy: str = "default"
+    placer: object = None  # placement.engine.Placer, built (and validated) before the run
     command: list[str] = field(default_factory=list)
 
 
@@ -93,7 +94,7 @@ class Session:
         self._prev_sigterm = None
 
     def start(self) -> None:
-        if self.opts.devices:
+        if self.opts.devices and "jax" not in sys.modules:
             simulate_cpu_devices(self.opts.devices)
         import jax
         import jaxlib
@@ -111,6 +112,10 @@ class Session:
         self.hook_report = hooks.install(self.recorder)
         for name, reason in self.hook_report.failed:
             self.recorder.marker("hook-unavailable", f"{name}: {reason}")
+        if self.opts.placer is not None:
+            from .hooks.state import active
+
+            active.placer = self.opts.placer
         self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds)
         self.trace.arm()
         self.manifest["hooks"] = {"installed": self.hook_report.installed,
@@ -148,6 +153,13 @@ class Session:
         if self.trace is not None:
             self.trace.close()
         hooks.uninstall()
+        from .hooks.state import active
+
+        placer, active.placer = active.placer, None
+        if placer is not None:
+            self.manifest["placement"] = {"policy": placer.policy.label, "decisions": placer.decisions,
+                                          "fallbacks": placer.fallbacks, "granularity": placer.granularity,
+                                          "on_error": placer.on_error, "devices": placer.device_names}
         if self._bg is not None:
             self._bg.stop()
         lost = self._bg.lost_rows if self._bg else 0

@@ -15,8 +15,15 @@ def run(
     module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m` would."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="Run directory to create (default jaxplace-runs/<script>-<timestamp>/; never overwritten)."),
-    devices: Optional[int] = typer.Option(None, "--devices", min=1,
-                                          help="Simulate N CPU devices (sets XLA_FLAGS before JAX is imported)."),
+    devices: Optional[str] = typer.Option(None, "--devices",
+                                          help="N: simulate N CPU devices (sets XLA_FLAGS before JAX is imported). "
+                                               "SPEC (gpu, cpu:0,cpu:1): the devices a policy may use."),
+    policy: str = typer.Option("default", "--policy", "-p",
+                               help="Placement policy: default, pin:DEVICE, rr, rr-strict, RULES.toml, FILE.py:NAME or module:NAME (docs/policies.md)."),
+    on_policy_error: str = typer.Option("raise", "--on-policy-error",
+                                        help="raise (stop with one line, exit 2) or fallback (let JAX decide and record it)."),
+    granularity: str = typer.Option("unit", "--granularity",
+                                    help="unit: place eager ops and jit calls whole; op: also place the primitives inside jitted functions."),
     trace: str = typer.Option("window", "--trace",
                               help="Native jax.profiler trace: window (first --trace-seconds after the first dispatch), full, or off."),
     trace_seconds: float = typer.Option(3.0, "--trace-seconds", min=0.0, help="Length of the trace window."),
@@ -41,15 +48,41 @@ def run(
         args = [script, *args]  # `jaxplace run -m pkg arg1`: arg1 belongs to the module
     if trace not in TRACE_MODES:
         fail(f"--trace must be one of {', '.join(TRACE_MODES)}, not {trace!r}")
-    if devices is not None and "jax" in sys.modules:
-        fail("--devices must be applied before JAX is imported; run jaxplace as a command")
+    n_devices, device_spec = None, None
+    if devices is not None:
+        if devices.strip().isdigit():
+            n_devices = int(devices)
+            if n_devices < 1:
+                fail("--devices N needs N >= 1")
+            if "jax" in sys.modules:
+                fail("--devices must be applied before JAX is imported; run jaxplace as a command")
+        else:
+            device_spec = devices
+    if on_policy_error not in ("raise", "fallback"):
+        fail(f"--on-policy-error must be raise or fallback, not {on_policy_error!r}")
+    if granularity not in ("unit", "op"):
+        fail(f"--granularity must be unit or op, not {granularity!r}")
     try:
         kind, target = resolve_target(None if module else script, module)
     except ScriptNotFound as exc:
         fail(str(exc))
+    if n_devices:
+        from ..session import simulate_cpu_devices
+
+        simulate_cpu_devices(n_devices)  # before a Python policy file can import JAX
+    placer = None
+    if policy != "default" or device_spec or granularity != "unit":
+        from ..placement import PolicyLoadError
+        from ..placement.api import make_placer
+
+        try:
+            placer = make_placer(policy, device_spec, on_policy_error, granularity)
+        except (PolicyLoadError, ValueError) as exc:
+            fail(str(exc))
     run_dir = out if out is not None else default_run_dir(target)
-    opts = RunOptions(kind, target, args, run_dir, devices, OFF if no_trace else trace,
-                      trace_seconds, command=["jaxplace", *sys.argv[1:]])
+    opts = RunOptions(kind, target, args, run_dir, None, OFF if no_trace else trace,
+                      trace_seconds, policy=policy, placer=placer, command=["jaxplace", *sys.argv[1:]])
+    opts.devices = n_devices
     try:
         session = Session(opts)
     except RunDirError as exc:
