@@ -50,6 +50,7 @@ class Placer:
         self._device_put = _original_device_put()
         self.decisions = 0
         self.fallbacks = 0
+        self.plans: dict = {}  # --granularity op: segment plans per call signature
 
     @property
     def allowed(self) -> list:
@@ -112,6 +113,13 @@ class Placer:
 
     # -- the hook entry point -----------------------------------------------------------------
     def place(self, rec, spec, fn, args, kwargs, site, seq, backward):
+        if self.granularity == "op" and spec.kind == "jit":
+            from .partition import run_partitioned
+
+            def partitioned(*a, **k):
+                return run_partitioned(self, rec, spec, fn, a, k, site, seq)
+
+            return partitioned, args, kwargs, f"{self.policy.label} (per op)"
         if spec.flatten:
             dynamic = _dynamic(spec, args, kwargs)
         else:
