@@ -11,6 +11,7 @@ run on the same inputs, only their placement differs.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from threading import get_ident
 from time import perf_counter_ns
@@ -125,7 +126,9 @@ def build_plan(placer, rec, spec, jitted, args, kwargs, site) -> Plan:
         outvars = [v for e in eqns for v in e.outvars if v in used_later[gi] and not isinstance(v, _core.DropVar)]
         sub_consts = [v for v in invars if v in const_env]
         sub_in = [v for v in invars if v not in const_env]
-        sub = _core.Jaxpr(sub_consts, sub_in, outvars, eqns)
+        with warnings.catch_warnings():  # a segment has no user-facing debug info to carry
+            warnings.simplefilter("ignore", DeprecationWarning)
+            sub = _core.Jaxpr(sub_consts, sub_in, outvars, eqns)
         consts = [const_env[v] for v in sub_consts]
 
         def run(*xs, _sub=sub, _consts=consts):
