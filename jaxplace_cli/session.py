@@ -32,6 +32,7 @@ class RunOptions:
     devices: int | None = None
     trace: str = "window"
     trace_seconds: float = 3.0
+    record: str = "all"  # all | transfers (see hooks.install)
     policy: str = "default"
     placer: object = None  # placement.engine.Placer, built (and validated) before the run
     command: list[str] = field(default_factory=list)
@@ -109,13 +110,15 @@ class Session:
         self._writer = StoreWriter(self.run_dir / EVENTS)
         self._bg = BackgroundWriter(self.recorder.drain, self._writer)
         self._bg.start()
-        self.hook_report = hooks.install(self.recorder)
+        self.hook_report = hooks.install(self.recorder, self.opts.record)
+        self.manifest["record"] = self.opts.record
         for name, reason in self.hook_report.failed:
             self.recorder.marker("hook-unavailable", f"{name}: {reason}")
         if self.opts.placer is not None:
             from .hooks.state import active
 
             active.placer = self.opts.placer
+            active.placing = True
         self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds)
         self.trace.arm()
         self.manifest["hooks"] = {"installed": self.hook_report.installed,

@@ -222,6 +222,7 @@ def _train(steps=3):
 
 def test_granularity_op_places_forward_and_backward_inside_jit(tmp_path):
     from jaxplace_cli import device_placement, where
+    from jaxplace_cli.events import OpEvent
     from jaxplace_cli.hooks.state import active
 
     ref_w, ref_losses = _train()
@@ -229,7 +230,7 @@ def test_granularity_op_places_forward_and_backward_inside_jit(tmp_path):
     rules.write_text(GRAN_RULES)
     with device_placement(str(rules), granularity="op"):
         w, losses = _train()
-        segments = [o for o in active.rec.ops if o.kind == "segment"]
+        segments = [s for s in map(OpEvent._make, active.rec.ops) if s.kind == "segment"]
     np.testing.assert_allclose(np.asarray(w), np.asarray(ref_w), rtol=1e-6)
     np.testing.assert_allclose([float(v) for v in losses], [float(v) for v in ref_losses], rtol=1e-6)
     assert where(w) == "cpu:3"

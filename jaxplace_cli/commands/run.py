@@ -28,6 +28,9 @@ def run(
                               help="Native jax.profiler trace: window (first --trace-seconds after the first dispatch), full, or off."),
     trace_seconds: float = typer.Option(3.0, "--trace-seconds", min=0.0, help="Length of the trace window."),
     no_trace: bool = typer.Option(False, "--no-trace", help="Same as --trace off."),
+    record: str = typer.Option("all", "--record",
+                               help="all: every op and transfer (default). transfers: skip eager-op hooks (cheaper on eager code; "
+                                    "jit calls, device_put/get and host reads are still recorded)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing of jaxplace's own after the run."),
 ) -> None:
     """Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer.
@@ -58,6 +61,8 @@ def run(
                 fail("--devices must be applied before JAX is imported; run jaxplace as a command")
         else:
             device_spec = devices
+    if record not in ("all", "transfers"):
+        fail(f"--record must be all or transfers, not {record!r}")
     if on_policy_error not in ("raise", "fallback"):
         fail(f"--on-policy-error must be raise or fallback, not {on_policy_error!r}")
     if granularity not in ("unit", "op"):
@@ -81,7 +86,8 @@ def run(
             fail(str(exc))
     run_dir = out if out is not None else default_run_dir(target)
     opts = RunOptions(kind, target, args, run_dir, None, OFF if no_trace else trace,
-                      trace_seconds, policy=policy, placer=placer, command=["jaxplace", *sys.argv[1:]])
+                      trace_seconds, policy=policy, placer=placer, record=record,
+                      command=["jaxplace", *sys.argv[1:]])
     opts.devices = n_devices
     try:
         session = Session(opts)

@@ -274,8 +274,17 @@ INSTALLERS = (
 )
 
 
-def install(recorder) -> HookReport:
-    """Install every hook this JAX version allows and activate ``recorder``."""
+# What ``--record transfers`` leaves out: the per-op wrappers of eager code.
+EAGER_OP_HOOKS = ("modules", "ufunc", "array-methods", "eager-primitives")
+RECORD_MODES = ("all", "transfers")
+
+
+def install(recorder, record: str = "all") -> HookReport:
+    """Install every hook this JAX version allows and activate ``recorder``.
+
+    ``record="transfers"``: skip the eager-op wrappers (jax.numpy functions, Array operators,
+    eagerly bound primitives). jit calls, device_put/get and host reads are still recorded,
+    so every transfer they cause is; eager ops and their implicit uploads are not."""
     import jax
 
     from .dispatch import refresh_x64
@@ -284,6 +293,8 @@ def install(recorder) -> HookReport:
     if _PATCHES:
         uninstall()
     for name, installer in INSTALLERS:
+        if record == "transfers" and name in EAGER_OP_HOOKS:
+            continue
         try:
             installer(report)
         except Exception as exc:  # a JAX version without this entry point: fall back

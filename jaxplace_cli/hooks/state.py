@@ -29,7 +29,8 @@ class _Active:
     rec = None
     tracing = False  # a jax.profiler trace is being captured: also emit TraceAnnotations
     on_dispatch = None  # optional callable run at each recorded op (trace window timer)
-    placer = None  # placement engine; None = JAX decides
+    placer = None  # placement engine of --policy; None = JAX decides
+    placing = False  # any placer set anywhere (skips the per-thread lookup when False)
 
 
 active = _Active()

@@ -122,6 +122,9 @@ def annotate_transfer(rec, ev) -> None:
     try:
         from jax.profiler import TraceAnnotation
 
+        from ..events import TransferEvent
+
+        ev = TransferEvent._make(ev)
         with TraceAnnotation(f"jaxplace.transfer.{ev.kind}", src=ev.src, dst=ev.dst,
                              bytes=ev.bytes, implicit=int(ev.implicit), blocking=int(ev.blocking),
                              api=ev.api, site=rec.site_text(ev.site), seq=ev.seq):

@@ -50,6 +50,7 @@ def device_placement(policy, *, devices=None, on_error: str = RAISE, granularity
             _owned["depth"] += 1
     previous = tls.placer
     tls.placer = placer
+    active.placing = True  # stays on once used: then each op checks its thread's placer
     try:
         yield placer
     finally:
