@@ -96,6 +96,8 @@ def make_device_put(original):
         rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_PUT, "device_put",
                                ",".join(dict.fromkeys(devs)), site, ",".join(map(str, in_bufs)),
                                ",".join(map(str, out_bufs)), "", False, ""))
+        if active.on_dispatch is not None:
+            active.on_dispatch()
         return out
 
     device_put.__jaxplace_original__ = original
@@ -136,6 +138,8 @@ def make_device_get(original):
             rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_GET, "device_get",
                                    ",".join(dict.fromkeys(devs)), site, ",".join(map(str, bufs)),
                                    "", "", False, ""))
+        if active.on_dispatch is not None:
+            active.on_dispatch()
         return out
 
     device_get.__jaxplace_original__ = original
