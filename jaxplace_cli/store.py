@@ -52,7 +52,7 @@ class StoreWriter:
         self.path = Path(path)
         self.conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA synchronous=OFF")  # SIGKILL-safe (the OS has the pages); only an OS crash can lose the tail
         for name, cls in TABLES.items():
             self.conn.execute(_create_sql(name, cls))
         self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
