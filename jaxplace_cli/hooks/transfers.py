@@ -17,12 +17,14 @@ from time import perf_counter_ns
 from jax.tree_util import tree_leaves
 
 import jax
+import numpy as np
 
 from ..events import D2D, D2H, H2D, HOST, OP_DEVICE_GET, OP_DEVICE_PUT, OpEvent, TransferEvent
 from .dispatch import array_nbytes, is_recording
 from .state import HOST_DATA_TYPES, active, sharding_label, tls
 
 _Array = jax.Array
+_PLAIN = (list, tuple, int, float, bool, complex, str, type(None))
 _HOST_FLAG = "_jaxplace_on_host"
 
 # Name of the JAX function the user called -> how a user would name the API.
@@ -193,7 +195,8 @@ def make_numpy_reader(original, api: str):
 
     @functools.wraps(original)
     def reader(a, *args, **kwargs):
-        if isinstance(a, _Array):
+        t = type(a)  # numpy data is by far the most common argument: skip the ABC check
+        if t is not np.ndarray and t not in _PLAIN and isinstance(a, _Array):
             rec = active.rec
             if rec is not None and not getattr(a, _HOST_FLAG, False):
                 _record_read(rec, a, perf_counter_ns(), blocking=True, api=api)
