@@ -4,7 +4,7 @@ Why wrappers and not ``core.EvalTrace.process_primitive``: ``jax.numpy`` functio
 ``jit`` functions dispatch through the C++ fast path, which never re-enters Python on a cache
 hit (DESIGN.md fact 1). Forcing the slow path costs ~x1.44; a thin Python wrapper around the
 *public* entry points (``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs
-a couple of microseconds, sees the caller's frame, and keeps the fast path. Primitives bound
+a few microseconds of Python per op, sees the caller's frame, and keeps the fast path. Primitives bound
 eagerly outside any wrapper (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on
 ``EvalTrace.process_primitive``.
 
@@ -24,12 +24,11 @@ from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
-from ..events import D2D, H2D, HOST, OP_JIT, OpEvent
-from ..recorder import _nbytes
-from ..recorder import BUF_ATTR
-from .state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, scalar_nbytes, sharding_label, tls
-
 import jax
+
+from ..events import D2D, H2D, HOST, OP_JIT, OpEvent
+from ..recorder import BUF_ATTR, _nbytes
+from .state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, scalar_nbytes, sharding_label, tls
 
 _trace_ctx = _core.trace_ctx
 _EvalTrace = _core.EvalTrace
@@ -70,7 +69,7 @@ def _operand_leaves(spec: CallSpec, args, kwargs):
         return tree_leaves((args, kwargs))
     leaves = []
     for a in (*args, *kwargs.values()) if kwargs else args:
-        if type(a) in (list, tuple):
+        if type(a) in _SEQUENCES:
             leaves.extend(a)
         else:
             leaves.append(a)
@@ -80,7 +79,7 @@ def _operand_leaves(spec: CallSpec, args, kwargs):
 def _out_arrays(out, flatten: bool):
     if type(out) is ArrayImpl:
         return (out,)
-    if flatten or type(out) in (tuple, list):
+    if flatten or type(out) in _SEQUENCES:
         return [o for o in tree_leaves(out) if isinstance(o, _Array)]
     if isinstance(out, _Array):
         return (out,)
