@@ -325,3 +325,48 @@ def test_where_on_pytrees_and_host_data(jax_devices):
 
     tree = {"a": jax.device_put(np.ones(2), jax_devices[1]), "b": [np.zeros(1)]}
     assert where(tree) == {"a": "cpu:1", "b": ["host"]}
+
+
+def test_grad_outside_jit_keeps_working_under_placement(jax_devices):
+    """jax.grad of a placed computation: values equal the unplaced ones; eager backward
+    primitives are recognised as backward and placed by `pass = "backward"`."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxplace_cli import device_placement
+    from jaxplace_cli.events import OpEvent
+    from jaxplace_cli.hooks.state import active
+
+    def loss(w):
+        return jnp.sum(jnp.tanh(w) ** 2)
+
+    w = jnp.linspace(-1.0, 1.0, 16)
+    ref = jax.grad(loss)(w)
+
+    def policy(info):
+        return "cpu:2" if info.backward else "cpu:1"
+
+    with device_placement(policy):
+        g = jax.grad(loss)(w)
+        jit_loss = jax.jit(loss)
+        gj = jax.grad(jit_loss)(w)  # grad of a jit function: traced through, not placed
+        ops = [OpEvent._make(o) for o in active.rec.ops]
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(ref))
+    np.testing.assert_allclose(np.asarray(gj), np.asarray(ref), rtol=1e-6)
+    backward = [o for o in ops if o.backward]
+    forward = [o for o in ops if not o.backward and o.kind == "prim"]
+    assert backward and all(o.devices == "cpu:2" for o in backward)
+    assert forward and all(o.devices == "cpu:1" for o in forward)
+
+
+def test_rr_strict_from_the_library(jax_devices):
+    import jax.numpy as jnp
+
+    from jaxplace_cli import device_placement, where
+
+    with device_placement("rr-strict"):
+        x = jnp.ones(4)        # op 0 -> cpu:0
+        y = x * 2              # op 1 -> cpu:1 (x moved)
+        z = y + x              # op 2 -> cpu:2 (both moved)
+    assert (where(x), where(y), where(z)) == ("cpu:0", "cpu:1", "cpu:2")
+    assert float(z.sum()) == 12.0
