@@ -7,10 +7,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .findings import Finding, RuleConfig, run_rules
+from .findings import Finding, RuleConfig, run_rules, selected
 from .run import RunData
 from .steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
 from .summary import Summary, summarize
+
+# Rules a jaxplace run cannot support, and why (the trace-only counterpart of NEEDS_RUN).
+NEEDS_TRACE = {
+    "host-offload": "XLA host-offload copies are compiled into the program and only a "
+                    "profiler trace shows them (audit the run's plugins/profile dir)",
+}
+
+
+@dataclass
+class HostSummary:
+    """One host's share of a foreign trace (one ``<host>.xplane.pb``)."""
+
+    host: str
+    path: str
+    summary: Summary
+    source: str = ""  # what the reader recognised in the file, in words
+    notes: list[str] = field(default_factory=list)
+    step_count: int | None = None  # events on the trace's 'Steps' line; None without one
+
+
+@dataclass
+class TraceInput:
+    """Which profiling run of a log dir was audited, and what else was there."""
+
+    run: str | None  # None: a single file or a dir of bare .xplane.pb files
+    runs: list[str] = field(default_factory=list)  # every run in the log dir, oldest first
+    files: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -18,11 +45,15 @@ class AuditResult:
     source: str  # "run" | "trace"
     path: str
     manifest: dict
-    summary: Summary
+    summary: Summary  # for a multi-host trace: all hosts merged (devices named host/device)
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
     steps: StepInfo | None = None
     step_transfers: dict[str, KindStepStats] = field(default_factory=dict)
+    hosts: list[HostSummary] = field(default_factory=list)  # traces: one per host file
+    rules_checked: list[str] = field(default_factory=list)
+    rules_unsupported: dict[str, str] = field(default_factory=dict)  # rule -> what it needs
+    trace: TraceInput | None = None
 
 
 def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20) -> AuditResult:
@@ -44,4 +75,8 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     findings = run_rules(run, cfg, select, ignore)
     steps = detect_steps(run)
     step_transfers = per_step_transfers(run, steps, cfg.min_bytes)
-    return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps, step_transfers)
+    chosen = selected(select, ignore)
+    return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
+                       step_transfers,
+                       rules_checked=[r for r in chosen if r not in NEEDS_TRACE],
+                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen})

@@ -38,6 +38,22 @@ class DeviceOps:
     count: int
     dispatch_ns: int
     top: list[tuple[str, int]]  # (op name, count), most frequent first
+    device_ns: int | None = None  # device execution time from a profiler trace; None = unknown
+
+
+@dataclass
+class RouteTotal:
+    """Transfers along one route (``host`` -> ``gpu:0``), split like the kind totals."""
+
+    kind: str
+    src: str
+    dst: str
+    count: int = 0  # at least min_bytes
+    bytes: int = 0
+    small_count: int = 0  # below min_bytes
+    small_bytes: int = 0
+    unknown_size: int = 0  # size not stated by the source
+    blocking: int = 0  # the host waited (any size)
 
 
 @dataclass
@@ -51,6 +67,10 @@ class Summary:
     ops_by_device: list[DeviceOps]
     op_errors: int
     devices: list[str] = field(default_factory=list)
+    routes: list[RouteTotal] = field(default_factory=list)
+    # XLA host-offload copies (foreign traces): compiled into the program, kept apart
+    offload: dict[str, KindTotal] = field(default_factory=dict)
+    offload_unknown_size: dict[str, int] = field(default_factory=dict)
 
 
 def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops: int = 5) -> Summary:
@@ -93,5 +113,47 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     errors = conn.execute("SELECT COUNT(*) FROM ops WHERE error != ''").fetchone()[0]
     devices = [d["name"] for d in run.manifest.get("devices", [])]
     seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
+    routes = route_totals(conn.execute("SELECT kind, src, dst, bytes, blocking FROM transfers"),
+                          min_bytes)
     return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,
-                   devices + seen)
+                   devices + seen, routes)
+
+
+def route_totals(rows, min_bytes: int) -> list[RouteTotal]:
+    """``rows`` of (kind, src, dst, bytes, blocking) -> one RouteTotal per (kind, src, dst),
+    ordered by kind, then bytes (largest first). Sizes < 0 are unknown."""
+    out: dict[tuple, RouteTotal] = {}
+    for kind, src, dst, nbytes, blocking in rows:
+        r = out.get((kind, src, dst))
+        if r is None:
+            r = out[(kind, src, dst)] = RouteTotal(kind, src, dst)
+        if nbytes < 0:
+            r.unknown_size += 1
+        elif nbytes < min_bytes:
+            r.small_count += 1
+            r.small_bytes += nbytes
+        else:
+            r.count += 1
+            r.bytes += nbytes
+        r.blocking += bool(blocking)
+    order = {k: i for i, k in enumerate(TRANSFER_KINDS)}
+    return sorted(out.values(), key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count,
+                                               -r.unknown_size, r.src, r.dst))
+
+
+def kind_totals(transfers, min_bytes: int):
+    """In-memory TransferEvents -> (totals, small, unknown_size) by kind, as ``summarize``
+    splits them (used for foreign traces, which have no store)."""
+    totals = {k: KindTotal() for k in TRANSFER_KINDS}
+    small = {k: KindTotal() for k in TRANSFER_KINDS}
+    unknown = {k: 0 for k in TRANSFER_KINDS}
+    for t in transfers:
+        if t.kind not in totals:
+            continue
+        if t.bytes < 0:
+            unknown[t.kind] += 1
+        else:
+            tot = small[t.kind] if t.bytes < min_bytes else totals[t.kind]
+            tot.count += 1
+            tot.bytes += t.bytes
+    return totals, small, unknown

@@ -30,9 +30,7 @@ def to_dict(result: AuditResult) -> dict:
         "ops": {
             "total": s.ops_total,
             "errors": s.op_errors,
-            "by_device": {d.device: {"count": d.count, "dispatch_ns": d.dispatch_ns,
-                                     "top": [{"name": n, "count": c} for n, c in d.top]}
-                          for d in s.ops_by_device},
+            "by_device": _by_device(s),
         },
         "transfers": {
             "min_bytes": s.min_bytes,
@@ -45,10 +43,51 @@ def to_dict(result: AuditResult) -> dict:
                  "blocking": t.blocking, "api": t.api, "routes": t.routes}
                 for t in s.sites
             ],
+            "routes": _routes(s),
+            "offload": _offload(s),
         },
         "steps": _steps(result),
         "findings": [asdict(f) for f in result.findings],
         "notes": list(result.notes),
+        "rules": {"checked": list(result.rules_checked),
+                  "unsupported": dict(result.rules_unsupported)},
+        "trace": asdict(result.trace) if result.trace is not None else None,
+        "hosts": [_host(h) for h in result.hosts],
+    }
+
+
+def _by_device(s) -> dict:
+    return {d.device: {"count": d.count, "dispatch_ns": d.dispatch_ns, "device_ns": d.device_ns,
+                       "top": [{"name": n, "count": c} for n, c in d.top]}
+            for d in s.ops_by_device}
+
+
+def _routes(s) -> list[dict]:
+    return [asdict(r) for r in s.routes]
+
+
+def _offload(s) -> dict:
+    return {"totals": {k: {"count": v.count, "bytes": v.bytes} for k, v in s.offload.items()},
+            "unknown_size": dict(s.offload_unknown_size)}
+
+
+def _host(h) -> dict:
+    s = h.summary
+    return {
+        "host": h.host,
+        "path": h.path,
+        "source": h.source,
+        "devices": list(s.devices),
+        "step_count": h.step_count,
+        "ops": {"total": s.ops_total, "by_device": _by_device(s)},
+        "transfers": {
+            "totals": {k: {"count": v.count, "bytes": v.bytes} for k, v in s.totals.items()},
+            "small": {k: {"count": v.count, "bytes": v.bytes} for k, v in s.small.items()},
+            "unknown_size": dict(s.unknown_size),
+            "routes": _routes(s),
+            "offload": _offload(s),
+        },
+        "notes": list(h.notes),
     }
 
 

@@ -1,0 +1,129 @@
+"""What every rule shares: the Finding record, the thresholds, small lookups over a run."""
+from __future__ import annotations
+
+import bisect
+import statistics
+from dataclasses import dataclass, field
+
+from ...events import OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITIES = (ERROR, WARNING, INFO)
+
+# Ops that move data rather than compute: the balance and fwd/bwd rules skip them.
+TRANSFER_OPS = (OP_DEVICE_PUT, OP_DEVICE_GET)
+# ``--granularity op`` records the pieces of a partitioned jit call with this kind
+# (placement/partition.py); the jit call itself is then only a container.
+OP_SEGMENT = "segment"
+
+
+@dataclass
+class Finding:
+    """One problem: where (the user's file:line), what it costs, how to fix it.
+
+    ``count``/``bytes``/``time_ns`` are the cost in the rule's own unit (transfers, compiles,
+    ops; bytes moved; seconds spent) — the message says which. ``per_step`` is set when the
+    run's steps are known: ``{"steps", "method", "min", "median", "max"}`` of the count per
+    step (steady state). ``related`` lists the other sites involved, ``devices`` the devices.
+    """
+
+    rule: str
+    severity: str
+    message: str
+    file: str = ""
+    line: int = 0
+    count: int = 0
+    bytes: int = 0
+    fix: str = ""
+    related: list[dict] = field(default_factory=list)  # other sites: {file, line, role}
+    time_ns: int = 0
+    devices: list[str] = field(default_factory=list)
+    per_step: dict | None = None
+
+
+@dataclass
+class RuleConfig:
+    """Thresholds of every rule (defaults are what `jaxplace audit` uses)."""
+
+    min_bytes: int = 1024  # transfers smaller than this are not findings
+    loop_threshold: int = 3  # a site repeating at least this often is "in a loop"
+    uncommitted_threshold: int = 2  # copies of one uncommitted array before it is a finding
+    recompile_threshold: int = 2  # a function compiled MORE than this many times is a finding
+    imbalance_ratio: float = 4.0  # busiest device's op time >= ratio x the least busy one's
+    imbalance_min_ops: int = 10  # ... and the busiest device ran at least this many ops
+
+
+def site_of(sites: dict, sid: int) -> tuple[str, int, str]:
+    s = sites.get(sid)
+    return (s.file, s.line, s.function) if s else ("?", 0, "?")
+
+
+def short(file: str, line: int | None = None) -> str:
+    """``train.py:12`` — the file's base name, for messages (``file`` keeps the full path)."""
+    name = file.rsplit("/", 1)[-1]
+    return f"{name}:{line}" if line is not None else name
+
+
+def ids(text: str) -> list[int]:
+    """The comma-joined buffer ids of an op row as ints (0 = not an array)."""
+    return [int(x) for x in text.split(",") if x] if text else []
+
+
+def related(sites: dict, sid: int, role: str) -> dict:
+    file, line, _ = site_of(sites, sid)
+    return {"file": file, "line": line, "role": role}
+
+
+def container_seqs(run) -> set[int]:
+    """Seqs of jit calls that ran partitioned (``--granularity op``).
+
+    Their work is recorded again as ``segment`` ops, which produce the call's outputs; the
+    call's own row would count that work twice and place it on one device."""
+    conn = run.store.conn
+    seg_outs: set[int] = set()
+    for (outs,) in conn.execute("SELECT out_bufs FROM ops WHERE kind = ? AND error = ''", (OP_SEGMENT,)):
+        seg_outs.update(ids(outs))
+    if not seg_outs:
+        return set()
+    out = set()
+    for seq, outs in conn.execute("SELECT seq, out_bufs FROM ops WHERE kind = ? AND error = ''", (OP_JIT,)):
+        o = ids(outs)
+        if o and all(b in seg_outs for b in o):
+            out.add(seq)
+    return out
+
+
+def per_step(seqs: list[int], steps, nbytes: list[int] | None = None) -> dict | None:
+    """Count per step (steady state, warm-up excluded) of events at ``seqs``; None if no steps.
+
+    Events outside every step are not counted. Used to say "once per step" instead of a raw
+    total, which depends on how long the script ran. With ``nbytes`` (one per seq) the median
+    bytes per step is added as ``bytes_median``."""
+    if steps is None or not steps.steps:
+        return None
+    starts = [s.start_seq for s in steps.steps]
+    counts = [0] * len(starts)
+    sizes = [0] * len(starts)
+    for k, seq in enumerate(seqs):
+        i = bisect.bisect_right(starts, seq) - 1
+        if 0 <= i and seq < steps.steps[i].end_seq:
+            counts[i] += 1
+            if nbytes is not None:
+                sizes[i] += nbytes[k]
+    w = steps.warmup if len(counts) > steps.warmup else 0
+    steady = counts[w:]
+    out = {"steps": len(counts), "method": steps.method, "min": min(steady),
+           "median": statistics.median(steady), "max": max(steady)}
+    if nbytes is not None:
+        out["bytes_median"] = statistics.median(sizes[w:])
+    return out
+
+
+def per_step_text(ps: dict | None) -> str:
+    if not ps:
+        return ""
+    med = ps["median"]
+    med_s = f"{med:g}"
+    if ps["min"] == ps["max"]:
+        return f"{med_s} per step over {ps['steps']} steps"
+    return f"{ps['min']}-{ps['max']} per step (median {med_s}) over {ps['steps']} steps"

@@ -1,0 +1,129 @@
+"""Ping-pong: data that leaves a device and comes back, followed along the data flow."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ...events import D2D, OP_DEVICE_PUT
+from ...sizes import human_bytes
+from .base import ERROR, Finding, ids, short, site_of
+
+
+class _Chain:
+    """One array's journey: every device-to-device move of it and of what was computed from it."""
+
+    __slots__ = ("moves", "returns")
+
+    def __init__(self):
+        self.moves: list[tuple] = []  # (src, dst, bytes, site, returning)
+        self.returns = 0
+
+
+def pingpong(run, cfg) -> list[Finding]:
+    """Data that leaves a device and comes back (A -> B -> A), along buffer lineage.
+
+    A buffer's *history* is the sequence of devices its data visited (consecutive repeats
+    collapsed); an op's outputs inherit the longest history of its inputs, a device_put's
+    output that of its input. A move that brings data to a device already in its history is a
+    *return*; a chain with returns is ping-pong. Alternating counters are not enough: two
+    unrelated arrays moving in opposite directions are not a round trip, so this follows the
+    data. Each finding lists every leg (direction and site) of the chains it covers. Only
+    buffers that ever moved keep a history, so memory stays proportional to moved buffers.
+    """
+    sites = run.store.sites()
+    xfer_by_op = defaultdict(list)
+    for t in run.store.conn.execute(
+            "SELECT op_seq, src, dst, bytes, buf, site FROM transfers WHERE kind = ? AND op_seq != 0",
+            (D2D,)):
+        xfer_by_op[t[0]].append(t)
+    if not xfer_by_op:
+        return []
+    hist: dict[int, tuple] = {}  # buf -> (devices visited, chain)
+    all_chains: list[_Chain] = []
+
+    def extend(h, dev):
+        return h if h and h[-1] == dev else h + (dev,)
+
+    def move(h, chain, t):
+        _, src, dst, nbytes, _, sid = t
+        h = extend(h or (src,), src)
+        returning = dst in h[:-1]
+        if chain is None:
+            chain = _Chain()
+            all_chains.append(chain)
+        chain.moves.append((src, dst, max(nbytes, 0), sid, returning))
+        chain.returns += returning
+        return extend(h, dst), chain
+
+    for seq, kind, devices, in_bufs, out_bufs in run.store.conn.execute(
+            "SELECT seq, kind, devices, in_bufs, out_bufs FROM ops WHERE error = '' ORDER BY seq"):
+        ins, outs = ids(in_bufs), ids(out_bufs)
+        moves = xfer_by_op.get(seq, ())
+        if kind == OP_DEVICE_PUT:  # in_bufs are aligned with out_bufs
+            by_out = {t[4]: t for t in moves}
+            for i, o in zip(ins, outs):
+                t = by_out.get(o)
+                if t is None:
+                    if i in hist:
+                        hist[o] = hist[i]
+                    continue
+                h, chain = hist.get(i, ((), None))
+                hist[o] = move(h, chain, t)
+            continue
+        if not moves and not any(i in hist for i in ins):
+            continue
+        moved = {t[4]: t for t in moves}
+        best: tuple = ((), None)
+        for i in ins:
+            h, chain = hist.get(i, ((), None))
+            t = moved.get(i)
+            if t is not None:  # the input was copied for this op; the input itself stays put
+                h, chain = move(h, chain, t)
+            if len(h) > len(best[0]):
+                best = (h, chain)
+        if best[1] is not None:
+            dev = devices.split(",")[0]
+            for o in outs:
+                hist[o] = (extend(best[0], dev), best[1])
+
+    by_devices: dict[tuple, list[_Chain]] = defaultdict(list)
+    for c in all_chains:
+        if not c.returns:
+            continue
+        devs = sorted({m[0] for m in c.moves} | {m[1] for m in c.moves})
+        by_devices[tuple(devs)].append(c)
+    out = []
+    for devs, group in by_devices.items():
+        legs = defaultdict(lambda: [0, 0, 0])  # (src, dst, site) -> count, bytes, returns
+        n_ret = ret_bytes = 0
+        for c in group:
+            for src, dst, nbytes, sid, returning in c.moves:
+                leg = legs[(src, dst, sid)]
+                leg[0] += 1
+                leg[1] += nbytes
+                leg[2] += returning
+                if returning:
+                    n_ret += 1
+                    ret_bytes += nbytes
+        if ret_bytes < cfg.min_bytes:
+            continue
+        # the finding points at the leg that returned most often
+        top = min(legs.items(), key=lambda kv: (-kv[1][2], -kv[1][0], kv[0][2]))
+        file, line, _ = site_of(sites, top[0][2])
+        rel, parts = [], []
+        for (src, dst, sid), (n, b, _r) in legs.items():  # in the order the data took them
+            f, ln, _ = site_of(sites, sid)
+            rel.append({"file": f, "line": ln,
+                        "role": f"leg {src}->{dst}: {n} transfers, {human_bytes(b)}"})
+            parts.append(f"{src}->{dst} at {short(f, ln)} x{n}")
+        arrays = "1 array" if len(group) == 1 else f"{len(group)} arrays"
+        out.append(Finding(
+            "pingpong", ERROR,
+            f"data bounced between {' and '.join(devs)}: {n_ret} round trips "
+            f"({human_bytes(ret_bytes)} moved back to a device it had left) along the data "
+            f"flow of {arrays}; legs: " + ", ".join(parts),
+            file, line, n_ret, ret_bytes,
+            fix="keep the chain on one device (pin the ops with --policy pin:DEVICE or a rules "
+                "file), or move the data once and leave it there",
+            related=rel, devices=list(devs)))
+    out.sort(key=lambda f: -f.bytes)
+    return out

@@ -1,0 +1,159 @@
+"""Rules over single transfers repeated at one line: host syncs, implicit uploads, and
+uncommitted arrays copied on every use."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ...events import D2D, D2H, H2D
+from ...sizes import human_bytes
+from ..steps import detect_steps
+from .base import WARNING, Finding, per_step, per_step_text, related, short, site_of
+
+_READ_FIXES = {
+    "repr()/print": "print every N steps, or use jax.debug.print inside the jitted function "
+                    "(it does not block the host)",
+    "str()/print": "print every N steps, or use jax.debug.print inside the jitted function "
+                   "(it does not block the host)",
+    "format()/print": "format every N steps, or use jax.debug.print inside the jitted function",
+    "np.asarray()": "call x.copy_to_host_async() right after dispatching the step so the copy "
+                    "overlaps compute, and convert it later; or read every N steps",
+    "jax.device_get": "call x.copy_to_host_async() right after dispatching the step so the copy "
+                      "overlaps compute, and device_get it later; or read every N steps",
+}
+_DEFAULT_READ_FIX = ("keep the value on device (accumulate with jnp) and read it every N "
+                     "steps, or log it with jax.debug.callback from inside the jitted "
+                     "function, or start x.copy_to_host_async() early and read it later")
+
+
+def host_sync_in_loop(run, cfg) -> list[Finding]:
+    """Blocking device->host reads repeated at one line: each one makes the host wait until
+    the device has finished everything queued before it, which serialises the training loop.
+    No size threshold: the typical offender is a 4-byte ``float(loss)``. Counted in calls:
+    ``jax.device_get`` of a pytree reads every leaf but waits once."""
+    sites = run.store.sites()
+    groups = defaultdict(dict)  # (site, api) -> {call: [first seq, bytes]}
+    for seq, sid, api, nbytes, op_seq in run.store.conn.execute(
+            "SELECT seq, site, api, bytes, op_seq FROM transfers WHERE kind = ? AND blocking = 1 "
+            "AND implicit = 0 ORDER BY seq", (D2H,)):
+        calls = groups[(sid, api)]
+        call = calls.setdefault(op_seq or -seq, [seq, 0])  # one device_get of a pytree = one wait
+        call[1] += max(nbytes, 0)
+    steps = detect_steps(run) if groups else None
+    out = []
+    for (sid, api), calls in groups.items():
+        n = len(calls)
+        if n < cfg.loop_threshold:
+            continue
+        seqs = [c[0] for c in calls.values()]
+        sizes = [c[1] for c in calls.values()]
+        file, line, _ = site_of(sites, sid)
+        ps = per_step(seqs, steps)
+        how = f" ({per_step_text(ps)})" if ps else ""
+        out.append(Finding(
+            "host-sync-in-loop", WARNING,
+            f"{api} at {short(file, line)} made the host wait for the device {n} times{how}; "
+            f"{human_bytes(sum(sizes))} read",
+            file, line, n, sum(sizes),
+            fix=_READ_FIXES.get(api, _DEFAULT_READ_FIX), per_step=ps))
+    out.sort(key=lambda f: -f.count)
+    return out
+
+
+def implicit_h2d_in_loop(run, cfg) -> list[Finding]:
+    """Host data (numpy arrays) passed to jit calls or ops over and over: every call uploads
+    it again, on the critical path, because JAX cannot keep a host array on the device."""
+    sites = run.store.sites()
+    groups = defaultdict(lambda: ([], [], set()))
+    for seq, sid, api, nbytes, dst in run.store.conn.execute(
+            "SELECT seq, site, api, bytes, dst FROM transfers WHERE kind = ? AND implicit = 1 "
+            "AND bytes >= ? ORDER BY seq", (H2D, cfg.min_bytes)):
+        seqs, sizes, devs = groups[(sid, api)]
+        seqs.append(seq)
+        sizes.append(nbytes)
+        devs.add(dst)
+    steps = detect_steps(run) if groups else None
+    out = []
+    for (sid, api), (seqs, sizes, devs) in groups.items():
+        n, b = len(seqs), sum(sizes)
+        if n < cfg.loop_threshold:
+            continue
+        file, line, _ = site_of(sites, sid)
+        ps = per_step(seqs, steps, sizes)
+        how = (f"; {per_step_text(ps)}, {human_bytes(int(ps['bytes_median']))} per step"
+               if ps else "")
+        out.append(Finding(
+            "implicit-h2d-in-loop", WARNING,
+            f"{api}: host data uploaded implicitly {n} times at {short(file, line)} "
+            f"({human_bytes(b)} total, {human_bytes(b // n)} per call{how})",
+            file, line, n, b,
+            fix="jax.device_put the data once before the loop (or prefetch the next batch to "
+                "the device while this step runs) instead of passing numpy arrays to the call",
+            devices=sorted(devs), per_step=ps))
+    out.sort(key=lambda f: -f.bytes)
+    return out
+
+
+def uncommitted_copy(run, cfg) -> list[Finding]:
+    """The same uncommitted array copied to another device again and again.
+
+    An uncommitted array (created without a device) used together with arrays committed to
+    another device is copied there for the call, but the copy is thrown away: the array stays
+    where it was, so the next use copies it again (DESIGN.md fact 6). An array counts when it
+    was copied at least ``cfg.uncommitted_threshold`` times; arrays created at the same line
+    (a new one each iteration) and copied along the same route are one finding."""
+    sites = run.store.sites()
+    per_buf = defaultdict(lambda: {"seqs": [], "bytes": 0, "sites": defaultdict(int)})
+    for seq, buf, src, dst, nbytes, sid in run.store.conn.execute(
+            "SELECT seq, buf, src, dst, bytes, site FROM transfers WHERE kind = ? AND implicit = 1 "
+            "AND api LIKE '%(uncommitted input)' ORDER BY seq", (D2D,)):
+        g = per_buf[(buf, src, dst)]
+        g["seqs"].append(seq)
+        g["bytes"] += max(nbytes, 0)
+        g["sites"][sid] += 1
+    repeated = {k: g for k, g in per_buf.items() if len(g["seqs"]) >= cfg.uncommitted_threshold}
+    if not repeated:
+        return []
+    wanted = {k[0] for k in repeated}
+    created = {b.buf: b for b in run.store.buffers() if b.buf in wanted}
+    groups = defaultdict(lambda: {"bufs": [], "seqs": [], "bytes": 0, "sites": defaultdict(int)})
+    for (buf, src, dst), g in repeated.items():
+        o = created.get(buf)
+        key = (o.site, o.shape, o.dtype) if o is not None else (0, "", "")
+        agg = groups[key + (src, dst)]
+        agg["bufs"].append(buf)
+        agg["seqs"].extend(g["seqs"])
+        agg["bytes"] += g["bytes"]
+        for sid, c in g["sites"].items():
+            agg["sites"][sid] += c
+    steps = detect_steps(run)
+    out = []
+    for (osite, shape, dtype, src, dst), g in groups.items():
+        if g["bytes"] < cfg.min_bytes:
+            continue
+        n, n_arr = len(g["seqs"]), len(g["bufs"])
+        top = sorted(g["sites"].items(), key=lambda kv: (-kv[1], kv[0]))
+        file, line, _ = site_of(sites, top[0][0])
+        rel = [related(sites, s, f"copied to {dst} here {c} times") for s, c in top]
+        what = "an uncommitted array was" if n_arr == 1 else f"{n_arr} uncommitted arrays were each"
+        if osite:
+            of, ol, _ = site_of(sites, osite)
+            what = (f"the uncommitted {shape} {dtype} array created at {short(of, ol)} was"
+                    if n_arr == 1 else
+                    f"{n_arr} uncommitted {shape} {dtype} arrays created at {short(of, ol)} "
+                    "(a new one each time) were each")
+            rel.append({"file": of, "line": ol, "role": f"created here (uncommitted, on {src})"})
+        ps = per_step(sorted(g["seqs"]), steps)
+        how = f" ({per_step_text(ps)})" if ps else ""
+        where = ", ".join(short(*site_of(sites, s)[:2]) + (f" x{c}" if len(top) > 1 else "")
+                          for s, c in top)
+        out.append(Finding(
+            "uncommitted-copy", WARNING,
+            f"{what} copied from {src} to {dst} again and again: {n} copies{how} "
+            f"({human_bytes(g['bytes'])}) at {where}; the array never moves, so every use "
+            "copies it again",
+            file, line, n, g["bytes"],
+            fix=f"jax.device_put it to {dst} once, where it is created: that commits it there, "
+                "and every later use reads it in place",
+            related=rel, devices=[src, dst], per_step=ps))
+    out.sort(key=lambda f: -f.bytes)
+    return out
