@@ -104,6 +104,13 @@ def test_c_mixed_precision_with_stand_in_accelerator(tmp_path):
     assert matmul[1] == "cpu:1" and matmul[2].endswith("rule 1")
     assert total[1] == "cpu:0" and total[2].endswith("rule 2")
     assert markers_of(out, "policy-note") == ["alias accel: gpu:0 not present, using cpu:1"]
+    notes = audit_json(out)["notes"]
+    assert "placement: alias accel: gpu:0 not present, using cpu:1" in notes  # audit says so
+    # moves: the matmul's float16 inputs 256x128x2 + 128x64x2 = 81,920 B to cpu:1; the
+    # float32 cast of its result follows its data (cpu:1), and the reduction moves that
+    # 256x64x4 = 65,536 B back to cpu:0: 3 transfers, 147,456 B.
+    assert ("placement: policy rules:mixed_precision.toml placed 2 ops (granularity unit); "
+            "its moves: 3 transfers, 147456 bytes; fallbacks: 0") in notes
     plain = jaxplace("run", "-q", "--no-trace", "--devices", "4", "--out", tmp_path / "plain",
                      SAMPLES / "placement_mixed_precision.py")
     assert proc.stdout == plain.stdout
@@ -129,6 +136,9 @@ def test_e_absent_platform_falls_back_with_a_finding(tmp_path):
     assert where["transpose"][0] == where["add"][0] == "cpu:0"
     (msg,) = markers_of(out, "policy-fallback")
     assert "gpu:0" in msg and "placement_families.py:17" in msg
+    (finding,) = [f for f in audit_json(out)["findings"] if f["rule"] == "policy-fallback"]
+    assert finding["line"] == 17 and finding["count"] == 1 and finding["severity"] == "warning"
+    assert "gpu:0" in finding["message"]
 
 
 def test_e_absent_platform_without_fallback_is_one_line_exit_2(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .rules.placement import placement_notes
 from .findings import Finding, RuleConfig, run_rules, selected
 from .run import RunData
 from .steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
@@ -71,6 +72,7 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
                      f"({run.manifest['events'].get('write_error', '')}); totals are lower bounds")
     for h in run.manifest.get("hooks", {}).get("unavailable", []):
         notes.append(f"hook unavailable on this JAX version, not recorded: {h}")
+    notes.extend(placement_notes(run))
     summary = summarize(run, cfg.min_bytes, top_sites=top_sites)
     findings = run_rules(run, cfg, select, ignore)
     steps = detect_steps(run)

@@ -12,6 +12,7 @@ from .rules.base import ERROR, INFO, SEVERITIES, WARNING, Finding, RuleConfig
 from .rules.fwd_bwd import fwd_bwd_split
 from .rules.incompatible import incompatible_devices
 from .rules.pingpong import pingpong
+from .rules.placement import policy_fallback
 from .rules.recompile import recompile
 from .rules.transfers import host_sync_in_loop, implicit_h2d_in_loop, uncommitted_copy
 
@@ -34,6 +35,7 @@ RULES = {
     "imbalance": imbalance,
     "idle-device": idle_device,
     "host-offload": host_offload,
+    "policy-fallback": policy_fallback,
 }
 
 # Rules a foreign trace cannot support, and what they need that only `jaxplace run` records.
@@ -45,6 +47,7 @@ NEEDS_RUN = {
     "incompatible-devices": "the failing call and its arguments' origins",
     "fwd-bwd-split": "forward/backward ops linked by buffer identities",
     "recompile": "compile events with call signatures",
+    "policy-fallback": "a placement policy applied by jaxplace",
 }
 
 
