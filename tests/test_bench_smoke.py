@@ -1,0 +1,48 @@
+"""The performance bench (bench/run_bench.py, `make bench`) at tiny sizes, so it cannot rot.
+
+No timing assertions (timing is noisy; the real figures come from `make bench`): the bench must
+finish, print every P-row with its measured value, target and verdict, and write a JSON file
+with the keys bench/README.md documents. Every workload and every reference mode runs once.
+"""
+import json
+import subprocess
+import sys
+
+from conftest import REPO, child_env
+
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+
+
+def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run_bench.py"), "--smoke", "--json", str(out)],
+                          cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = proc.stdout
+    for pid in ROW_IDS:
+        assert any(line.startswith(pid + " ") and ("PASS" in line or "FAIL" in line)
+                   for line in table.splitlines()), f"no {pid} row with a verdict in:\n{table}"
+    assert "jax.profiler.trace" in table and "forced slow path" in table and "transfer_guard=log" in table
+
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == 1 and doc["profile"] == "smoke"
+    for key in ("date", "elapsed_s", "sizes", "machine", "git", "rows", "groups", "errors"):
+        assert key in doc, key
+    assert [r["id"] for r in doc["rows"]] == list(ROW_IDS)
+    for r in doc["rows"]:
+        assert set(r) >= {"id", "what", "target", "measured", "value", "pass", "note"}
+        assert r["measured"] and r["target"]
+    groups = doc["groups"]
+    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5"}
+    # the workloads and their reference modes ran (a broken workload script shows up here)
+    for pid in ("P1", "P2"):
+        assert groups[pid]["configs"]["plain"]["ok"] == 1, groups[pid]["configs"]["plain"]
+        assert groups[pid]["median_wall_ratio"] is not None
+    p2 = {s["config"]: s for s in groups["P2"]["settings"]}
+    for config in ("jaxplace", "jax.profiler.trace", "transfer_guard=log", "forced slow path"):
+        assert p2[config]["runs"] == 1, (config, doc["errors"])
+    # the event-count check of P6 compares the script's own counters with the store's rows
+    checks = groups["P3"]["checks"]
+    assert checks and all(c["events_in_store"] is not None and c["events_expected"] > 0 for c in checks)
+    assert groups["P4"]["events"] == checks[0]["events_in_store"]
+    assert groups["P5"]["ref_median_wall_s"] is not None  # ProfileData.from_file reference ran
