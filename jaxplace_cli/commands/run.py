@@ -26,7 +26,7 @@ def run(
                                     help="unit: place eager ops and jit calls whole; op: also place the primitives inside jitted functions."),
     trace: str = typer.Option("window", "--trace",
                               help="Native jax.profiler trace: window (first --trace-seconds after the first dispatch), full, or off."),
-    trace_seconds: float = typer.Option(3.0, "--trace-seconds", min=0.0, help="Length of the trace window."),
+    trace_seconds: float = typer.Option(1.0, "--trace-seconds", min=0.0, help="Length of the trace window."),
     no_trace: bool = typer.Option(False, "--no-trace", help="Same as --trace off."),
     record: str = typer.Option("all", "--record",
                                help="all: every op and transfer (default). transfers: skip eager-op hooks (cheaper on eager code; "

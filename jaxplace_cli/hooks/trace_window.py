@@ -25,7 +25,7 @@ TRACE_MODES = (WINDOW, FULL, OFF)
 
 
 class TraceWindow:
-    def __init__(self, log_dir: Path, mode: str = WINDOW, seconds: float = 3.0):
+    def __init__(self, log_dir: Path, mode: str = WINDOW, seconds: float = 1.0):
         self.log_dir = Path(log_dir)
         self.mode = mode
         self.seconds = seconds
@@ -116,9 +116,15 @@ class TraceWindow:
         return sorted(str(p.relative_to(self.log_dir)) for p in root.rglob("*.xplane.pb"))
 
 
+ANNOTATE_MIN_BYTES = 1024  # scalar operands would cost a TraceAnnotation per op (bench: 30-70 us)
+
+
 def annotate_transfer(rec, ev) -> None:
     """Write a transfer into the open trace as a TraceAnnotation (its kwargs become stats),
-    so XProf/Perfetto users see jaxplace's facts on the timeline they already know."""
+    so XProf/Perfetto users see jaxplace's facts on the timeline they already know. Transfers
+    below 1 KiB are left out of the trace (they are all in events.sqlite)."""
+    if ev[6] < ANNOTATE_MIN_BYTES:  # TransferEvent.bytes
+        return
     try:
         from jax.profiler import TraceAnnotation
 
