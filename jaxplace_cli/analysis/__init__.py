@@ -55,6 +55,20 @@ class AuditResult:
     rules_checked: list[str] = field(default_factory=list)
     rules_unsupported: dict[str, str] = field(default_factory=dict)  # rule -> what it needs
     trace: TraceInput | None = None
+    budget: "BudgetVerdict | None" = None  # set when a budget was checked
+
+
+@dataclass
+class BudgetVerdict:
+    """What a budget check found: the limits checked and the breaches (budget.py)."""
+
+    source: str
+    limits: list[str]
+    breaches: list  # budget.Breach
+
+    @property
+    def passed(self) -> bool:
+        return not self.breaches
 
 
 def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20) -> AuditResult:

@@ -58,7 +58,11 @@ def detect_steps(run: RunData) -> StepInfo:
     name = row[0]
     seqs = [s for (s,) in conn.execute("SELECT seq FROM ops WHERE kind = ? AND name = ? AND error = '' "
                                        "ORDER BY seq", (OP_JIT, name))]
-    steps = [Step(i, f"{name} call {i}", s, seqs[i + 1] if i + 1 < len(seqs) else end_seq)
+    # The last call has no successor; what follows it is usually post-loop work (the final
+    # float(loss), saving), so its step is cut to the median length of the others (in events).
+    spans = [b - a for a, b in zip(seqs, seqs[1:])]
+    last_end = min(end_seq, seqs[-1] + int(statistics.median(spans))) if spans else end_seq
+    steps = [Step(i, f"{name} call {i}", s, seqs[i + 1] if i + 1 < len(seqs) else last_end)
              for i, s in enumerate(seqs)]
     return StepInfo(REPEATED_JIT, name, steps)
 

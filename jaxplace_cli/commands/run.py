@@ -31,6 +31,8 @@ def run(
     record: str = typer.Option("all", "--record",
                                help="all: every op and transfer (default). transfers: skip eager-op hooks (cheaper on eager code; "
                                     "jit calls, device_put/get and host reads are still recorded)."),
+    budget: Optional[Path] = typer.Option(None, "--budget", "-b",
+                                          help="Budget file (TOML): after the run, exit 1 when a limit is exceeded (the script's own failure code wins)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing of jaxplace's own after the run."),
 ) -> None:
     """Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer.
@@ -84,6 +86,9 @@ def run(
             placer = make_placer(policy, device_spec, on_policy_error, granularity)
         except (PolicyLoadError, ValueError) as exc:
             fail(str(exc))
+    from .audit import load_gate_budget
+
+    gate = load_gate_budget(budget, {})  # a typo in the budget is an error before anything runs
     run_dir = out if out is not None else default_run_dir(target)
     opts = RunOptions(kind, target, args, run_dir, None, OFF if no_trace else trace,
                       trace_seconds, policy=policy, placer=placer, record=record,
@@ -97,7 +102,29 @@ def run(
     outcome.finish()
     if not quiet:
         _print_run_summary(session)
+    if gate is not None and outcome.status != "interrupted":
+        code = _check_budget(session.run_dir, gate, outcome.exit_code)
+        if code:
+            raise typer.Exit(code)
     raise typer.Exit(exit_like_python(outcome))
+
+
+def _check_budget(run_dir, gate, script_code: int) -> int:
+    """The budget verdict after the run; the script's own failure code wins and is said."""
+    from .audit import audit_path
+
+    import io
+    import contextlib
+
+    with contextlib.redirect_stdout(io.StringIO()):  # the script's stdout stays the script's
+        verdict = audit_path(run_dir, format="json", budget_obj=gate)
+    if script_code:
+        print(f"jaxplace: the script exited with {script_code}; that exit code is kept"
+              + (" (the budget was also exceeded, see above)" if verdict else ""), file=sys.stderr)
+        return 0
+    if verdict == 0:
+        print(f"jaxplace: budget passed ({gate.source})", file=sys.stderr)
+    return verdict
 
 
 def _print_run_summary(session) -> None:

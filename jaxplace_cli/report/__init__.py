@@ -12,11 +12,17 @@ from pathlib import Path
 from ..analysis import AuditResult
 
 
-def render_to_string(result: AuditResult, fmt: str) -> str:
-    if fmt == "json":
-        from .json_report import render
+FORMATS = ("rich", "text", "json", "markdown", "junit", "sarif", "github")
+EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit",
+              ".sarif": "sarif"}
 
-        return render(result)
+
+def render_to_string(result: AuditResult, fmt: str) -> str:
+    if fmt in ("json", "markdown", "junit", "sarif", "github"):
+        import importlib
+
+        module = importlib.import_module(f".{'json_report' if fmt == 'json' else fmt}", __name__)
+        return module.render(result)
     from rich.console import Console
 
     from .terminal import render

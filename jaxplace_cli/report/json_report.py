@@ -48,6 +48,10 @@ def to_dict(result: AuditResult) -> dict:
         },
         "steps": _steps(result),
         "findings": [asdict(f) for f in result.findings],
+        "budget": None if result.budget is None else {
+            "source": result.budget.source, "passed": result.budget.passed,
+            "limits": result.budget.limits,
+            "breaches": [asdict(b) for b in result.budget.breaches]},
         "notes": list(result.notes),
         "rules": {"checked": list(result.rules_checked),
                   "unsupported": dict(result.rules_unsupported)},

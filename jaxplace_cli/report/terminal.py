@@ -78,6 +78,13 @@ def render(result: AuditResult, console: Console) -> None:
     if len(result.hosts) > 1:
         _hosts(console, result)
 
+    if result.budget is not None:
+        b = result.budget
+        console.print(Text(f"Budget {'passed' if b.passed else 'FAILED'} ({b.source}, "
+                           f"{len(b.limits)} limits)", style="bold green" if b.passed else "bold red"))
+        for br in b.breaches:
+            console.print(Text(f"    {br.message}", style="red"))
+
     if result.findings:
         console.print(Text(f"Findings ({len(result.findings)})", style="bold"))
         for f in result.findings:

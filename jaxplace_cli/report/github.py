@@ -1,0 +1,35 @@
+"""GitHub Actions workflow commands: ``::error file=F,line=L::message`` per finding/breach."""
+from __future__ import annotations
+
+import os
+
+from ..analysis import AuditResult
+
+_CMD = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    return _escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _line(kind: str, message: str, file: str, line: int) -> str:
+    props = []
+    if file and file != "?":
+        rel = os.path.relpath(file) if os.path.isabs(file) else file
+        props.append(f"file={_prop(rel if not rel.startswith('..') else file)}")
+        if line:
+            props.append(f"line={line}")
+    head = f"::{kind} " + ",".join(props) if props else f"::{kind}"
+    return f"{head}::{_escape(message)}"
+
+
+def render(result: AuditResult) -> str:
+    out = [_line(_CMD.get(f.severity, "notice"), f"{f.rule}: {f.message}", f.file, f.line)
+           for f in result.findings]
+    if result.budget is not None:
+        out += [_line("error", f"budget: {b.message}", b.file, b.line) for b in result.budget.breaches]
+    return "\n".join(out) + ("\n" if out else "")

