@@ -1,0 +1,133 @@
+"""Baselines: compare two audits (run directories or saved ``audit --format json`` files).
+
+Both sides are reduced to the documented JSON schema first, so a baseline saved months ago
+compares with a fresh run. Sites are matched on (file name, line, kind, API): absolute paths
+differ between machines, lines and APIs do not.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .events import TRANSFER_KINDS
+
+
+class DiffInputError(Exception):
+    """A side of the diff cannot be read (one line, exit 2)."""
+
+
+@dataclass
+class KindDelta:
+    kind: str
+    base_count: int
+    new_count: int
+    base_bytes: int
+    new_bytes: int
+
+    @property
+    def bytes_pct(self) -> float | None:
+        if self.base_bytes == 0:
+            return None if self.new_bytes == 0 else float("inf")
+        return 100.0 * (self.new_bytes - self.base_bytes) / self.base_bytes
+
+    @property
+    def count_pct(self) -> float | None:
+        if self.base_count == 0:
+            return None if self.new_count == 0 else float("inf")
+        return 100.0 * (self.new_count - self.base_count) / self.base_count
+
+
+@dataclass
+class SiteDelta:
+    key: str  # "train.py:41 d2h float()"
+    base_count: int
+    new_count: int
+    base_bytes: int
+    new_bytes: int
+    status: str  # "new" | "vanished" | "changed" | "same"
+
+
+@dataclass
+class Diff:
+    base: str
+    new: str
+    kinds: list[KindDelta]
+    sites: list[SiteDelta] = field(default_factory=list)
+
+
+def load_side(path: Path, min_bytes: int) -> dict:
+    path = Path(path)
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise DiffInputError(f"{path} is not a saved audit (JSON): {exc}") from None
+        if not isinstance(data, dict) or data.get("schema_version") != 1 or "transfers" not in data:
+            raise DiffInputError(f"{path} is not a `jaxplace audit --format json` file of schema version 1")
+        return data
+    from .analysis import audit_run
+    from .analysis.findings import RuleConfig
+    from .analysis.run import InputError, classify_input, open_run
+    from .report.json_report import to_dict
+
+    try:
+        if classify_input(path) != "run":
+            raise DiffInputError(f"{path} is not a jaxplace run directory or a saved audit JSON")
+        return to_dict(audit_run(open_run(path), RuleConfig(min_bytes=min_bytes), top_sites=10_000))
+    except InputError as exc:
+        raise DiffInputError(str(exc)) from None
+
+
+def _site_key(s: dict) -> str:
+    return f"{s['file'].replace(chr(92), '/').rsplit('/', 1)[-1]}:{s['line']} {s['kind']} {s['api']}"
+
+
+def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new") -> Diff:
+    kinds = []
+    for k in TRANSFER_KINDS:
+        b = base["transfers"]["totals"].get(k, {"count": 0, "bytes": 0})
+        n = new["transfers"]["totals"].get(k, {"count": 0, "bytes": 0})
+        kinds.append(KindDelta(k, b["count"], n["count"], b["bytes"], n["bytes"]))
+
+    def index(doc):
+        out: dict = {}
+        for s in doc["transfers"]["sites"]:
+            c, by = out.get(_site_key(s), (0, 0))
+            out[_site_key(s)] = (c + s["count"], by + s["bytes"])
+        return out
+
+    bi, ni = index(base), index(new)
+    sites = []
+    for key in sorted(set(bi) | set(ni)):
+        bc, bb = bi.get(key, (0, 0))
+        nc, nb = ni.get(key, (0, 0))
+        status = "new" if key not in bi else "vanished" if key not in ni else ("same" if (bc, bb) == (nc, nb) else "changed")
+        sites.append(SiteDelta(key, bc, nc, bb, nb, status))
+    sites.sort(key=lambda s: (-(abs(s.new_bytes - s.base_bytes)), s.key))
+    return Diff(base_name, new_name, kinds, sites)
+
+
+def increases_over(diff: Diff, pct: float) -> list[str]:
+    """Sentences for every kind whose bytes or count grew by more than ``pct`` percent."""
+    out = []
+    for k in diff.kinds:
+        for what, p, before, after in (("bytes", k.bytes_pct, k.base_bytes, k.new_bytes),
+                                       ("transfers", k.count_pct, k.base_count, k.new_count)):
+            if p is not None and p > pct:
+                growth = "from none" if p == float("inf") else f"+{p:.1f}%"
+                out.append(f"{k.kind} {what} grew {growth} ({before:,} -> {after:,}), more than the allowed {pct:g}%")
+    return out
+
+
+def to_dict(diff: Diff) -> dict:
+    return {
+        "schema_version": 1, "base": diff.base, "new": diff.new,
+        "kinds": {k.kind: {"base": {"count": k.base_count, "bytes": k.base_bytes},
+                           "new": {"count": k.new_count, "bytes": k.new_bytes},
+                           "bytes_pct": k.bytes_pct if k.bytes_pct != float("inf") else None,
+                           "count_pct": k.count_pct if k.count_pct != float("inf") else None}
+                  for k in diff.kinds},
+        "sites": [{"site": s.key, "status": s.status, "base": {"count": s.base_count, "bytes": s.base_bytes},
+                   "new": {"count": s.new_count, "bytes": s.new_bytes}} for s in diff.sites],
+    }
