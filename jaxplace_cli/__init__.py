@@ -7,6 +7,8 @@ library API below is imported lazily.
 - ``device_placement(policy)``: place the ops of a block by a policy (docs/policies.md).
 - ``where(x)``: the device label(s) an array or pytree lives on.
 - ``OpInfo``, ``PolicyError``: what a policy callable receives, and what a failing policy raises.
+- ``budget(d2h=0, ...)``: fail a block (a test) that moves more than allowed; the pytest plugin
+  offers the same as ``@pytest.mark.transfer_budget(...)``.
 """
 __version__ = "0.1.0"
 
@@ -15,6 +17,8 @@ _LAZY = {
     "where": ("jaxplace_cli.placement.api", "where"),
     "OpInfo": ("jaxplace_cli.placement.opinfo", "OpInfo"),
     "PolicyError": ("jaxplace_cli.placement.errors", "PolicyError"),
+    "budget": ("jaxplace_cli.pytest_plugin", "budget"),
+    "BudgetExceeded": ("jaxplace_cli.pytest_plugin", "BudgetExceeded"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -60,7 +60,7 @@ class AuditResult:
 
 @dataclass
 class BudgetVerdict:
-    """What a budget check found: the limits checked and the breaches (budget.py)."""
+    """What a budget check found: the limits checked and the breaches (budgets.py)."""
 
     source: str
     limits: list[str]

@@ -12,7 +12,7 @@ from .common import fail
 
 EXIT_BREACH = 1
 
-# --max-* flag -> budget key (budget.py)
+# --max-* flag -> budget key (budgets.py)
 LIMIT_FLAGS = {
     "max_h2d": "h2d.count", "max_h2d_bytes": "h2d.bytes", "max_h2d_per_step": "h2d.count_per_step",
     "max_h2d_bytes_per_step": "h2d.bytes_per_step",
@@ -70,7 +70,7 @@ def audit(
 
 def load_gate_budget(budget_path: Optional[Path], flags: dict):
     """The budget from a file and/or flags, validated (BudgetError -> exit 2); None if none."""
-    from ..budget import BudgetError, load_budget, merge_flags
+    from ..budgets import BudgetError, load_budget, merge_flags
 
     if budget_path is None and not flags:
         return None
@@ -118,7 +118,7 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
     except InputError as exc:
         fail(str(exc))
     if gate is not None:
-        from ..budget import check
+        from ..budgets import check
 
         result.budget = BudgetVerdict(gate.source, gate.limit_names(), check(result, run, gate, min_b))
     _emit(result, fmt, output)
