@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .commands import audit, devices, diff, run
+from .commands import audit, devices, diff, run, suggest
 from .commands.common import EXIT_USAGE
 
 app = typer.Typer(
@@ -40,6 +40,7 @@ RUN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_
 app.command("run", context_settings=RUN_CONTEXT)(run.run)
 app.command("audit")(audit.audit)
 app.command("devices")(devices.devices)
+app.command("suggest")(suggest.suggest)
 app.command("diff")(diff.diff)
 
 

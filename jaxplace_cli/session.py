@@ -10,17 +10,20 @@ The order matters and is the reason this module exists:
 """
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import signal
+import sqlite3
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
-from .rundir import EVENTS, MANIFEST_SCHEMA_VERSION, create_run_dir, write_manifest
-from .runner import Outcome, run_target
+from .rundir import EVENTS, MANIFEST_SCHEMA_VERSION, RunDirError, create_run_dir, write_manifest
+from .runner import Outcome, _strip_own_frames, run_target
 
 
 @dataclass
@@ -64,6 +67,66 @@ def _devices_manifest() -> list[dict]:
         return []
 
 
+def _file_id(path: Path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_signals(held: list) -> dict:
+    """Replace the SIGINT/SIGTERM handlers by ones that only note the signal (main thread)."""
+    previous = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for sig in _HELD_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+        except (ValueError, OSError, TypeError):
+            pass
+    return previous
+
+
+def _release_signals(previous: dict, held: list, outcome: Outcome) -> None:
+    """Restore the handlers, then act on a signal that came while saving."""
+    for sig, handler in previous.items():
+        try:
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        except (ValueError, OSError, TypeError):
+            pass
+    if signal.SIGTERM in held:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die of it, as python would
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif signal.SIGINT in held and outcome.status not in ("interrupted", "terminated"):
+        signal.raise_signal(signal.SIGINT)
+
+
+def _on_sigint(signum, frame) -> None:
+    """Python's Ctrl-C handler (raise KeyboardInterrupt), except where python would drop it.
+
+    Python runs a signal handler in whatever Python code runs next; inside a gc callback or a
+    ``__del__`` a KeyboardInterrupt is "ignored" (printed and dropped) and the script goes on.
+    JAX registers a gc callback, and the many small objects the hooks create make collections
+    frequent, so under recording about one Ctrl-C in five landed there (measured). There, the
+    signal is sent again a few milliseconds later, when that code has returned."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    f = frame
+    while f is not None:
+        if f.f_code in callbacks or f.f_code.co_name == "__del__":
+            # again in a moment, from another thread: re-raising it from here would run this
+            # handler again right away, still inside the callback
+            again = threading.Timer(0.005, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
+        f = f.f_back
+    raise KeyboardInterrupt
+
+
 class Session:
     def __init__(self, opts: RunOptions):
         self.opts = opts
@@ -86,7 +149,13 @@ class Session:
             "exit_code": None,
         }
         write_manifest(self.run_dir, self.manifest)
-        self._writer = None
+        from .store import StoreWriter
+
+        try:
+            self._writer = StoreWriter(self.run_dir / EVENTS)
+            self._ids = (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS))
+        except (OSError, sqlite3.Error) as exc:
+            raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
         self._bg = None
         self.recorder = None
         self.trace = None
@@ -95,6 +164,7 @@ class Session:
         self._prev_sigterm = None
 
     def start(self) -> None:
+        self._install_sigterm()  # first: a SIGTERM while JAX loads still saves the run
         if self.opts.devices and "jax" not in sys.modules:
             simulate_cpu_devices(self.opts.devices)
         import jax
@@ -103,11 +173,10 @@ class Session:
         from . import hooks
         from .hooks.trace_window import TraceWindow
         from .recorder import Recorder
-        from .store import BackgroundWriter, StoreWriter
+        from .store import BackgroundWriter
 
         self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
         self.recorder = Recorder()
-        self._writer = StoreWriter(self.run_dir / EVENTS)
         self._bg = BackgroundWriter(self.recorder.drain, self._writer)
         self._bg.start()
         self.hook_report = hooks.install(self.recorder, self.opts.record)
@@ -124,7 +193,6 @@ class Session:
         self.manifest["hooks"] = {"installed": self.hook_report.installed,
                                   "unavailable": [f"{n}: {r}" for n, r in self.hook_report.failed]}
         write_manifest(self.run_dir, self.manifest)
-        self._install_sigterm()
 
     def _install_sigterm(self) -> None:
         """SIGTERM kills python without cleanup; save what was recorded, then die the same way."""
@@ -134,6 +202,11 @@ class Session:
                 signal.signal(signal.SIGTERM, self._on_sigterm)
         except (ValueError, OSError):  # not the main thread
             pass
+        try:  # Ctrl-C: python's own behaviour, minus the lost interrupts (see _on_sigint)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, _on_sigint)
+        except (ValueError, OSError):
+            pass
 
     def _on_sigterm(self, signum, frame) -> None:
         self.finalize(Outcome("terminated", 128 + signum, "terminated by SIGTERM"))
@@ -141,16 +214,33 @@ class Session:
         os.kill(os.getpid(), signal.SIGTERM)
 
     def run(self) -> Outcome:
-        self.start()
+        try:
+            self.start()
+        except KeyboardInterrupt as exc:  # Ctrl-C before the script started: python would die too
+            outcome = Outcome("interrupted", 130, "KeyboardInterrupt",
+                              (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+            self.finalize(outcome)
+            return outcome
         outcome = run_target(self.opts.kind, self.opts.target, self.opts.args)
         self.finalize(outcome)
         return outcome
 
     def finalize(self, outcome: Outcome) -> None:
-        """Flush everything and write the final manifest; safe to call twice."""
+        """Flush everything and write the final manifest; safe to call twice.
+
+        A Ctrl-C or SIGTERM that arrives while saving is held until the run is saved, then
+        acted on (an interrupted half-written run would be worse than a late exit)."""
         if self._finalized:
             return
         self._finalized = True
+        held: list[int] = []
+        previous = _hold_signals(held)
+        try:
+            self._finalize(outcome)
+        finally:
+            _release_signals(previous, held, outcome)
+
+    def _finalize(self, outcome: Outcome) -> None:
         from . import hooks
 
         if self.trace is not None:
@@ -166,6 +256,12 @@ class Session:
         if self._bg is not None:
             self._bg.stop()
         lost = self._bg.lost_rows if self._bg else 0
+        write_error = self._bg.error if self._bg else ""
+        if self._writer is not None and self._ids != (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS)):
+            # SQLite kept writing into the deleted file without an error: all of it is gone
+            lost += self._writer.rows_written
+            write_error = (f"the run directory {self.run_dir} (or its {EVENTS}) was removed or "
+                           f"replaced while the script ran; nothing recorded could be kept")
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -181,7 +277,7 @@ class Session:
             events={"ops": rec.counts["ops"] if rec else 0,
                     "transfers": rec.counts["transfers"] if rec else 0,
                     "lost_rows": lost,
-                    "write_error": self._bg.error if self._bg else ""},
+                    "write_error": write_error},
             trace={"mode": self.trace.mode if self.trace else "off",
                    "state": self.trace.state if self.trace else "off",
                    "seconds": self.opts.trace_seconds,

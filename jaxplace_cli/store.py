@@ -8,9 +8,11 @@ dispatch path never waits on disk.
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import typing
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -75,7 +77,10 @@ class StoreWriter:
                     self.rows_written += len(rows)
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            try:
+                c.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite already rolled back (disk full, I/O error): report the real error
             raise
 
     def set_meta(self, key: str, value: str) -> None:
@@ -116,7 +121,8 @@ class BackgroundWriter(threading.Thread):
             self._writer.write(batches)
         except Exception as exc:  # never propagate into the user's program
             self.lost_rows += sum(len(v) for v in batches.values())
-            self.error = f"{type(exc).__name__}: {exc}"
+            if not self.error:  # the first failure is the cause; later ones repeat it
+                self.error = f"{type(exc).__name__}: {exc}"
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -132,22 +138,35 @@ class StoreReader:
         if not self.path.is_file():
             raise StoreError(f"no events database at {self.path}")
         try:
-            uri = f"file:{self.path}?mode=ro"
+            # Percent-encoded: a '?', '#' or '%' in the path must not end the file name (an
+            # unencoded 'run?x/events.sqlite' would open, even create, 'run' read-write).
+            uri = f"file:{urllib.parse.quote(os.fsencode(self.path.absolute()))}?mode=ro"
             self.conn = sqlite3.connect(uri, uri=True)
-            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as exc:
+            # Only real tables are read: a hostile file could define 'ops' as a view (an
+            # endless recursive query) and the audit would never finish.
+            kinds = dict(self.conn.execute("SELECT name, type FROM sqlite_master").fetchall())
+            meta = {}
+            if kinds.get("meta") == "table":
+                meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+        except (sqlite3.DatabaseError, ValueError) as exc:
             raise StoreError(
                 f"{self.path} is not a readable jaxplace events database ({exc}); "
                 "the run may be corrupt"
             ) from None
         if meta.get("magic") != MAGIC:
             raise StoreError(f"{self.path} is not a jaxplace events database")
-        version = int(meta.get("schema_version", "0"))
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except (TypeError, ValueError):
+            version = -1
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has events schema version {version}, this jaxplace reads "
                 f"version {SCHEMA_VERSION}; use the jaxplace version that recorded it"
             )
+        not_tables = [t for t in TABLES if kinds.get(t) != "table"]
+        if not_tables:
+            raise StoreError(f"{self.path} is not a jaxplace events database (no table {not_tables[0]!r})")
         self.meta = meta
 
     def _rows(self, name: str, cls, order: str = "") -> Iterator:

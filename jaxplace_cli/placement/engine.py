@@ -113,6 +113,17 @@ class Placer:
 
     # -- the hook entry point -----------------------------------------------------------------
     def place(self, rec, spec, fn, args, kwargs, site, seq, backward):
+        if spec.flatten:
+            dynamic = _dynamic(spec, args, kwargs)
+        else:
+            dynamic = [a for a in (*args, *kwargs.values())]
+        leaves, _ = tree_flatten(dynamic)
+        if any(isinstance(a, _Array) and getattr(a.sharding, "_device", None) is None
+               and len(a.sharding.device_set) > 1 for a in leaves):
+            # Sharded over several devices (NamedSharding, pmap/shard_map results): moving it
+            # onto one device would change the computation itself (other reduction order,
+            # no collectives), not only where it runs. JAX decides.
+            return fn, args, kwargs, ""
         if self.granularity == "op" and spec.kind == "jit":
             from .partition import run_partitioned
 
@@ -120,11 +131,6 @@ class Placer:
                 return run_partitioned(self, rec, spec, fn, a, k, site, seq)
 
             return partitioned, args, kwargs, f"{self.policy.label} (per op)"
-        if spec.flatten:
-            dynamic = _dynamic(spec, args, kwargs)
-        else:
-            dynamic = [a for a in (*args, *kwargs.values())]
-        leaves, _ = tree_flatten(dynamic)
         info = self.op_info(rec, spec.name, spec.kind, leaves, args, site, backward)
         device, label = self.decide(info, rec)
         if device is None:
