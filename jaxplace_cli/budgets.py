@@ -81,6 +81,8 @@ def load_budget(path: str | Path) -> Budget:
         raise BudgetError(f"budget file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise BudgetError(f"budget file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise BudgetError(f"budget file {path} is not valid TOML: nested too deeply") from None
     return budget_from_dict(data, str(path))
 
 
