@@ -140,7 +140,12 @@ class StoreReader:
         try:
             # Percent-encoded: a '?', '#' or '%' in the path must not end the file name (an
             # unencoded 'run?x/events.sqlite' would open, even create, 'run' read-write).
-            uri = f"file:{urllib.parse.quote(os.fsencode(self.path.absolute()))}?mode=ro"
+            # A finished run has no -wal data (the writer checkpoints it away): open it as
+            # immutable, so reading creates no -wal/-shm files in the run directory (and
+            # works on read-only media). A live or killed run's -wal holds data: read it.
+            live = os.path.exists(str(self.path) + "-wal") and os.path.getsize(str(self.path) + "-wal") > 0
+            uri = (f"file:{urllib.parse.quote(os.fsencode(self.path.absolute()))}?mode=ro"
+                   + ("" if live else "&immutable=1"))
             self.conn = sqlite3.connect(uri, uri=True)
             # Only real tables are read: a hostile file could define 'ops' as a view (an
             # endless recursive query) and the audit would never finish.

@@ -250,6 +250,26 @@ def _int(v, default=None):
         return default
 
 
+def _stats(obj) -> dict:
+    """The stats of an event or plane as a dict. ProfileData hands bytes stats over as
+    UTF-8-decoded str, so a binary value that is not UTF-8 (a serialized proto with a byte
+    >= 0x80, ...) raises UnicodeDecodeError: that one stat is skipped, not the whole trace."""
+    try:
+        return dict(obj.stats)
+    except UnicodeDecodeError:
+        pass
+    out, it = {}, iter(obj.stats)
+    for _ in range(1_000_000):  # the iterator moves past a stat it cannot convert
+        try:
+            k, v = next(it)
+        except StopIteration:
+            break
+        except UnicodeDecodeError:
+            continue
+        out[k] = v
+    return out
+
+
 def _proto_varints(raw) -> dict[int, int]:
     """Varint fields of a small serialized proto (the TPU ``core_details`` stat)."""
     if isinstance(raw, str):  # pybind11 hands bytes stats over as UTF-8-decoded str
@@ -464,7 +484,7 @@ def _extract(path: Path, planes) -> TraceData:
     by_corr: dict[int, list[_Copy]] = {}
     dev_names: Counter = Counter()
     for plat, label, n, kind, e in dev_copy_events:
-        st = dict(e.stats)
+        st = _stats(e)
         det = _details(st.get("memcpy_details"))
         size = _int(det.get("size"), 0)
         if kind == H2D:
@@ -495,7 +515,7 @@ def _extract(path: Path, planes) -> TraceData:
     tf_memcpy_async = 0
     for n, e in host_events:
         if n == _TPU_TO or n == _TPU_FROM:
-            st = dict(e.stats)
+            st = _stats(e)
             size = _int(st.get("size"), 0)
             tpu_raw.append((int(e.start_ns), H2D if n == _TPU_TO else D2H,
                             size if size > 0 else -1, _int(st.get("device_ordinal")), n))
@@ -507,7 +527,7 @@ def _extract(path: Path, planes) -> TraceData:
         elif n == "MemCpyAsync":
             tf_memcpy_async += 1
         elif n.startswith(_HOST_API_PREFIXES) or n in _DEVICE_COPY:
-            _host_copy(n, dict(e.stats), int(e.start_ns), by_corr, copies, main_platform,
+            _host_copy(n, _stats(e), int(e.start_ns), by_corr, copies, main_platform,
                        n_by_platform, paired, host_only, unknown_dir)
         # anything else (TPU 'PCIe/Memcpy Dispatch', 'H2D Dispatch', ...) wraps events above
 
@@ -695,7 +715,7 @@ def _cpu_ops(host_planes):
             for e in ln.events:
                 if e.name.startswith(("$", "ThreadpoolListener")):
                     continue
-                st = dict(e.stats)
+                st = _stats(e)
                 if "hlo_op" in st and "device_ordinal" in st:
                     o = _int(st["device_ordinal"])
                     if o is not None:
@@ -718,7 +738,7 @@ def _tpu_mapping(ordinals: set[int], tpu_planes) -> tuple[dict[int, str], str]:
         return {}, ""
     details = {}
     for _plat, idx, label, pl in tpu_planes:
-        for k, v in pl.stats:
+        for k, v in _stats(pl).items():
             if k == "core_details":
                 details[label] = _proto_varints(v)
     if details and len(details) == len(tpu_planes):

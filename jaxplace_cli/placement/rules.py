@@ -85,9 +85,9 @@ class RuleSet:
 def _as_list(value, key: str, where: str) -> list:
     if isinstance(value, str):
         return [value]
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return value
-    raise PolicyLoadError(f"{where}: {key} must be a string or a list of strings")
+    raise PolicyLoadError(f"{where}: {key} must be a string or a non-empty list of strings")
 
 
 def _targets(table: dict, where: str, aliases: dict) -> tuple[list[str], bool]:
@@ -112,6 +112,8 @@ def parse_rules(path: str | Path) -> RuleSet:
         raise PolicyLoadError(f"policy file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise PolicyLoadError(f"policy file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise PolicyLoadError(f"policy file {path} is not valid TOML: nested too deeply") from None
     unknown = set(data) - {"version", "rule", "default", "aliases"}
     if unknown:
         raise PolicyLoadError(f"{path}: unknown top-level key {sorted(unknown)[0]!r} "
@@ -119,6 +121,8 @@ def parse_rules(path: str | Path) -> RuleSet:
     if data.get("version", 1) != 1:
         raise PolicyLoadError(f"{path}: version {data.get('version')!r} is not supported (this jaxplace reads version 1)")
     aliases = {}
+    if not isinstance(data.get("aliases", {}), dict):
+        raise PolicyLoadError(f"{path}: aliases must be a table: [aliases] name = [\"gpu:0\", \"cpu:1\"]")
     for name, cands in data.get("aliases", {}).items():
         aliases[name] = [check_name(c, f"{path}: aliases.{name}") for c in _as_list(cands, f"aliases.{name}", str(path))]
     raw_rules = data.get("rule", [])
@@ -160,7 +164,10 @@ def _parse_rule(index: int, table, where: str, aliases: dict) -> Rule:
         start = int(m.group("start"))
         rule.site_file, rule.site_lines = m.group("file"), (start, int(m.group("end") or start))
     if "function" in table:
-        rule.function = _as_list(table["function"], "function", where)[0]
+        functions = _as_list(table["function"], "function", where)
+        if len(functions) != 1:  # one pattern (globs allowed); a second one would be ignored
+            raise PolicyLoadError(f"{where}: function takes one name or glob, e.g. \"loss_*\"")
+        rule.function = functions[0]
     if "pass" in table:
         if table["pass"] not in PASSES:
             raise PolicyLoadError(f"{where}: pass must be one of {', '.join(PASSES)}, not {table['pass']!r}")
@@ -169,7 +176,8 @@ def _parse_rule(index: int, table, where: str, aliases: dict) -> Rule:
         rule.dtype = str(table["dtype"])
     if "shape" in table:
         shape = table["shape"]
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
             raise PolicyLoadError(f"{where}: shape must be a list of non-negative integers")
         rule.shape = tuple(shape)
     if "min_bytes" in table:

@@ -1,0 +1,115 @@
+"""Write a placement as a rules file (docs/policies.md, ``version = 1``).
+
+Rules match stable keys only — the user's ``file:line`` (relative to the run's working
+directory), the op name and, where one site's calls go to different devices, the call's
+``occurrence`` — never addresses or buffer ids, so the file applies to a fresh run of the same
+script. To keep it short and readable:
+- ``[default]`` names the device that receives most ops; only the others need rules;
+- a site whose calls all go to one device gets one rule without ``occurrence``;
+- consecutive lines of one file whose ops all go to one device share one ``site`` range rule;
+- occurrence rules (the most specific) come first.
+Output is a pure function of the placement: same input, same bytes.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from .from_run import RunGraph
+
+_GLOB = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
+
+
+def _q(text: str) -> str:
+    """A TOML basic string (JSON's escapes are valid TOML escapes)."""
+    return json.dumps(text, ensure_ascii=True)
+
+
+def _pattern(text: str) -> str:
+    """Rules match with globs: escape the glob characters of a literal name."""
+    return text.translate(_GLOB)
+
+
+def policy_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
+    """``(default device, rules)``; each rule a dict of matchers plus ``device``."""
+    devices = rg.graph.devices
+    a = np.asarray(assign, dtype=np.int64)
+    placeable = [v for v, nd in enumerate(rg.nodes) if nd.placeable]
+    counts = Counter(int(a[v]) for v in placeable)
+    default = min(counts, key=lambda d: (-counts[d], d)) if counts else 0
+    calls: dict = defaultdict(list)  # (file, line) -> name -> [(occurrence, device, function)]
+    for v in placeable:
+        nd = rg.nodes[v]
+        calls[(nd.file, nd.line)].append((nd.name, nd.occurrence, int(a[v]), nd.function))
+    specific, by_file = [], defaultdict(list)
+    for (file, line), rows in sorted(calls.items()):
+        per_name: dict = defaultdict(set)
+        for name, _, d, _ in rows:
+            per_name[name].add(d)
+        line_devs = set().union(*per_name.values())
+        if len(line_devs) == 1:  # every op on this line goes to one device: range candidate
+            by_file[file].append((line, sorted(per_name), line_devs.pop()))
+            continue
+        by_file[file].append((line, [], None))  # a barrier: ranges must not span this line
+        functions = {f for _, _, _, f in rows}
+        site = f"{_pattern(file)}:{line}"
+        for name in sorted(per_name):
+            devs = per_name[name]
+            if len(devs) == 1:
+                d = next(iter(devs))
+                if d != default:
+                    specific.append({"site": site, "op": [_pattern(name)], "device": devices[d]})
+                continue
+            for n_, occ, d, func in sorted(r for r in rows if r[0] == name):
+                if d == default:
+                    continue
+                rule = {"site": site, "op": [_pattern(name)], "occurrence": occ}
+                if len(functions) > 1:  # two functions share the line: name which one
+                    rule["function"] = _pattern(func)
+                rule["device"] = devices[d]
+                specific.append(rule)
+    ranges = []
+    for file in sorted(by_file):
+        run: list = []
+        for item in sorted(by_file[file], key=lambda t: t[0]) + [None]:
+            if run and (item is None or item[2] != run[0][2]):
+                ranges += _range_rule(file, run, devices, default)
+                run = []
+            if item is not None and item[2] is not None:
+                run.append(item)
+    # occurrence rules first (the most specific), then per-op rules, then line ranges
+    specific.sort(key=lambda r: "occurrence" not in r)
+    return devices[default], specific + ranges
+
+
+def _range_rule(file, run, devices, default) -> list[dict]:
+    """Consecutive lines (with ops) whose every op goes to one device: one rule."""
+    dev = run[0][2]
+    if dev == default:
+        return []
+    first, last = run[0][0], run[-1][0]
+    names = sorted({n for _, ns, _ in run for n in ns})
+    site = f"{_pattern(file)}:{first}" if first == last else f"{_pattern(file)}:{first}-{last}"
+    return [{"site": site, "op": [_pattern(n) for n in names], "device": devices[dev]}]
+
+
+def render_policy(default: str, rules: list[dict], header: list[str]) -> str:
+    lines = [f"# {h}" if h else "#" for h in header]
+    lines += ["version = 1", ""]
+    for r in rules:
+        lines.append("[[rule]]")
+        for key in ("site", "function", "op", "occurrence", "device"):
+            if key not in r:
+                continue
+            val = r[key]
+            if isinstance(val, list):
+                lines.append(f"{key} = [{', '.join(_q(x) for x in val)}]")
+            elif isinstance(val, int):
+                lines.append(f"{key} = {val}")
+            else:
+                lines.append(f"{key} = {_q(val)}")
+        lines.append("")
+    lines += ["[default]", f"device = {_q(default)}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""What a placement will move: transfers per kind and per site, round trips, and time.
+
+The same function describes the recorded placement (a check that the model reproduces what
+was measured), the suggested one (the prediction) and, through ``measure``, any recorded run
+(what ``--verify`` compares against). Host transfers are constants of the run graph; every
+use of a value on a device other than its producer's is one device-to-device transfer,
+recorded at the site of the op that used it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..events import D2D, TRANSFER_KINDS
+from .from_run import RunGraph
+
+
+@dataclass
+class Traffic:
+    """Transfers by kind and by (kind, "file:line"): counts and bytes; ``apis`` names what
+    moved them (for display; comparisons ignore it, since a policy's move and JAX's own copy
+    of the same value at the same line are the same traffic)."""
+
+    totals: dict = field(default_factory=lambda: {k: [0, 0] for k in TRANSFER_KINDS})
+    sites: dict = field(default_factory=dict)
+    apis: dict = field(default_factory=dict)
+    round_trips: int = 0
+    compute_ns: int = 0
+    transfer_ns: int = 0
+
+    def add(self, kind: str, site: str, api: str, nbytes: int, count: int = 1) -> None:
+        t = self.totals.setdefault(kind, [0, 0])
+        t[0] += count
+        t[1] += nbytes
+        s = self.sites.setdefault((kind, site), [0, 0])
+        s[0] += count
+        s[1] += nbytes
+        self.apis.setdefault((kind, site), set()).add(api)
+
+    def count(self, kind: str) -> int:
+        return self.totals.get(kind, [0, 0])[0]
+
+    def bytes(self, kind: str) -> int:
+        return self.totals.get(kind, [0, 0])[1]
+
+
+def predict(rg: RunGraph, assign: np.ndarray) -> Traffic:
+    a = np.asarray(assign, dtype=np.int64)
+    g = rg.graph
+    out = Traffic()
+    for h in rg.host:
+        out.add(h.kind, f"{h.file}:{h.line}", h.api, h.nbytes)
+    cut = np.flatnonzero(a[g.src] != a[g.dst]) if g.m else np.zeros(0, dtype=np.int64)
+    for e in cut.tolist():
+        file, line, api = rg.use_sites[e]
+        out.add(D2D, f"{file}:{line}", api, int(g.nbytes[e]))
+    out.round_trips = round_trips(g.n, g.src, g.dst, a)
+    out.compute_ns = int(g.unary[np.arange(g.n), a].sum()) if g.n else 0
+    out.transfer_ns = int(g.comm[cut].sum()) if cut.size else 0
+    return out
+
+
+def round_trips(n: int, src, dst, assign) -> int:
+    """Moves that bring data back to a device it was on before, along the data flow (the
+    audit's ping-pong notion). A node's history is the set of devices its data visited (a
+    bit mask); a node inherits the richest history among its inputs."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    order = np.argsort(dst, kind="stable")
+    ptr = np.searchsorted(dst[order], np.arange(n + 1)).tolist()
+    preds = src[order].tolist()
+    bit = (np.left_shift(1, np.asarray(assign, dtype=np.int64))).tolist()
+    hist = [0] * n
+    trips = 0
+    for v in range(n):  # node order is topological
+        here = bit[v]
+        best, best_n = 0, -1
+        for i in range(ptr[v], ptr[v + 1]):
+            u = preds[i]
+            seen = hist[u] or bit[u]
+            if bit[u] != here and seen & here:
+                trips += 1
+            seen |= here
+            c = seen.bit_count()
+            if c > best_n:
+                best, best_n = seen, c
+        hist[v] = best | here
+    return trips
+
+
+def measure(run, cwd: str | None = None) -> Traffic:
+    """The transfers a recorded run actually made, keyed like a prediction."""
+    from .from_run import _rel
+
+    cwd = run.manifest.get("cwd", "") if cwd is None else cwd
+    sites = run.store.sites()
+    out = Traffic()
+    rows = run.store.conn.execute(
+        "SELECT kind, site, api, COUNT(*), SUM(MAX(bytes, 0)) FROM transfers GROUP BY kind, site, api")
+    for kind, sid, api, n, b in rows:
+        s = sites.get(sid)
+        label = f"{_rel(s.file, cwd)}:{s.line}" if s else "?:0"
+        out.add(kind, label, _normal_api(api), int(b or 0), int(n))
+    row = run.store.conn.execute("SELECT COALESCE(SUM(dur_ns), 0) FROM ops WHERE error = ''").fetchone()
+    out.compute_ns = int(row[0])
+    return out
+
+
+def _normal_api(api: str) -> str:
+    """``mul (moved by policy rules:p.toml rule 2)`` -> ``mul (moved by policy)``."""
+    i = api.find(" (moved by policy")
+    return api[:i] + " (moved by policy)" if i >= 0 else api

@@ -1,0 +1,166 @@
+"""Pick the right solver for a partition problem, run it, and say how good the answer is.
+
+=====================================  =======================================  ==========
+problem (after exact reductions)       solver                                   guarantee
+=====================================  =======================================  ==========
+2 devices, no caps                     s-t minimum cut (mincut.py)              optimal
+<= ``exact_limit`` nodes, <= 4 devices integer program (milp.py)                optimal*
+more devices, no caps                  expansion moves (mincut.py)              <= 2 x opt
+caps (``--balance``, memory)           multilevel search (multilevel.py)        heuristic
+=====================================  =======================================  ==========
+
+(*) within HiGHS's deterministic node limit; otherwise its dual bound is reported.
+Afterwards every node that could sit on its ``hint`` device (where it ran) at no extra
+cost is put back there, so a suggestion only moves what it must.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .coarsen import Reduction
+from .mincut import expansion, two_devices
+from .milp import MilpFailed, solve_milp
+from .model import Partition, Solution, cost
+from .multilevel import multilevel
+
+SOLVERS = ("auto", "mincut", "milp", "expansion", "multilevel")
+
+
+def solve_partition(p: Partition, hint: np.ndarray | None = None, seed: int = 0,
+                    solver: str = "auto", exact_limit: int = 200,
+                    node_limit: int = 20000) -> Solution:
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
+    t0 = time.perf_counter()
+    notes = []
+    red = None
+    q = p
+    if not p.constrained and solver != "multilevel":
+        red = Reduction(p)
+        q = red.reduced
+        notes.append(f"exact reductions: {p.n} -> {q.n} nodes")
+    choice = solver
+    if choice == "auto":
+        if q.k == 2 and not q.constrained:
+            choice = "mincut"
+        elif q.n <= exact_limit and q.k <= 4:
+            choice = "milp"
+        elif not q.constrained:
+            choice = "expansion"
+        else:
+            choice = "multilevel"
+    init = _project_hint(hint, red, q)
+    if choice == "mincut":
+        sol = two_devices(q)
+    elif choice == "milp":
+        try:
+            sol = solve_milp(q, node_limit=node_limit)
+        except MilpFailed as exc:
+            notes.append(f"{exc}; fell back to the multilevel search")
+            sol = multilevel(q, seed)
+    elif choice == "expansion":
+        sol = expansion(q, init)
+    else:
+        sol = multilevel(q, seed)
+    labels = _settle_isolated(q, np.asarray(sol.assign, dtype=np.int64), init)
+    labels = red.expand(labels) if red is not None else labels
+    if hint is not None:
+        labels = prefer(p, labels, hint)
+    value = cost(p, labels)  # reductions are exact and ``prefer`` never adds cost: value <= sol.cost
+    return Solution(labels, value, sol.solver, sol.lower_bound, sol.optimal,
+                    time.perf_counter() - t0, notes + sol.notes)
+
+
+def _project_hint(hint, red, q: Partition):
+    """A starting placement for the reduced problem: the device most of a merged node's
+    members ran on (ties: the lower device)."""
+    if hint is None:
+        return None
+    hint = np.asarray(hint, dtype=np.int64)
+    groups = red.groups if red is not None else np.arange(hint.size)
+    votes = np.zeros((q.n, q.k), dtype=np.int64)
+    ok = hint >= 0
+    np.add.at(votes, (groups[ok], hint[ok]), 1)
+    votes[~q.allowed] = -1
+    start = votes.argmax(axis=1)
+    fallback = np.where(q.allowed, q.unary, np.iinfo(np.int64).max // 4).argmin(axis=1)
+    return np.where(votes.max(axis=1) > 0, start, fallback).astype(np.int64)
+
+
+def _settle_isolated(q: Partition, labels: np.ndarray, start) -> np.ndarray:
+    """Nodes left without edges cost the same on every device of equal compute cost: put
+    them where most of their members ran."""
+    if start is None or q.constrained:
+        return labels
+    deg = np.bincount(np.concatenate([q.u, q.v]), minlength=q.n)[:q.n] if q.u.size else np.zeros(q.n, dtype=np.int64)
+    rows = np.arange(q.n)
+    same = q.unary[rows, start] <= q.unary[rows, labels]
+    move = (deg == 0) & same & q.allowed[rows, start]
+    out = labels.copy()
+    out[move] = start[move]
+    return out
+
+
+def prefer(p: Partition, labels: np.ndarray, hint: np.ndarray, rounds: int = 8) -> np.ndarray:
+    """Move nodes to their ``hint`` device where that costs nothing (or saves).
+
+    Moves are made in rounds of non-adjacent nodes, so the cost changes of one round add up
+    exactly and the total never increases. Skipped under caps (a free move could break one).
+    """
+    if p.constrained:
+        return labels
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    hint = np.asarray(hint, dtype=np.int64)
+    n, k = p.n, p.k
+    rows = np.arange(n)
+    heads = np.concatenate([p.u, p.v])
+    tails = np.concatenate([p.v, p.u])
+    ws = np.concatenate([p.w, p.w])
+    h = np.clip(hint, 0, k - 1)
+    for _ in range(rounds):
+        cand = (hint >= 0) & (labels != hint) & p.allowed[rows, h]
+        if not cand.any():
+            break
+        conn = np.zeros((n, k), dtype=np.int64)
+        np.add.at(conn, (heads, labels[tails]), ws)
+        delta = p.unary[rows, h] - p.unary[rows, labels] + conn[rows, labels] - conn[rows, h]
+        cand &= delta <= 0
+        if not cand.any():
+            break
+        # independent set: a candidate moves unless a lower-numbered neighbour also would
+        blocked = np.zeros(n, dtype=bool)
+        both = cand[heads] & cand[tails] & (tails < heads)
+        blocked[heads[both]] = True
+        move = cand & ~blocked
+        labels[move] = hint[move]
+    return labels
+
+
+def solve_graph(g, objective: str, seed: int = 0, balance: float | None = None,
+                solver: str = "auto", hint: np.ndarray | None = None) -> Solution:
+    """Any objective on a ``Graph``: colour classes are merged first (an exact constraint),
+    the answer is mapped back to every node."""
+    from .coarsen import color_groups, contract
+    from .model import MAKESPAN, THROUGHPUT, partition_problem
+    from .pipeline import solve_throughput
+    from .schedule import solve_makespan
+
+    if objective == MAKESPAN:
+        return solve_makespan(g)
+    if objective == THROUGHPUT:
+        return solve_throughput(g)
+    p = partition_problem(g, objective, balance)
+    if (g.color >= 0).any():
+        groups = color_groups(g.color)
+        q = contract(p, groups)
+        qhint = None
+        if hint is not None:
+            qhint = np.full(q.n, -1, dtype=np.int64)
+            qhint[groups[::-1]] = np.asarray(hint)[::-1]
+        sol = solve_partition(q, qhint, seed, solver)
+        sol.assign = sol.assign[groups]
+        sol.notes.insert(0, f"colour classes: {p.n} -> {q.n} nodes")
+        return sol
+    return solve_partition(p, hint, seed, solver)

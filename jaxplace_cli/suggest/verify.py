@@ -1,0 +1,67 @@
+"""``--verify``: replay the script under the suggested policy and compare with the prediction.
+
+The replay is a real ``python -m jaxplace_cli run --policy FILE`` subprocess in the recorded
+run's working directory (so relative paths and the rules' ``file:line`` keys mean the same),
+with the same simulated device count and script arguments. The new run is then measured
+exactly like the original one.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..events import TRANSFER_KINDS
+from .plan import Plan
+from .predict import Traffic, measure
+
+
+@dataclass
+class Verification:
+    ok: bool  # the command ran and produced a readable run
+    match: bool  # transfer counts and bytes equal the prediction, kind by kind and site by site
+    run_dir: str
+    command: list
+    measured: Traffic | None = None
+    rows: list = field(default_factory=list)  # (kind, site, predicted [n, b], measured [n, b])
+    error: str = ""
+    stdout: str = ""  # the script's own output under the policy (results must not change)
+
+
+def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str | None = None,
+           timeout: float = 600.0) -> Verification:
+    cwd = cwd or plan.cwd or None
+    args = plan.run_command(str(Path(policy_path).resolve()), script, str(Path(out_dir).resolve()))
+    cmd = [sys.executable, "-m", "jaxplace_cli", *args[1:2], "--no-trace", "--quiet", *args[2:]]
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # the replay sets its own device count (--devices)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Verification(False, False, str(out_dir), cmd, error=f"replay failed: {exc}")
+    from ..analysis.run import InputError, open_run
+
+    try:
+        run = open_run(Path(out_dir))
+    except InputError as exc:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [str(exc)]
+        return Verification(False, False, str(out_dir), cmd, error=f"replay exited {proc.returncode}: {tail[0]}")
+    got = measure(run, cwd=plan.cwd)
+    rows = compare(plan.predicted, got)
+    match = all(p == m for _, _, p, m in rows)
+    err = "" if proc.returncode == 0 else f"the script exited {proc.returncode} under the policy"
+    return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout)
+
+
+def compare(pred: Traffic, got: Traffic) -> list:
+    """Rows for every kind total ("*") and every site either side has."""
+    rows = []
+    for kind in TRANSFER_KINDS:
+        rows.append((kind, "*", list(pred.totals.get(kind, [0, 0])), list(got.totals.get(kind, [0, 0]))))
+    keys = sorted(set(pred.sites) | set(got.sites))
+    for kind, site in keys:
+        rows.append((kind, site, list(pred.sites.get((kind, site), [0, 0])),
+                     list(got.sites.get((kind, site), [0, 0]))))
+    return rows
