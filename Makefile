@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 2
 
 .PHONY: install demo test bench clean
 

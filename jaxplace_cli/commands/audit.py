@@ -87,8 +87,11 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
     """Audit ``path`` and render it; returns the exit code (0, or 1 on a budget breach)."""
     from ..analysis import BudgetVerdict, audit_run
     from ..analysis.findings import RULES, RuleConfig
+    import sqlite3
+
     from ..analysis.run import InputError, classify_input, open_run
     from ..report import EXTENSIONS, FORMATS
+    from ..store import StoreError
     from ..sizes import parse_size
 
     fmt = format or (EXTENSIONS.get(output.suffix.lower(), "text") if output is not None
@@ -117,6 +120,8 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
             result = audit_trace(path, cfg, top_sites=top, run=run_name, select=rule, ignore=ignore)
     except InputError as exc:
         fail(str(exc))
+    except (sqlite3.DatabaseError, StoreError) as exc:  # a store corrupt past its header
+        fail(f"{path}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
     if gate is not None:
         from ..budgets import check
 

@@ -39,6 +39,9 @@ def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file + rename: a failed write never leaves a partial report."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or "."))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a report should follow the umask
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

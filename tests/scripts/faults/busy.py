@@ -1,0 +1,25 @@
+# Dispatches small ops in a loop and prints a progress counter; stops after --seconds.
+# Used by the fault tests: SIGINT at random moments, os._exit, disk full, run dir removed.
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
+mode = sys.argv[2] if len(sys.argv) > 2 else "normal"
+
+x = jnp.ones((16, 16))
+f = jax.jit(lambda a, b: a @ b * 0.5 + 1.0)
+print("ready", flush=True)
+n = 0
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    x = f(x, jnp.asarray(np.full((16, 16), 0.01, np.float32)))  # 1 jit op + 1 implicit h2d
+    x = x / float(x[0, 0])                                      # getitem, host read, divide
+    n += 1
+print(f"done {n} iterations, {float(x.sum()):.6f}", flush=True)
+if mode == "os_exit":
+    os._exit(5)

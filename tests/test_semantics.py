@@ -1,0 +1,144 @@
+"""Semantics unchanged (issue 7, part 4): under `jaxplace run`, with and without a placement
+policy, every program prints exactly what plain `python` prints.
+
+tests/scripts/semantics/run_all.py runs the JAX programs of that folder (grad, vmap, scan,
+while_loop, cond, pmap, shard_map, donation, random keys, custom_jvp/vjp, pure_callback,
+debug.print) and every sample script in one process, each under a `== name ==` header; the
+programs print every result as dtype, shape, a hash of its exact bytes and its first values
+at full precision. It runs once under python, then once per jaxplace mode (4 simulated devices each), and each
+(program, mode) pair is one test.
+
+Speed: the runs share a JAX persistent compilation cache, filled by the python run (26 s ->
+7 s per run here). That does not weaken the comparison: the cache key is the compiled program
+with its devices and options, so anything jaxplace changed in what is compiled would miss
+the cache and be compiled afresh.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SAMPLES, SCRIPTS, audit_json, child_env
+
+SEMANTICS = SCRIPTS / "semantics"
+DRIVER = [str(SEMANTICS / "run_all.py"), "--samples", str(SAMPLES)]
+MODES = ["default", "pin:cpu:1", "rr", "rr-strict"]
+PROGRAMS = sorted(p.stem[5:] for p in SEMANTICS.glob("prog_*.py"))
+SAMPLE_NAMES = sorted(f"sample {p.name}" for p in SAMPLES.glob("*.py"))
+DEVICES = "4"
+
+# Differences a policy causes on purpose: placement is what a policy changes.
+PLACEMENT_SHOWN = {  # the script prints where its result lives
+    "sample pingpong_clean.py": re.compile(r"\{CpuDevice\(id=\d+\)\}"),
+}
+# The script demonstrates JAX refusing two arrays committed to different devices; a policy
+# that moves every argument of the call to one device makes the call legal, so it runs.
+REFUSAL_MADE_LEGAL = {"sample incompatible_devices.py"}
+
+# Known bug (reported, docs/reliability.md): a policy that moves an array commits it to its
+# new device (jax.device_put), and JAX refuses committed single-device arrays in pmap and in a
+# shard_map over several devices. rr-strict moves the inputs these programs build eagerly.
+COMMITTED_BY_POLICY = {("pmap", "rr-strict"), ("shard_map", "rr-strict")}
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("== ") and line.endswith(" =="):
+            current = line[3:-3]
+            out[current] = []
+        elif current is not None:
+            out[current].append(line)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{mode: (returncode, sections, stdout, stderr, run_dir)}; 'python' is the reference."""
+    tmp = tmp_path_factory.mktemp("semantics")
+    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp / "jax-cache"),
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    env = child_env(**cache)
+    cmds = {"python": ([sys.executable, *DRIVER],
+                       child_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}", **cache), None)}
+    for mode in MODES:
+        out = tmp / re.sub(r"[^a-z0-9-]", "_", mode)
+        cmds[mode] = ([sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--devices",
+                       DEVICES, "--out", str(out)] + (["--policy", mode] if mode != "default" else [])
+                      + DRIVER, env, out)
+    results = {}
+
+    def start(mode):
+        c, e, _ = cmds[mode]
+        return subprocess.Popen(c, env=e, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = {}
+    try:
+        for batch in (["python"], MODES):  # python first: it fills the compilation cache
+            procs = {m: start(m) for m in batch}
+            for mode, proc in procs.items():
+                stdout, stderr = proc.communicate(timeout=600)
+                results[mode] = (proc.returncode, _sections(stdout), stdout, stderr, cmds[mode][2])
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    yield results
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_every_program_and_sample_ran(runs):
+    rc, sections, stdout, stderr, _ = runs["python"]
+    assert rc == 0, stderr
+    assert list(sections) == PROGRAMS + SAMPLE_NAMES
+    assert not [line for line in stdout.splitlines() if line.startswith("!!") and "incompatible_devices" not in line]
+    for mode in MODES:
+        assert runs[mode][0] == 0, (mode, runs[mode][3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", PROGRAMS + SAMPLE_NAMES)
+def test_output_identical_to_python(runs, name, mode):
+    if (name, mode) in COMMITTED_BY_POLICY:
+        pytest.xfail("known bug: arrays a policy moved are committed, and pmap/shard_map refuse "
+                     "committed single-device inputs (docs/reliability.md)")
+    expected = runs["python"][1][name]
+    got = runs[mode][1].get(name)
+    if mode != "default" and name in PLACEMENT_SHOWN:
+        pattern = PLACEMENT_SHOWN[name]
+        expected = [pattern.sub("<device>", line) for line in expected]
+        got = [pattern.sub("<device>", line) for line in got or []]
+    if mode != "default" and name in REFUSAL_MADE_LEGAL:
+        assert expected[0].startswith("!! ") and "incompatible devices" in expected[0]
+        assert [line.split(":")[0] for line in got] == ["batch 0", "batch 1", "batch 2"], got
+        return
+    assert got == expected
+
+
+def test_stderr_identical_to_python_when_recording(runs):
+    """jaxplace -q adds nothing to stderr, and JAX's own messages are unchanged."""
+    assert runs["default"][3] == runs["python"][3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_each_run_is_auditable_and_placed(runs, mode):
+    """The runs really were recorded (and placed): not a vacuous comparison."""
+    r = audit_json(runs[mode][4])
+    assert r["run"]["status"] == "complete"
+    by_device = r["ops"]["by_device"]
+    assert r["ops"]["total"] > 500
+    single = {d: v["count"] for d, v in by_device.items() if "," not in d}
+    if mode == "pin:cpu:1":
+        # everything single-device on cpu:1, except what the samples put elsewhere themselves
+        # (device_put) and ops on sharded arrays (JAX decides)
+        assert single["cpu:1"] > 0.8 * sum(single.values()), single
+    if mode.startswith("rr"):
+        assert all(single.get(f"cpu:{i}", 0) > 0 for i in range(4)), single
