@@ -17,8 +17,8 @@ _LAZY = {
     "where": ("jaxplace_cli.placement.api", "where"),
     "OpInfo": ("jaxplace_cli.placement.opinfo", "OpInfo"),
     "PolicyError": ("jaxplace_cli.placement.errors", "PolicyError"),
-    "budget": ("jaxplace_cli.pytest_plugin", "budget"),
-    "BudgetExceeded": ("jaxplace_cli.pytest_plugin", "BudgetExceeded"),
+    "budget": ("jaxplace_cli.recording", "budget"),
+    "BudgetExceeded": ("jaxplace_cli.recording", "BudgetExceeded"),
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -101,8 +101,8 @@ def budget_from_dict(data: dict, where: str) -> Budget:
         b.fail_on = data["fail_on"]
     if "allow" in data:
         allow = data["allow"]
-        if not isinstance(allow, list) or not all(isinstance(a, str) and ":" in a for a in allow):
-            raise BudgetError(f"{where}: allow must be a list of \"file:line\" patterns (globs allowed)")
+        if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
+            raise BudgetError(f"{where}: allow must be a list of \"file:line\" or \"file\" patterns (globs allowed)")
         b.allow = allow
     for key in ("pingpong", "host_syncs_per_step", "recompiles"):
         if key in data:
@@ -145,15 +145,20 @@ def merge_flags(budget: Budget | None, flags: dict) -> Budget:
 
 # -- the check ---------------------------------------------------------------------------------
 
+def _is_allowed(file: str, line: int, patterns: list[str]) -> bool:
+    """``file:line`` matches a pattern (``train.py:41``, ``*/loader.py:*``; a pattern without
+    ``:LINE`` covers the whole file) against the full path or any trailing part of it."""
+    text = f"{file}:{line}"
+    for p in patterns:
+        if ":" not in p:
+            p += ":*"
+        if fnmatch.fnmatchcase(text, p) or fnmatch.fnmatchcase(text, "*/" + p.lstrip("/")):
+            return True
+    return False
+
+
 def _allowed_sites(sites: dict, patterns: list[str]) -> set[int]:
-    out = set()
-    for sid, s in sites.items():
-        text = f"{s.file}:{s.line}"
-        for p in patterns:
-            if fnmatch.fnmatchcase(text, p) or fnmatch.fnmatchcase(text, "*/" + p.lstrip("/")):
-                out.add(sid)
-                break
-    return out
+    return {sid for sid, s in sites.items() if _is_allowed(s.file, s.line, patterns)}
 
 
 def _where(sites, sid, api="") -> str:
@@ -171,7 +176,8 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
     allowed = _allowed_sites(sites, budget.allow) if budget.allow else set()
     min_bytes = budget.min_bytes if budget.min_bytes is not None else default_min_bytes
     rows = [r for r in conn.execute(
-        "SELECT seq, kind, bytes, site, api, blocking FROM transfers ORDER BY seq") if r[3] not in allowed]
+        "SELECT seq, kind, bytes, site, api, blocking, op_seq FROM transfers ORDER BY seq")
+        if r[3] not in allowed]
     steps = result.steps.steps if result.steps is not None else []
     warmup = result.steps.warmup if result.steps is not None else 0
     starts = [s.start_seq for s in steps]
@@ -190,8 +196,9 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
         for key in ("count", "bytes"):
             if key in limits and totals[key] > limits[key]:
                 breaches.append(Breach(f"{kind}.{key}", limits[key], totals[key],
-                                       f"{kind} {_noun(key)} was limited to {_fmt(key, limits[key])} but the run did "
-                                       f"{_fmt(key, totals[key])}{top[0]}", *top[1:]))
+                                       f"{kind} {_noun(key)} were limited to {_fmt(key, limits[key])} but the run "
+                                       f"{'did' if key == 'count' else 'moved'} {_fmt(key, totals[key])}{top[0]}",
+                                       *top[1:]))
         for key in ("count_per_step", "bytes_per_step"):
             if key not in limits:
                 continue
@@ -219,40 +226,81 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
                                        f"{what} per step was limited to {_fmt(key, limits[key])} "
                                        f"but step {worst[0]} did {_fmt(key, worst[1])}{top[0]}", *top[1:]))
     if budget.host_syncs_per_step is not None:
-        syncs = [r for r in rows if r[1] == D2H and r[5]]
-        per = {}
-        for r in syncs:
-            i = step_of(r[0]) if steps else None
-            if i is not None and i >= warmup:
-                per.setdefault(i, []).append(r)
-        if per:
-            i, rs = max(per.items(), key=lambda kv: (len(kv[1]), -kv[0]))
-            if len(rs) > budget.host_syncs_per_step:
-                top = _top_site(rs, sites)
-                breaches.append(Breach("host_syncs_per_step", budget.host_syncs_per_step, len(rs),
-                                       f"host syncs per step were limited to {budget.host_syncs_per_step} but step {i} "
-                                       f"did {len(rs)}{top[0]}", *top[1:]))
-    findings = result.findings
-    for key, rule in (("pingpong", "pingpong"), ("recompiles", "recompile")):
-        limit = getattr(budget, key)
-        if limit is None:
-            continue
-        hits = [f for f in findings if f.rule == rule]
+        breaches += _host_syncs_per_step(rows, budget.host_syncs_per_step, result, step_of, warmup, sites)
+    # findings at an allowed site are expected, like its transfers
+    findings = [f for f in result.findings if not (budget.allow and f.file
+                                                   and _is_allowed(f.file, f.line, budget.allow))]
+    if budget.pingpong is not None:
+        hits = [f for f in findings if f.rule == "pingpong"]
         actual = sum(f.count for f in hits)
-        if actual > limit:
+        if actual > budget.pingpong:
             f = max(hits, key=lambda f: f.count)
-            noun = "ping-pong round trips" if key == "pingpong" else "recompiles"
-            breaches.append(Breach(key, limit, actual,
-                                   f"{noun} were limited to {limit} but the run had {actual} "
-                                   f"({f.file.rsplit('/', 1)[-1]}:{f.line})", f.file, f.line))
+            breaches.append(Breach("pingpong", budget.pingpong, actual,
+                                   f"ping-pong round trips were limited to {budget.pingpong} but the run had "
+                                   f"{actual} ({_short(f.file)}:{f.line})", f.file, f.line))
+    if budget.recompiles is not None:
+        breaches += _recompiles(run, budget, result)
     if budget.fail_on:
         worst = SEVERITY_ORDER.index(budget.fail_on)
+        # a rule with its own limit is judged by that limit, not failed a second time here
+        limited = {r for r, key in (("pingpong", "pingpong"), ("recompile", "recompiles"))
+                   if getattr(budget, key) is not None}
         for f in findings:
-            if SEVERITY_ORDER.index(f.severity) <= worst:
+            if f.rule not in limited and SEVERITY_ORDER.index(f.severity) <= worst:
+                where = f" at {_short(f.file)}:{f.line}" if f.file else ""
                 breaches.append(Breach(f"fail_on.{f.rule}", 0, 1,
-                                       f"{f.severity} finding {f.rule} at {f.file.rsplit('/', 1)[-1]}:{f.line}: {f.message}",
+                                       f"{f.severity} finding {f.rule}{where}: {f.message}",
                                        f.file, f.line))
     return breaches
+
+
+def _short(file: str) -> str:
+    return file.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _host_syncs_per_step(rows, limit, result, step_of, warmup, sites) -> list[Breach]:
+    """Blocking device->host reads (any size: a 4-byte float(loss) stalls the host as long as
+    a big read) in the worst steady-state step, counted in calls like host-sync-in-loop: a
+    jax.device_get of a pytree reads every leaf but waits once."""
+    if result.steps is None or not result.steps.steps:
+        return [Breach("host_syncs_per_step", limit, -1,
+                       "host syncs per step were limited but no steps were detected "
+                       f"({result.steps.detail if result.steps else 'no run'}); mark steps with "
+                       "jax.profiler.StepTraceAnnotation or drop the per-step limit")]
+    per: dict = {}
+    for r in rows:
+        if r[1] != D2H or not r[5]:
+            continue
+        i = step_of(r[0])
+        if i is not None and i >= warmup:
+            per.setdefault(i, {}).setdefault(r[6] or -r[0], r)  # one wait per call
+    if not per:
+        return []
+    i, calls = max(per.items(), key=lambda kv: (len(kv[1]), -kv[0]))
+    if len(calls) <= limit:
+        return []
+    top = _top_site(list(calls.values()), sites)
+    return [Breach("host_syncs_per_step", limit, len(calls),
+                   f"host syncs per step were limited to {limit} but step {i} did {len(calls)}{top[0]}",
+                   *top[1:])]
+
+
+def _recompiles(run, budget: Budget, result) -> list[Breach]:
+    """Compiles beyond the first of each jitted function (per the recompile rule's keying),
+    whatever the audit's --recompile-threshold: ``recompiles = 0`` means every function
+    compiled once."""
+    from .analysis.findings import RuleConfig, recompile
+
+    hits = [f for f in recompile(run, RuleConfig(recompile_threshold=1))
+            if not (budget.allow and f.file and _is_allowed(f.file, f.line, budget.allow))]
+    actual = sum(f.count - 1 for f in hits)
+    if actual <= budget.recompiles:
+        return []
+    f = max(hits, key=lambda f: f.count)
+    name = f.message.split(" was compiled", 1)[0]
+    return [Breach("recompiles", budget.recompiles, actual,
+                   f"recompiles were limited to {budget.recompiles} but the run had {actual} "
+                   f"({name} compiled {f.count} times at {_short(f.file)}:{f.line})", f.file, f.line)]
 
 
 def _noun(key):

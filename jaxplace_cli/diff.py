@@ -7,10 +7,12 @@ differ between machines, lines and APIs do not.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .events import TRANSFER_KINDS
+from .store import StoreError
 
 
 class DiffInputError(Exception):
@@ -45,7 +47,9 @@ class SiteDelta:
     new_count: int
     base_bytes: int
     new_bytes: int
-    status: str  # "new" | "vanished" | "changed" | "same"
+    status: str  # "new" | "vanished" | "changed" | "same" | "unlisted" (see compare)
+    file: str = ""  # full path (the new side's when both have it)
+    line: int = 0
 
 
 @dataclass
@@ -54,6 +58,7 @@ class Diff:
     new: str
     kinds: list[KindDelta]
     sites: list[SiteDelta] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def load_side(path: Path, min_bytes: int) -> dict:
@@ -77,6 +82,8 @@ def load_side(path: Path, min_bytes: int) -> dict:
         return to_dict(audit_run(open_run(path), RuleConfig(min_bytes=min_bytes), top_sites=10_000))
     except InputError as exc:
         raise DiffInputError(str(exc)) from None
+    except (sqlite3.DatabaseError, StoreError) as exc:
+        raise DiffInputError(f"{path}: the events store is corrupt or unreadable ({exc})") from None
 
 
 def _site_key(s: dict) -> str:
@@ -93,19 +100,40 @@ def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new
     def index(doc):
         out: dict = {}
         for s in doc["transfers"]["sites"]:
-            c, by = out.get(_site_key(s), (0, 0))
-            out[_site_key(s)] = (c + s["count"], by + s["bytes"])
+            c, by, _, _ = out.get(_site_key(s), (0, 0, "", 0))
+            out[_site_key(s)] = (c + s["count"], by + s["bytes"], s["file"], s["line"])
         return out
 
     bi, ni = index(base), index(new)
+    cut_b, cut_n = truncated(base), truncated(new)
+    notes = [f"{name} lists only its top {len(doc['transfers']['sites'])} transfer sites (audit --top); "
+             f"a site missing from it is 'unlisted', not new or vanished — save baselines with "
+             f"`jaxplace audit RUN --format json --top 1000`"
+             for name, doc, cut in ((base_name, base, cut_b), (new_name, new, cut_n)) if cut]
+    if base["transfers"].get("min_bytes") != new["transfers"].get("min_bytes"):
+        notes.append(f"the sides count transfers from different sizes ({base['transfers'].get('min_bytes')} "
+                     f"and {new['transfers'].get('min_bytes')} bytes): deltas mix what each leaves out")
     sites = []
     for key in sorted(set(bi) | set(ni)):
-        bc, bb = bi.get(key, (0, 0))
-        nc, nb = ni.get(key, (0, 0))
-        status = "new" if key not in bi else "vanished" if key not in ni else ("same" if (bc, bb) == (nc, nb) else "changed")
-        sites.append(SiteDelta(key, bc, nc, bb, nb, status))
+        bc, bb, bf, bl = bi.get(key, (0, 0, "", 0))
+        nc, nb, nf, nl = ni.get(key, (0, 0, "", 0))
+        if key not in bi:
+            status = "unlisted" if cut_b else "new"
+        elif key not in ni:
+            status = "unlisted" if cut_n else "vanished"
+        else:
+            status = "same" if (bc, bb) == (nc, nb) else "changed"
+        sites.append(SiteDelta(key, bc, nc, bb, nb, status, nf or bf, nl or bl))
     sites.sort(key=lambda s: (-(abs(s.new_bytes - s.base_bytes)), s.key))
-    return Diff(base_name, new_name, kinds, sites)
+    return Diff(base_name, new_name, kinds, sites, notes)
+
+
+def truncated(doc: dict) -> bool:
+    """Whether a saved audit lists fewer transfer sites than it counted: its sites are the
+    top ``--top`` of the same population (transfers of at least min_bytes) as its totals."""
+    t = doc["transfers"]
+    listed = sum(s["count"] for s in t["sites"])
+    return listed < sum(v.get("count", 0) for v in t["totals"].values())
 
 
 def increases_over(diff: Diff, pct: float) -> list[str]:
@@ -130,4 +158,5 @@ def to_dict(diff: Diff) -> dict:
                   for k in diff.kinds},
         "sites": [{"site": s.key, "status": s.status, "base": {"count": s.base_count, "bytes": s.base_bytes},
                    "new": {"count": s.new_count, "bytes": s.new_bytes}} for s in diff.sites],
+        "notes": list(diff.notes),
     }

@@ -4,8 +4,9 @@
     def test_train_step(): ...
 
 An int limits the number of transfers of that kind, a size string its bytes; also
-``h2d_per_step``/``d2h_per_step``/``d2d_per_step``, ``pingpong``, ``host_syncs_per_step``,
-``recompiles``, ``fail_on``, ``min_bytes``. A global default comes from the ini option
+``h2d_count``, ``h2d_bytes``, ``h2d_per_step``, ``h2d_bytes_per_step`` (and d2h, d2d),
+``pingpong``, ``host_syncs_per_step``, ``recompiles``, ``fail_on``, ``min_bytes``, ``allow``
+(docs/budgets.md). An unknown keyword fails the test with one line naming it. A global default comes from the ini option
 ``transfer_budget`` (``"d2h=0 h2d=1MB"``); a marker overrides it key by key.
 
 Registered through the ``pytest11`` entry point, so it is active without flags. JAX's entry
@@ -19,17 +20,16 @@ import importlib.abc
 import importlib.util
 import shlex
 import sys
-import tempfile
-from contextlib import contextmanager
 
 import pytest
 
+# The pytest-free part lives in recording.py; BudgetExceeded and budget stay importable here.
+from .recording import BudgetExceeded, budget
+from .recording import _failure_text, _install_inert, _recording, _verdict, limits_to_budget
+
+__all__ = ["BudgetExceeded", "budget"]
+
 MARKER = "transfer_budget"
-KINDS = ("h2d", "d2h", "d2d")
-
-
-class BudgetExceeded(AssertionError):
-    """Raised by ``jaxplace_cli.budget(...)`` when the block exceeded its transfer budget."""
 
 
 def pytest_addoption(parser):
@@ -39,6 +39,14 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(**limits): fail the test when its JAX code "
                                        "exceeds these transfer limits (jaxplace)")
+    ini = config.getini(MARKER)
+    if ini:
+        from .budgets import BudgetError
+
+        try:
+            limits_to_budget(_parse_ini(ini), "transfer_budget ini option")
+        except BudgetError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_sessionstart(session):
@@ -51,19 +59,6 @@ def pytest_sessionstart(session):
         _install_inert()
     else:
         sys.meta_path.insert(0, _AfterJaxImport())
-
-
-_INSTALLED: list = []
-
-
-def _install_inert() -> None:
-    from .hooks import install, state
-    from .recorder import Recorder
-
-    if state.active.rec is None and not _INSTALLED:
-        install(Recorder())  # patch the entry points ...
-        state.active.rec = None  # ... but record nothing until a budgeted test runs
-        _INSTALLED.append(True)
 
 
 class _AfterJaxImport(importlib.abc.MetaPathFinder):
@@ -90,110 +85,23 @@ class _AfterJaxImport(importlib.abc.MetaPathFinder):
 
 
 def _parse_ini(text: str) -> dict:
+    """``d2h=0 h2d="1 MB"`` -> {"d2h": 0, "h2d": "1 MB"}. Also accepted: commas between items,
+    and the whole value quoted (``transfer_budget = "d2h=0 h2d=1MB"`` in a pytest.ini keeps
+    the quotes, where pyproject.toml's TOML string drops them)."""
+    t = (text or "").strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
+        t = t[1:-1]
+    try:
+        items = shlex.split(t.replace(",", " "))
+    except ValueError as exc:
+        raise pytest.UsageError(f"transfer_budget ini option: {exc} in {text!r}") from None
     out = {}
-    for item in shlex.split(text or ""):
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise pytest.UsageError(f"transfer_budget ini option: {item!r} is not key=value")
         out[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
     return out
-
-
-def limits_to_budget(limits: dict, where: str):
-    """Marker/ini keywords -> a budget.Budget (BudgetError names the bad keyword)."""
-    from .budgets import Budget, BudgetError, budget_from_dict
-
-    data: dict = {}
-    for key, value in limits.items():
-        if key in KINDS:
-            data.setdefault(key, {})["count" if isinstance(value, int) else "bytes"] = value
-        elif key.endswith(("_per_step", "_bytes")) and key.split("_", 1)[0] in KINDS:
-            kind, rest = key.split("_", 1)
-            data.setdefault(kind, {})[{"per_step": "count_per_step", "bytes": "bytes",
-                                       "bytes_per_step": "bytes_per_step"}.get(rest, rest)] = value
-        elif key == "host_syncs":
-            data["host_syncs_per_step"] = value
-        else:
-            data[key] = value
-    try:
-        return budget_from_dict(data, where) if data else Budget(source=where)
-    except BudgetError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-@contextmanager
-def _recording():
-    """Record the block's JAX work into a temporary run directory; yields a callable that
-    returns (AuditResult, RunData) once the block is done."""
-    from .hooks import install, state
-    from .recorder import Recorder
-    from .rundir import EVENTS, MANIFEST_SCHEMA_VERSION, write_manifest
-    from .store import StoreWriter
-
-    rec = Recorder()
-    installed_here = False
-    if _INSTALLED or state.active.rec is not None:
-        previous = state.active.rec
-        state.active.rec = rec
-    else:
-        previous = None
-        install(rec)
-        installed_here = True
-    holder: dict = {}
-    tmp = tempfile.TemporaryDirectory(prefix="jaxplace-budget-")
-    try:
-        yield holder
-    finally:
-        if installed_here:
-            from .hooks import uninstall
-
-            uninstall()
-        else:
-            state.active.rec = previous
-        from pathlib import Path
-
-        run_dir = Path(tmp.name)
-        writer = StoreWriter(run_dir / EVENTS)
-        writer.write(rec.drain())
-        writer.close()
-        write_manifest(run_dir, {"schema_version": MANIFEST_SCHEMA_VERSION, "status": "complete",
-                                 "exit_code": 0, "argv": ["pytest"], "policy": "default"})
-        holder["dir"] = run_dir
-        holder["tmp"] = tmp
-
-
-def _verdict(holder: dict, budget, min_bytes: int = 1024):
-    from .analysis import audit_run
-    from .analysis.findings import RuleConfig
-    from .analysis.run import open_run
-    from .budgets import check
-
-    run = open_run(holder["dir"])
-    try:
-        result = audit_run(run, RuleConfig(min_bytes=budget.min_bytes or min_bytes))
-        return check(result, run, budget, budget.min_bytes or min_bytes), result
-    finally:
-        run.store.close()
-        holder["tmp"].cleanup()
-
-
-def _failure_text(breaches, result) -> str:
-    from .sizes import human_bytes
-
-    lines = [breaches_sentence(b) for b in breaches]
-    out = "\n".join(lines)
-    if result.summary.sites:
-        out += "\n\nTop transfer sites:\n" + "\n".join(
-            f"  {s.file}:{s.line} {s.kind} x{s.count} {human_bytes(s.bytes)} {s.api}"
-            for s in result.summary.sites[:5])
-    return out
-
-
-def breaches_sentence(b) -> str:
-    """pytest-memray style: 'Test was limited to 0 d2h transfers but did 3 (...)'."""
-    if b.rule in ("h2d.count", "d2h.count", "d2d.count"):
-        return f"Test was limited to {b.limit} {b.rule.split('.')[0]} transfers but did {b.actual}"
-    return "Test " + b.message
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -203,26 +111,25 @@ def pytest_runtest_call(item):
     if marker is None and not ini:
         yield
         return
+    from .budgets import BudgetError
+
     limits = _parse_ini(ini)
     if marker is not None:
         limits.update(marker.kwargs)
-    budget = limits_to_budget(limits, f"{item.nodeid} transfer_budget")
+    try:
+        test_budget = limits_to_budget(limits, f"{item.nodeid}: transfer_budget")
+    except BudgetError as exc:  # the test still runs, then fails with the one line
+        outcome = yield
+        if outcome.excinfo is None:
+            outcome.force_exception(pytest.fail.Exception(str(exc), pytrace=False))
+        return
     with _recording() as holder:
         outcome = yield
     if outcome.excinfo is not None:
-        _verdict(holder, budget)  # clean up; the test's own failure is what matters
+        _verdict(holder, test_budget)  # clean up; the test's own failure is what matters
         return
-    breaches, result = _verdict(holder, budget)
+    breaches, result = _verdict(holder, test_budget)
     if breaches:
         outcome.force_exception(pytest.fail.Exception(_failure_text(breaches, result), pytrace=False))
 
 
-@contextmanager
-def budget(**limits):
-    """``with jaxplace_cli.budget(d2h=0): ...`` — raise BudgetExceeded if the block exceeds it."""
-    b = limits_to_budget(limits, "jaxplace_cli.budget()")
-    with _recording() as holder:
-        yield
-    breaches, result = _verdict(holder, b)
-    if breaches:
-        raise BudgetExceeded(_failure_text(breaches, result))

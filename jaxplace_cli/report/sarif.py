@@ -1,10 +1,16 @@
 """SARIF 2.1.0: each finding (and budget breach) as a result with a physical location, so
 code-scanning UIs show it on the line. URIs are relative to the working directory when the
-file lies below it (what GitHub code scanning expects)."""
+file lies below it (what GitHub code scanning expects).
+
+Every result gets a location: GitHub code scanning rejects the *whole* file when one result
+has none ("locationFromSarifResult: expected at least one location", github/codeql-action
+#1738), although SARIF allows it. Findings about the whole program (idle-device, imbalance)
+and breaches without a site are anchored at the audited script, else at the run's manifest."""
 from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 
 from .. import __version__
 from ..analysis import AuditResult
@@ -16,10 +22,10 @@ def _uri(path: str) -> str:
     try:
         rel = os.path.relpath(path)
         if not rel.startswith(".."):
-            return rel.replace(os.sep, "/")
+            return urllib.parse.quote(rel.replace(os.sep, "/"))
     except ValueError:
         pass
-    return "file://" + path if path.startswith("/") else path
+    return "file://" + urllib.parse.quote(path) if path.startswith("/") else urllib.parse.quote(path)
 
 
 def _location(file: str, line: int) -> list:
@@ -32,18 +38,39 @@ def _location(file: str, line: int) -> list:
     return [loc]
 
 
+def _anchor(result: AuditResult) -> tuple[str, int]:
+    """Where a result without a user line points: the script the run ran, else what was
+    audited (the run's run.json, or the trace file or directory)."""
+    m = result.manifest or {}
+    target = m.get("target") or {}
+    argv = m.get("argv") or []
+    if target.get("kind", "path") == "path" and argv:
+        script = os.path.join(m.get("cwd") or "", argv[0])
+        if os.path.isfile(script):
+            return os.path.abspath(script), 1
+    path = os.path.abspath(result.path)
+    if result.source == "run" and os.path.isfile(os.path.join(path, "run.json")):
+        return os.path.join(path, "run.json"), 1
+    return path, 0
+
+
 def render(result: AuditResult) -> str:
+    anchor = _anchor(result)
+
+    def where(file, line):
+        return _location(file, line) or _location(*anchor)
+
     rules = sorted({f.rule for f in result.findings}
                    | ({f"budget.{b.rule}" for b in result.budget.breaches} if result.budget else set()))
     results = []
     for f in result.findings:
         results.append({"ruleId": f.rule, "level": _LEVEL.get(f.severity, "note"),
                         "message": {"text": f.message + (f" Fix: {f.fix}" if f.fix else "")},
-                        "locations": _location(f.file, f.line)})
+                        "locations": where(f.file, f.line)})
     if result.budget is not None:
         for b in result.budget.breaches:
             results.append({"ruleId": f"budget.{b.rule}", "level": "error",
-                            "message": {"text": b.message}, "locations": _location(b.file, b.line)})
+                            "message": {"text": b.message}, "locations": where(b.file, b.line)})
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",

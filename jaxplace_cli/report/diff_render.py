@@ -1,0 +1,92 @@
+"""Renderers for `jaxplace diff`: a Diff -> text, markdown, GitHub annotations or JUnit XML
+(json is ``diff.to_dict``). Like the audit renderers they only present; ``failures`` are the
+``--fail-on-increase`` sentences, already decided by ``diff.increases_over``."""
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+
+from ..diff import Diff
+from ..sizes import human_bytes
+from .github import _line as _annotation
+
+FORMATS = ("text", "json", "markdown", "github", "junit")
+EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit"}
+
+
+def _pct(p) -> str:
+    if p is None:
+        return ""
+    return " (from none)" if p == float("inf") else f" ({p:+.1f}%)"
+
+
+def _changed(d: Diff):
+    return [s for s in d.sites if s.status != "same"]
+
+
+def text(d: Diff, failures: list[str]) -> str:
+    out = [f"jaxplace diff  {d.base}  ->  {d.new}"]
+    for k in d.kinds:
+        out.append(f"  {k.kind}: {k.base_count} -> {k.new_count} transfers, "
+                   f"{human_bytes(k.base_bytes)} -> {human_bytes(k.new_bytes)}{_pct(k.bytes_pct)}")
+    for s in _changed(d):
+        out.append(f"  [{s.status}] {s.key}: {s.base_count} -> {s.new_count} transfers, "
+                   f"{human_bytes(s.base_bytes)} -> {human_bytes(s.new_bytes)}")
+    if not _changed(d):
+        out.append("  no site changed")
+    out += [f"  note: {n}" for n in d.notes]
+    return "\n".join(out) + "\n"
+
+
+def markdown(d: Diff, failures: list[str]) -> str:
+    out = [f"## jaxplace diff: `{d.base}` → `{d.new}`", ""]
+    out += [f"- :x: {f}" for f in failures] + ([""] if failures else [])
+    out += ["| kind | count | bytes | change |", "|---|---:|---:|---:|"]
+    for k in d.kinds:
+        out.append(f"| {k.kind} | {k.base_count:,} → {k.new_count:,} | "
+                   f"{human_bytes(k.base_bytes)} → {human_bytes(k.new_bytes)} | {_pct(k.bytes_pct).strip(' ()')} |")
+    changed = _changed(d)
+    if changed:
+        out += ["", "| site | status | count | bytes |", "|---|---|---:|---:|"]
+        for s in changed[:30]:
+            out.append(f"| `{s.key}` | {s.status} | {s.base_count:,} → {s.new_count:,} | "
+                       f"{human_bytes(s.base_bytes)} → {human_bytes(s.new_bytes)} |")
+        if len(changed) > 30:
+            out.append(f"| … and {len(changed) - 30} more | | | |")
+    out += [""] + [f"> {n}" for n in d.notes] if d.notes else []
+    return "\n".join(out) + "\n"
+
+
+def github(d: Diff, failures: list[str]) -> str:
+    """A warning on each new or grown site (on its line), an error per failed limit."""
+    out = []
+    for s in d.sites:
+        if s.status == "new" or (s.status == "changed" and s.new_bytes > s.base_bytes):
+            what = "new transfer site" if s.status == "new" else "transfers grew"
+            out.append(_annotation("warning", f"jaxplace diff: {what}: {s.key}: {s.base_count} -> "
+                                   f"{s.new_count} transfers, {human_bytes(s.base_bytes)} -> "
+                                   f"{human_bytes(s.new_bytes)}", s.file, s.line))
+    out += [_annotation("error", f"jaxplace diff: {f}", "", 0) for f in failures]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def junit(d: Diff, failures: list[str]) -> str:
+    """One testcase per transfer kind; it fails when --fail-on-increase judged it grown."""
+    suite = ET.Element("testsuite", name="jaxplace diff", tests=str(len(d.kinds)), failures="0", errors="0")
+    n_failed = 0
+    for k in d.kinds:
+        case = ET.SubElement(suite, "testcase", classname="jaxplace.diff", name=f"diff.{k.kind}")
+        mine = [f for f in failures if f.startswith(f"{k.kind} ")]
+        if mine:
+            n_failed += 1
+            fail = ET.SubElement(case, "failure", message=mine[0], type="increase")
+            fail.text = "\n".join(mine)
+        out = ET.SubElement(case, "system-out")
+        out.text = (f"{k.base_count} -> {k.new_count} transfers, {k.base_bytes:,} -> {k.new_bytes:,} bytes"
+                    + os.linesep.join([""] + [f"[{s.status}] {s.key}" for s in _changed(d)
+                                              if f" {k.kind} " in s.key]))
+    suite.set("failures", str(n_failed))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+RENDERERS = {"text": text, "markdown": markdown, "github": github, "junit": junit}
