@@ -231,3 +231,32 @@ def test_policy_rules_by_hand():
         {"site": "pkg/train.py:10", "op": ["add"], "device": "cpu:1"},
         {"site": "pkg/train.py:12", "op": ["add"], "device": "cpu:1"},
     ]
+
+
+def test_audit_report_shows_the_top_suggestion(pingpong_run, chain_run, capsys):
+    """The audit's suggestions section (issue 8 part 5), in text, markdown and json."""
+    import json
+
+    code, out, _ = cli(capsys, "audit", pingpong_run, "--format", "text")
+    assert code == 0
+    tail = out[out.index("Suggestion"):]
+    assert "-9.0 MiB d2d, -8 round trips" in tail and "change the device_put targets" in tail
+    d, _ = chain_run
+    code, out, _ = cli(capsys, "audit", d / "run", "--format", "json")
+    sg = json.loads(out)["suggestion"]
+    # rr-strict alternated 12 ops over 2 devices: 11 of the 12 reads crossed (256 KiB each)
+    # minus what one device keeps: the suggestion saves every d2d of the chain
+    assert sg["needs_code_change"] is False and sg["saved_round_trips"] >= 1
+    assert sg["saved_bytes"] == json.loads(out)["transfers"]["totals"]["d2d"]["bytes"]
+    assert "[default]" in sg["policy"] or "[[rule]]" in sg["policy"]
+    code, out, _ = cli(capsys, "audit", d / "run", "--format", "markdown")
+    assert "### Suggestion" in out and sg["summary"] in out
+
+
+def test_audit_without_d2d_has_no_suggestion(tmp_path, capsys):
+    import json
+
+    (tmp_path / "s.py").write_text("import jax.numpy as jnp\nprint(float(jnp.ones(4).sum()))\n")
+    record(tmp_path / "run", "s.py", cwd=tmp_path)
+    code, out, _ = cli(capsys, "audit", tmp_path / "run", "--format", "json")
+    assert code == 0 and json.loads(out)["suggestion"] is None

@@ -56,6 +56,7 @@ class AuditResult:
     rules_unsupported: dict[str, str] = field(default_factory=dict)  # rule -> what it needs
     trace: TraceInput | None = None
     budget: "BudgetVerdict | None" = None  # set when a budget was checked
+    suggestion: "object | None" = None  # suggest.top.Suggestion: the best transfer-saving change
 
 
 @dataclass
@@ -71,7 +72,8 @@ class BudgetVerdict:
         return not self.breaches
 
 
-def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20) -> AuditResult:
+def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20,
+              suggest: bool = True) -> AuditResult:
     notes = []
     status = run.manifest.get("status")
     if status == "running":
@@ -92,7 +94,29 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     steps = detect_steps(run)
     step_transfers = per_step_transfers(run, steps, cfg.min_bytes)
     chosen = selected(select, ignore)
+    suggestion, why_not = _top_suggestion(run, summary, cfg.min_bytes) if suggest else (None, "")
+    if why_not:
+        notes.append(why_not)
     return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
                        step_transfers,
                        rules_checked=[r for r in chosen if r not in NEEDS_TRACE],
-                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen})
+                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen},
+                       suggestion=suggestion)
+
+
+# Above this many ops the audit leaves the solve to `jaxplace suggest` (which reports its solve
+# time): the audit of a 1M-event run must stay within seconds (issue 6, P4).
+SUGGEST_MAX_OPS = 50_000
+
+
+def _top_suggestion(run: RunData, summary: Summary, min_bytes: int):
+    """The suggestions section: only where device-to-device bytes exist to be saved."""
+    d2d = summary.totals.get("d2d")
+    if d2d is None or d2d.bytes < max(min_bytes, 1):
+        return None, ""
+    if summary.ops_total > SUGGEST_MAX_OPS:
+        return None, (f"no suggestion: {summary.ops_total:,} ops is more than the audit solves inline "
+                      f"({SUGGEST_MAX_OPS:,}); run `jaxplace suggest {run.path}`")
+    from ..suggest import top_suggestion
+
+    return top_suggestion(run, min_bytes), ""

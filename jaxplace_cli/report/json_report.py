@@ -57,7 +57,17 @@ def to_dict(result: AuditResult) -> dict:
                   "unsupported": dict(result.rules_unsupported)},
         "trace": asdict(result.trace) if result.trace is not None else None,
         "hosts": [_host(h) for h in result.hosts],
+        "suggestion": _suggestion(result.suggestion),
     }
+
+
+def _suggestion(sg) -> dict | None:
+    if sg is None:
+        return None
+    return {"summary": sg.summary, "device": sg.device, "ops": list(sg.ops), "site": sg.site,
+            "saved_bytes": sg.saved_bytes, "saved_transfers": sg.saved_transfers,
+            "saved_round_trips": sg.saved_round_trips, "needs_code_change": sg.needs_code_change,
+            "policy": sg.policy}
 
 
 def _by_device(s) -> dict:

@@ -26,4 +26,7 @@ def render(result: AuditResult) -> str:
         for f in result.findings:
             where = f" `{f.file.rsplit('/', 1)[-1]}:{f.line}`" if f.file else ""
             out.append(f"- **{f.severity}** `{f.rule}`{where}: {f.message}" + (f" — *fix:* {f.fix}" if f.fix else ""))
+    if result.suggestion is not None:
+        out += ["", "### Suggestion", "", f"{result.suggestion.summary} "
+                f"(`jaxplace suggest {result.path} -o policy.toml --verify SCRIPT`)"]
     return "\n".join(out) + "\n"

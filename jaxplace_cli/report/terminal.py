@@ -103,6 +103,16 @@ def render(result: AuditResult, console: Console) -> None:
                 console.print(Text(f"    fix: {f.fix}", style="green"))
     else:
         console.print(Text("No findings.", style="green"))
+    _suggestion(console, result)
+
+
+def _suggestion(console: Console, result: AuditResult) -> None:
+    sg = result.suggestion
+    if sg is not None:
+        console.print(Text("Suggestion", style="bold"))
+        console.print(Text(f"    {sg.summary}"))
+        console.print(Text(f"    try: jaxplace suggest {result.path} -o policy.toml --verify SCRIPT",
+                           style="green"))
 
 
 def _cost(f) -> str:
