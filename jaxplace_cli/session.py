@@ -161,6 +161,7 @@ class Session:
         self.trace = None
         self.hook_report = None
         self._finalized = False
+        self.saved = True  # False when the final manifest could not be written
         self._prev_sigterm = None
 
     def start(self) -> None:
@@ -286,5 +287,7 @@ class Session:
         )
         try:
             write_manifest(self.run_dir, self.manifest)
+            self.saved = True
         except OSError as exc:
+            self.saved = False
             print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)

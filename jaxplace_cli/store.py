@@ -42,6 +42,11 @@ def _create_sql(name: str, cls: type[NamedTuple]) -> str:
     return f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(cols)})"
 
 
+def _columns(cls: type[NamedTuple]) -> list[tuple[str, str]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, _SQL_TYPES[hints[f]]) for f in cls._fields]
+
+
 def _insert_sql(name: str, cls: type[NamedTuple]) -> str:
     marks = ", ".join("?" * len(cls._fields))
     return f"INSERT INTO {name} VALUES ({marks})"
@@ -172,7 +177,35 @@ class StoreReader:
         not_tables = [t for t in TABLES if kinds.get(t) != "table"]
         if not_tables:
             raise StoreError(f"{self.path} is not a jaxplace events database (no table {not_tables[0]!r})")
+        for name, cls in TABLES.items():
+            try:
+                cols = [(r[1], r[2].upper()) for r in self.conn.execute(f"PRAGMA table_info({name})")]
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{self.path}: table {name} is unreadable ({exc})") from None
+            if cols != _columns(cls):
+                raise StoreError(f"{self.path}: table {name} does not have the columns of events "
+                                 f"schema version {SCHEMA_VERSION}; the run is corrupt or was not "
+                                 "written by jaxplace")
         self.meta = meta
+
+    def type_errors(self, limit: int = 3) -> list[str]:
+        """Columns holding values of the wrong type (a hand-edited or bit-flipped file; SQLite
+        stores any type in any column). A full scan: called only to explain a failure, so a
+        healthy audit does not pay for it."""
+        problems = []
+        for name, cls in TABLES.items():
+            for col, sql_type in _columns(cls):
+                want = "integer" if sql_type == "INTEGER" else "text"
+                try:
+                    n = self.conn.execute(f"SELECT count(*) FROM {name} WHERE typeof({col}) != ?",
+                                          (want,)).fetchone()[0]
+                except sqlite3.DatabaseError as exc:
+                    return problems + [f"table {name} is unreadable ({exc})"]
+                if n:
+                    problems.append(f"{name}.{col} holds {n:,} non-{want} value{'s' if n > 1 else ''}")
+                    if len(problems) >= limit:
+                        return problems
+        return problems
 
     def _rows(self, name: str, cls, order: str = "") -> Iterator:
         try:

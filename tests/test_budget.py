@@ -199,3 +199,18 @@ def test_output_file_is_atomic_and_not_left_on_error(runs, tmp_path):
     proc = jaxplace("audit", tmp_path / "missing", "-o", out)
     assert proc.returncode == 2 and not out.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_junit_without_a_budget_lists_findings_but_fails_nothing(runs, tmp_path):
+    """The JUnit view agrees with the exit code: no budget, exit 0, no failed testcase; the
+    pingpong finding is in its rule's system-out."""
+    from junitparser import Failure, JUnitXml
+
+    out = tmp_path / "report.xml"
+    proc = jaxplace("audit", runs["pingpong_eager"], "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    suite = JUnitXml.fromfile(str(out))
+    cases = {c.name: c for s in ([suite] if suite._tag == "testsuite" else suite) for c in s}
+    assert not [n for n, c in cases.items() if any(isinstance(r, Failure) for r in c.result)]
+    assert "data bounced between" in cases["rule.pingpong"].system_out
+    assert not cases["rule.recompile"].system_out

@@ -57,3 +57,14 @@ def classify_input(path: Path) -> str:
         raise InputError(f"{path} is not a jaxplace run (no run.json) and holds no .xplane.pb "
                          "trace; pass a directory made by `jaxplace run` or a jax.profiler log dir")
     raise InputError(f"{path} is not a jaxplace run directory or a .xplane.pb trace file")
+
+
+def corrupt_data_error(run: RunData, exc: BaseException) -> str | None:
+    """When an analysis of ``run`` failed with ``exc``, say whether the store's data is to blame
+    (values of the wrong type in a column: a hand-edited or damaged file) — one line for the
+    user — or None when the data is sound and ``exc`` is jaxplace's own bug."""
+    problems = run.store.type_errors()
+    if not problems:
+        return None
+    return (f"{run.path}: the events store holds damaged data ({'; '.join(problems)}); "
+            f"the run cannot be audited ({type(exc).__name__})")

@@ -149,6 +149,10 @@ def _print_run_summary(session) -> None:
         print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {h}", file=err)
     if m.get("trace", {}).get("note"):
         print(f"jaxplace: {m['trace']['note']}", file=err)
-    print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}", file=err)
+    if getattr(session, "saved", True):
+        print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}", file=err)
+    else:
+        print(f"jaxplace: the run in {session.run_dir} is incomplete (its manifest could not be "
+              f"written); `jaxplace audit` will say what it can read", file=err)
 
 

@@ -1,5 +1,9 @@
 """JUnit XML: one testcase per budget limit (failures carry the breach sentence), plus one
-per finding rule, so any CI's test view shows what failed and why."""
+per finding rule, so any CI's test view shows what failed and why.
+
+Only budget limits fail (``--fail-on`` is one): a rule's findings are listed in its
+testcase's ``system-out``, so the test view agrees with the exit code — a report without a
+budget never shows red tests for a job that passed."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -18,12 +22,15 @@ def render(result: AuditResult) -> str:
             key = "fail_on" if limit.startswith("fail_on.") else limit
             cases.append((f"budget.{limit}", by_rule.get(key, [])))
     for rule in result.rules_checked or []:
-        hits = [f for f in result.findings if f.rule == rule and f.severity == "error"]
-        cases.append((f"rule.{rule}", hits))
+        cases.append((f"rule.{rule}", [f for f in result.findings if f.rule == rule]))
     failures = 0
     for name, fails in cases:
         case = ET.SubElement(suite, "testcase", classname="jaxplace.audit", name=name)
-        if fails:
+        if fails and name.startswith("rule."):
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join(f"[{f.severity}] {f.file}:{f.line}: {f.message}" if f.file
+                                 else f"[{f.severity}] {f.message}" for f in fails)
+        elif fails:
             failures += 1
             first = fails[0]
             msg = first.message

@@ -51,12 +51,19 @@ def render(result: AuditResult, console: Console) -> None:
 
     if s.sites:
         st = Table(title="Top transfer sites (by bytes)", title_justify="left")
-        for col in ("site", "kind", "count", "bytes", "how", "api", "route"):
-            st.add_column(col, justify="right" if col in ("count", "bytes") else "left")
+        # The site is what the user acts on: it keeps its width (up to 60 characters, then it
+        # folds) and the descriptive columns wrap instead.
+        widest = max(len(f"{_short(x.file)}:{x.line}") for x in s.sites)
+        narrow = console.width < 110  # routes are also in "Transfers per route"
+        st.add_column("site", min_width=min(widest, 60, max(20, console.width - 58)), overflow="fold")
+        for col in ("kind", "count", "bytes", "how", "api") + (() if narrow else ("route",)):
+            st.add_column(col, justify="right" if col in ("count", "bytes") else "left",
+                          no_wrap=col in ("kind", "count", "bytes"))
         for site in s.sites:
             how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
             st.add_row(f"{_short(site.file)}:{site.line}", site.kind, f"{site.count:,}",
-                       human_bytes(site.bytes), how, site.api, ", ".join(site.routes))
+                       human_bytes(site.bytes), how, site.api,
+                       *(() if narrow else (", ".join(site.routes),)))
         console.print(st)
 
     _ops_table(console, s, "Ops per device")

@@ -18,13 +18,13 @@ _OP = re.compile(r"failed for op (?P<op>\S+)")
 def policy_fallback(run, cfg: RuleConfig) -> list[Finding]:
     """Ops the policy could not place, grouped by site and reason."""
     rows = run.store.conn.execute("SELECT value FROM markers WHERE kind = 'policy-fallback' ORDER BY seq")
-    groups: Counter = Counter(value for (value,) in rows)
+    groups: Counter = Counter(str(value) for (value,) in rows)
     out = []
     for message, n in groups.most_common():
         m = _SITE.search(message)
         op = _OP.search(message)
         file, line = (m.group("file"), int(m.group("line"))) if m else ("", 0)
-        reason = message.split(": ", 1)[1] if m is None else message[m.end():]
+        reason = (message.partition(": ")[2] or message) if m is None else message[m.end():]
         out.append(Finding(
             "policy-fallback", WARNING,
             f"the policy could not place {op.group('op') if op else 'an op'} {n} time(s) at "
