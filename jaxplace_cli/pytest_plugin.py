@@ -16,10 +16,8 @@ hence with pytest-xdist.
 """
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import shlex
-import sys
 
 import pytest
 
@@ -55,33 +53,9 @@ def pytest_sessionstart(session):
     conftest may still have to set XLA_FLAGS first."""
     if importlib.util.find_spec("jax") is None:
         return
-    if "jax" in sys.modules:
-        _install_inert()
-    else:
-        sys.meta_path.insert(0, _AfterJaxImport())
+    from .hooks.import_hook import after_import
 
-
-class _AfterJaxImport(importlib.abc.MetaPathFinder):
-    """Runs ``_install_inert`` right after ``import jax`` finishes, then removes itself."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "jax":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_hook(module):
-            exec_module(module)
-            try:
-                _install_inert()
-            except Exception:  # never break `import jax`; budgets then install lazily
-                pass
-
-        spec.loader.exec_module = exec_then_hook
-        return spec
+    after_import("jax", _install_inert)
 
 
 def _parse_ini(text: str) -> dict:

@@ -162,6 +162,8 @@ class Session:
         self.hook_report = None
         self._finalized = False
         self.saved = True  # False when the final manifest could not be written
+        self._pid = os.getpid()
+        self._held: list[int] | None = []  # signals that came while saving; None once saved
         self._prev_sigterm = None
 
     def start(self) -> None:
@@ -210,6 +212,11 @@ class Session:
             pass
 
     def _on_sigterm(self, signum, frame) -> None:
+        if self._held is not None and self._finalized:
+            # saving is under way (atexit in a child; the handler swap of _hold_signals does
+            # not apply there): held like the others, acted on once the run is saved
+            self._held.append(signum)
+            return
         self.finalize(Outcome("terminated", 128 + signum, "terminated by SIGTERM"))
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -231,14 +238,15 @@ class Session:
 
         A Ctrl-C or SIGTERM that arrives while saving is held until the run is saved, then
         acted on (an interrupted half-written run would be worse than a late exit)."""
-        if self._finalized:
-            return
+        if self._finalized or os.getpid() != self._pid:
+            return  # a fork child of the script ending: the run belongs to the parent
+        held = self._held
         self._finalized = True
-        held: list[int] = []
         previous = _hold_signals(held)
         try:
             self._finalize(outcome)
         finally:
+            self._held = None
             _release_signals(previous, held, outcome)
 
     def _finalize(self, outcome: Outcome) -> None:

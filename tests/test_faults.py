@@ -282,3 +282,38 @@ def test_ctrl_c_inside_a_gc_callback_is_delivered_after_it():
         signal.signal(signal.SIGINT, previous)
     with pytest.raises(KeyboardInterrupt):
         _on_sigint(signal.SIGINT, sys._getframe())
+
+
+def test_follow_children_records_each_python_child_that_uses_jax(tmp_path):
+    """--follow-children: the spawn worker and the `python -c` child each get a run in
+    RUN/children/<pid>/; the fork child (no exec, no JAX) and the parent are as before.
+    By hand: the worker runs square_sum(3), (4), (5): arange, `** 2` (a Python-int operand:
+    one 4-byte h2d), sum, float() (one 4-byte d2h) = 3 ops and 2 transfers each, 9 and 6;
+    the `-c` child: ones, sum = 2 ops, and float() = 1 d2h."""
+    out = tmp_path / "run"
+    proc = jaxplace("run", "-q", "--no-trace", "--follow-children", "--out", out, FAULTS / "children.py",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:5] == ["parent 10.0", "spawn [5.0, 14.0, 30.0]", "fork 285", "fork exit 0",
+                         "subprocess 3.0 ['a', 'b']"]
+    assert lines[5] == "env leak ['JAXPLACE_FOLLOW_CHILDREN']" and lines[6] == "parent again 6.0"
+    r = audit_json(out)
+    assert r["run"]["status"] == "complete" and r["ops"]["total"] == 4
+    children = {}
+    for d in sorted((out / "children").iterdir()):
+        m = json.loads((d / "run.json").read_text())
+        children[m["target"]["name"].split(" of ")[0]] = (d, m)
+    assert set(children) == {"multiprocessing worker", "-c"}, children
+    worker_dir, worker = children["multiprocessing worker"]
+    # Pool.__exit__ SIGTERMs its worker: saved either way, as "terminated" when the signal came
+    # first, "complete" when the worker was already exiting
+    assert worker["status"] in ("terminated", "complete"), worker
+    assert worker["events"]["ops"] == 9 and worker["events"]["transfers"] == 6
+    c_dir, c = children["-c"]
+    assert c["status"] == "complete" and c["events"] == {**c["events"], "ops": 2, "transfers": 1}
+    assert c["argv"] == ["-c", "a", "b"] and c["parent_pid"] == r["run"].get("pid", c["parent_pid"])
+    child = audit_json(c_dir)
+    assert child["transfers"]["small"]["d2h"] == {"count": 1, "bytes": 4}
+    notes = " ".join(r["notes"])
+    assert f"jaxplace audit {worker_dir}" in notes and f"jaxplace audit {c_dir}" in notes

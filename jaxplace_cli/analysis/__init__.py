@@ -89,6 +89,7 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     for h in run.manifest.get("hooks", {}).get("unavailable", []):
         notes.append(f"hook unavailable on this JAX version, not recorded: {h}")
     notes.extend(placement_notes(run))
+    notes.extend(child_run_notes(run))
     summary = summarize(run, cfg.min_bytes, top_sites=top_sites)
     findings = run_rules(run, cfg, select, ignore)
     steps = detect_steps(run)
@@ -102,6 +103,32 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
                        rules_checked=[r for r in chosen if r not in NEEDS_TRACE],
                        rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen},
                        suggestion=suggestion)
+
+
+def child_run_notes(run: RunData) -> list[str]:
+    """Child processes recorded with --follow-children: each is a run of its own."""
+    from ..hooks.child import CHILDREN
+    from ..rundir import RunDirError, read_manifest
+
+    root = run.path / CHILDREN
+    try:
+        dirs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name) if root.is_dir() else []
+    except OSError:
+        return []
+    notes = []
+    for d in dirs[:20]:
+        try:
+            m = read_manifest(d)
+        except RunDirError:
+            notes.append(f"child process run {d} is unreadable")
+            continue
+        ev = m.get("events", {})
+        argv = " ".join(str(a) for a in m.get("argv", []))[:80]
+        notes.append(f"child process {d.name} ({argv}; {m.get('status')}): {ev.get('ops', '?')} ops, "
+                     f"{ev.get('transfers', '?')} transfers; audit it with: jaxplace audit {d}")
+    if len(dirs) > 20:
+        notes.append(f"... and {len(dirs) - 20} more child process runs in {root}")
+    return notes
 
 
 # Above this many ops the audit leaves the solve to `jaxplace suggest` (which reports its solve

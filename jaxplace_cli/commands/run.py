@@ -33,6 +33,9 @@ def run(
                                     "jit calls, device_put/get and host reads are still recorded)."),
     budget: Optional[Path] = typer.Option(None, "--budget", "-b",
                                           help="Budget file (TOML): after the run, exit 1 when a limit is exceeded (the script's own failure code wins)."),
+    follow_children: bool = typer.Option(False, "--follow-children",
+                                         help="Also record child Python processes that use JAX (subprocess, multiprocessing spawn) "
+                                              "into RUN/children/<pid>/; fork children without exec are not recorded."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing of jaxplace's own after the run."),
 ) -> None:
     """Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer.
@@ -98,6 +101,11 @@ def run(
         session = Session(opts)
     except RunDirError as exc:
         fail(str(exc))
+    if follow_children:
+        from ..hooks.child import child_environment
+
+        child_environment(session.run_dir, record)
+        session.manifest["follow_children"] = True
     outcome = session.run()
     outcome.finish()
     if not quiet:

@@ -7,6 +7,7 @@ host read that happens *inside* an op (JAX reading a concrete value) is attribut
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -68,3 +69,16 @@ def scalar_nbytes(x, x64: bool) -> int:
 
 HOST_DATA_TYPES = (np.ndarray, np.generic)
 PY_SCALARS = (int, float, bool, complex)
+
+
+def _inert_after_fork() -> None:
+    """A fork child inherits the hooks and the recorder, but not the writer thread that drains
+    it: recording there would only grow memory. The child runs unrecorded (placement, if any,
+    still applies, so its results match the parent's rules)."""
+    active.rec = None
+    active.on_dispatch = None
+    active.tracing = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inert_after_fork)

@@ -1,0 +1,52 @@
+"""Run a callback right after a module is first imported (``import jax``), without importing it.
+
+Used where jaxplace must hook JAX in a process it did not start the normal way — a pytest
+session, a child process — and must not import JAX itself: a program that never uses JAX
+must not pay for it, and a conftest may still have to set ``XLA_FLAGS`` first.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+
+def after_import(name: str, callback) -> None:
+    """``callback()`` once ``name`` has been imported (now, if it already is). A callback that
+    raises is ignored: the import the user asked for must never fail because of jaxplace."""
+    if name in sys.modules:
+        _call(callback)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def _call(callback) -> None:
+    try:
+        callback()
+    except Exception:  # noqa: BLE001 - see after_import
+        pass
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Wraps the module's loader so that ``callback`` runs after its body; then steps aside."""
+
+    def __init__(self, name: str, callback):
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+        callback = self.callback
+
+        def exec_then_hook(module):
+            exec_module(module)
+            _call(callback)
+
+        spec.loader.exec_module = exec_then_hook
+        return spec
