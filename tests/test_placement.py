@@ -380,3 +380,24 @@ def test_rr_strict_from_the_library(jax_devices):
         z = y + x              # op 2 -> cpu:2 (both moved)
     assert (where(x), where(y), where(z)) == ("cpu:0", "cpu:1", "cpu:2")
     assert float(z.sum()) == 12.0
+
+
+def test_placing_never_commits_and_jax_decides_follows_placed_data(jax_devices):
+    """A policy's moves keep uncommitted data uncommitted (pmap and multi-device shard_map
+    refuse committed single-device inputs), and an op the policy leaves to JAX runs where
+    the data it placed lives — the matmul's result is not pulled back to device 0."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxplace_cli import device_placement, where
+
+    with device_placement(lambda op, *args: "cpu:1" if op == "dot_general" else None):
+        x = jnp.ones((4, 4))
+        y = x @ x
+        z = y + 1
+    assert (where(x), where(y), where(z)) == ("cpu:0", "cpu:1", "cpu:1")
+    assert not y._committed and not z._committed and not x._committed
+    with device_placement("rr-strict"):
+        a = jnp.arange(8.0).reshape(4, 2) * 1.0  # two ops, two devices: a moved copy
+        out = jax.pmap(lambda v: v / jax.lax.psum(v.sum(), "i"), axis_name="i")(a)
+    assert float(out.sum()) == 1.0 and len(out.sharding.device_set) == 4

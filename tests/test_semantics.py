@@ -39,10 +39,6 @@ PLACEMENT_SHOWN = {  # the script prints where its result lives
 # that moves every argument of the call to one device makes the call legal, so it runs.
 REFUSAL_MADE_LEGAL = {"sample incompatible_devices.py"}
 
-# Known bug (reported, docs/reliability.md): a policy that moves an array commits it to its
-# new device (jax.device_put), and JAX refuses committed single-device arrays in pmap and in a
-# shard_map over several devices. rr-strict moves the inputs these programs build eagerly.
-COMMITTED_BY_POLICY = {("pmap", "rr-strict"), ("shard_map", "rr-strict")}
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -106,9 +102,6 @@ def test_every_program_and_sample_ran(runs):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", PROGRAMS + SAMPLE_NAMES)
 def test_output_identical_to_python(runs, name, mode):
-    if (name, mode) in COMMITTED_BY_POLICY:
-        pytest.xfail("known bug: arrays a policy moved are committed, and pmap/shard_map refuse "
-                     "committed single-device inputs (docs/reliability.md)")
     expected = runs["python"][1][name]
     got = runs[mode][1].get(name)
     if mode != "default" and name in PLACEMENT_SHOWN:

@@ -134,7 +134,8 @@ class Placer:
         info = self.op_info(rec, spec.name, spec.kind, leaves, args, site, backward)
         device, label = self.decide(info, rec)
         if device is None:
-            return fn, args, kwargs, label if label == FALLBACK else ""
+            home = _placed_home(leaves)
+            return (fn if home is None else _on_device(fn, home)), args, kwargs, label if label == FALLBACK else ""
         args, kwargs = self.move_tree((args, kwargs), device, rec, spec.name, site, seq, label)
         return _on_device(fn, device), args, kwargs, label
 
@@ -150,6 +151,8 @@ class Placer:
     def move(self, a, device, rec, name, site, seq, label):
         src = _device_of(a)
         moved = self._device_put(a, device)
+        if not getattr(a, "_committed", True):
+            moved = _uncommitted(moved)
         if rec is not None:
             from ..hooks.state import label as dev_label
 
@@ -164,6 +167,41 @@ class Placer:
                                            _nbytes(a), True, False, f"{name} (moved by policy {label})",
                                            site, buf, seq))
         return moved
+
+
+def _placed_home(leaves):
+    """Where "JAX decides" must run an op whose inputs a policy placed: the one device its
+    placed (uncommitted, see ``_uncommitted``) inputs live on — as JAX would for committed
+    data — or None when JAX's own rule already applies (committed inputs, unplaced data, or
+    placed data on several devices)."""
+    home = None
+    for a in leaves:
+        if isinstance(a, _Array):
+            if getattr(a, "_committed", False):
+                return None
+            h = getattr(a, HOME, None)
+            if h is not None:
+                if home is not None and h != home:
+                    return None
+                home = h
+    return home
+
+
+def _uncommitted(a):
+    """``a`` (one device) as an uncommitted array: what JAX would have made had the data been
+    created on that device. ``device_put`` commits, and a committed single-device array is
+    refused by ``pmap`` and by ``shard_map``/``jit`` over several devices, so a policy that
+    moved data the user never committed would break programs that were legal. The op then
+    runs under ``jax.default_device`` of the same device (``_on_device``), so JAX keeps it
+    there. Falls back to the committed copy where this JAX has no such constructor."""
+    try:
+        from jax._src.array import ArrayImpl
+
+        shards = [s.data for s in a.addressable_shards]
+        out = ArrayImpl(a.aval, a.sharding, shards, committed=False)
+    except Exception:  # another JAX version: committed is still correct, only stricter
+        return a
+    return out
 
 
 def _dynamic(spec, args, kwargs):
