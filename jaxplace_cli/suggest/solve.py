@@ -16,14 +16,15 @@ cost is put back there, so a suggestion only moves what it must.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from .coarsen import Reduction
 from .mincut import expansion, two_devices
 from .milp import MilpFailed, solve_milp
-from .model import Partition, Solution, cost
-from .multilevel import multilevel
+from .model import Partition, Solution, cost, feasible
+from .multilevel import multilevel, refine
 
 SOLVERS = ("auto", "mincut", "milp", "expansion", "multilevel")
 
@@ -64,6 +65,8 @@ def solve_partition(p: Partition, hint: np.ndarray | None = None, seed: int = 0,
         sol = expansion(q, init)
     else:
         sol = multilevel(q, seed)
+    if q.constrained and solver in ("auto", "multilevel") and not sol.optimal:
+        sol = _best(q, sol, _repaired_unconstrained(q, seed, init))
     labels = _settle_isolated(q, np.asarray(sol.assign, dtype=np.int64), init)
     labels = red.expand(labels) if red is not None else labels
     if hint is not None:
@@ -71,6 +74,36 @@ def solve_partition(p: Partition, hint: np.ndarray | None = None, seed: int = 0,
     value = cost(p, labels)  # reductions are exact and ``prefer`` never adds cost: value <= sol.cost
     return Solution(labels, value, sol.solver, sol.lower_bound, sol.optimal,
                     time.perf_counter() - t0, notes + sol.notes)
+
+
+def _repaired_unconstrained(q: Partition, seed: int, init) -> Solution:
+    """The caps' other route: solve without them (exact for two devices), keep the answer
+    when it meets the caps — then it is optimal, as the caps can only raise the optimum —
+    else repair it by refinement moves off the over-full devices. Multilevel search alone
+    can land far from the optimum on graphs whose best cut is unbalanced but feasible."""
+    t0 = time.perf_counter()
+    free = replace(q, load_cap=None, mem_cap=None)
+    base = two_devices(free) if q.k == 2 else expansion(free, init)
+    labels = np.asarray(base.assign, dtype=np.int64)
+    bound = base.cost if base.optimal else base.lower_bound
+    if feasible(q, labels):
+        return Solution(labels, cost(q, labels), f"{base.solver} (the caps hold)", bound,
+                        base.optimal, time.perf_counter() - t0)
+    labels = refine(q, labels, np.random.default_rng(seed), 16)
+    return Solution(labels, cost(q, labels), f"{base.solver} + repair", bound, False,
+                    time.perf_counter() - t0)
+
+
+def _best(q: Partition, a: Solution, b: Solution) -> Solution:
+    """The better of two answers: feasible first, then cost; the best lower bound is kept."""
+    key = lambda s: (not feasible(q, s.assign), s.cost)  # noqa: E731
+    win, other = (a, b) if key(a) <= key(b) else (b, a)
+    bounds = [x for x in (a.lower_bound, b.lower_bound) if x is not None]
+    bound = max(bounds) if bounds else None
+    optimal = win.optimal or (bound is not None and feasible(q, win.assign) and bound >= win.cost)
+    notes = list(win.notes) + [f"also tried {other.solver} (cost {other.cost})"]
+    return Solution(win.assign, win.cost, win.solver, bound, optimal,
+                    a.seconds + b.seconds, notes)
 
 
 def _project_hint(hint, red, q: Partition):
