@@ -273,3 +273,24 @@ def test_makespan_by_hand():
               np.zeros(2, np.int64))
     sol = solve_makespan(g)
     assert sol.cost == 10 and sol.optimal
+
+
+def test_balanced_two_device_heuristic_finds_the_cheap_cut_of_a_chain():
+    """A chain of 400 nodes, every link heavy (1000) but one light link (1) at node 190:
+    uncapped, the optimum is everything on one device (cost 0); with --balance 0.1 each
+    device may hold at most 220 of the 400 unit loads, so the optimum cuts the light link
+    (190/210: cost 1). The heuristic route (the uncapped cut, priced by load until the cap
+    holds, then repaired) must find exactly that — and agree with the integer program."""
+    n = 400
+    w = np.full(n - 1, 1000)
+    w[189] = 1  # the link 189-190
+    u, v, w = merge_edges(np.arange(n - 1), np.arange(1, n), w, n)
+    load = np.ones(n, np.int64)
+    p = Partition(2, u, v, w, np.zeros((n, 2), np.int64), np.ones((n, 2), bool), load,
+                  np.zeros(n, np.int64), balance_cap(load, 2, 0.1))
+    assert p.load_cap == 220
+    sol = solve_partition(p, solver="multilevel")
+    assert feasible(p, sol.assign) and sol.cost == 1
+    assert len(set(sol.assign[:190].tolist())) == 1 and len(set(sol.assign[190:].tolist())) == 1
+    ref = solve_milp(p, node_limit=10**5)
+    assert ref.optimal and ref.cost == 1

@@ -89,9 +89,76 @@ def _repaired_unconstrained(q: Partition, seed: int, init) -> Solution:
     if feasible(q, labels):
         return Solution(labels, cost(q, labels), f"{base.solver} (the caps hold)", bound,
                         base.optimal, time.perf_counter() - t0)
-    labels = refine(q, labels, np.random.default_rng(seed), 16)
-    return Solution(labels, cost(q, labels), f"{base.solver} + repair", bound, False,
-                    time.perf_counter() - t0)
+    rng = np.random.default_rng(seed)
+    best = refine(q, labels, rng, 16)
+    name = f"{base.solver} + repair"
+    if q.k == 2 and q.mem_cap is None and q.load_cap is not None:
+        cuts = {c.tobytes(): c for c in _penalised_cuts(q, free, labels)}.values()
+        load = q.load.astype(np.float64)
+
+        def overload(c):
+            return max(0.0, float(np.bincount(c, weights=load, minlength=2).max()) - q.load_cap)
+
+        nearest = min((c for c in cuts if overload(c) > 0), key=overload, default=None)
+        tried = [c for c in cuts if overload(c) == 0]
+        if nearest is not None:  # the cut just over the cap, repaired
+            tried.append(_cheapest_moves(q, nearest))
+        for cand in tried:
+            cand = refine(q, cand, rng, 16)
+            if (not feasible(q, cand), cost(q, cand)) < (not feasible(q, best), cost(q, best)):
+                best, name = cand, "min-cut with a load penalty"
+    return Solution(best, cost(q, best), name, bound, False, time.perf_counter() - t0)
+
+
+def _cheapest_moves(q: Partition, labels: np.ndarray, max_moves: int = 2000) -> np.ndarray:
+    """Two devices over a load cap: move, one at a time, the node whose move costs least per
+    unit of load it takes off the over-full device, until the cap holds. The repair a cut
+    just over the cap needs (a penalised cut jumps in steps; the last step before the cap
+    is usually a few nodes too heavy)."""
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    if q.n > 20_000:
+        return labels
+    load = q.load.astype(np.float64)
+    for _ in range(max_moves):
+        loads = np.bincount(labels, weights=load, minlength=2)
+        if loads.max() <= q.load_cap:
+            break
+        d = int(loads.argmax())
+        o = 1 - d
+        conn = np.zeros((q.n, 2), dtype=np.float64)
+        np.add.at(conn, (q.u, labels[q.v]), q.w)
+        np.add.at(conn, (q.v, labels[q.u]), q.w)
+        delta = q.unary[:, o] - q.unary[:, d] + conn[:, d] - conn[:, o]
+        cand = (labels == d) & q.allowed[:, o] & (load > 0) & (loads[o] + load <= q.load_cap)
+        if not cand.any():
+            break
+        labels[int(np.argmin(np.where(cand, delta / np.where(load > 0, load, 1), np.inf)))] = o
+    return labels
+
+
+def _penalised_cuts(q: Partition, free: Partition, start: np.ndarray, steps: int = 24):
+    """Two devices under a load cap, the Lagrangian way: charge every unit of load placed on
+    the over-full device a price ``lam`` and solve the (still exact) minimum cut; bisect on
+    ``lam`` for the cheapest price at which that device meets the cap. Yields each cut
+    tried. Min cuts under a growing price are nested, so the search is monotone."""
+    load = q.load.astype(np.float64)
+    heavy = int(np.bincount(start, weights=load, minlength=2).argmax())
+    positive = load[load > 0]
+    if positive.size == 0:
+        return
+    lo, hi = 0.0, float(int(q.w.sum()) + int(np.abs(q.unary).sum()) + 1) / float(positive.min())
+    if q.n > 20_000:
+        steps = 8  # each cut is a max-flow over the whole graph
+    for _ in range(steps):
+        lam = (lo + hi) / 2 if hi / max(lo, 1e-300) < 4 else (lo * hi) ** 0.5 if lo > 0 else hi / 1024
+        unary = q.unary.copy()
+        unary[:, heavy] += np.rint(lam * load).astype(np.int64)
+        labels = np.asarray(two_devices(replace(free, unary=unary)).assign, dtype=np.int64)
+        yield labels
+        if np.bincount(labels, weights=load, minlength=2)[heavy] <= q.load_cap:
+            hi = lam
+        else:
+            lo = lam
 
 
 def _best(q: Partition, a: Solution, b: Solution) -> Solution:
