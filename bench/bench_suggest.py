@@ -301,7 +301,7 @@ def row_d(out):
     times = {}
     for n in (10_000, 100_000):
         p = program_partition(np.random.default_rng(5), n, 4, 0.1)
-        s, times[f"multilevel + repaired expansion {n // 1000}k k=4 balance 0.1"] = timed(
+        s, times[f"capped route (multilevel) {n // 1000}k k=4 balance 0.1"] = timed(
             solve_partition, p, None, 0, "multilevel")
         p = program_partition(np.random.default_rng(5), n, 4)
         s, times[f"reductions + expansion {n // 1000}k k=4"] = timed(solve_partition, p, None, 0, "expansion")
@@ -315,7 +315,7 @@ def row_d(out):
             plan = make_plan(open_run(run_dir))
             (Path(tmp) / f"p{n}.toml").write_text(plan.policy_text)
             times[f"end to end {n // 1000}k-op run (graph, solve, policy, prediction)"] = time.perf_counter() - t0
-            times[f"   of which solve ({plan.solution.solver})"] = plan.solution.seconds
+            times[f"   of which solve, {n // 1000}k ({plan.solution.solver})"] = plan.solution.seconds
     out["D"] = {"seconds": times}
     for name, t in times.items():
         print(f"D  {name}: {t:.2f} s")
