@@ -260,3 +260,32 @@ def test_audit_without_d2d_has_no_suggestion(tmp_path, capsys):
     record(tmp_path / "run", "s.py", cwd=tmp_path)
     code, out, _ = cli(capsys, "audit", tmp_path / "run", "--format", "json")
     assert code == 0 and json.loads(out)["suggestion"] is None
+
+
+def test_acceptance_sample_pingpong_under_rr_strict(tmp_path, capsys):
+    """Issue 8's acceptance on a sample script: record pingpong_clean.py under rr-strict,
+    suggest, re-run with the suggestion. By hand: the array (1 MiB) is put on device 1, moved
+    once to device 0 (explicit, line 23: stays), then 4 multiplies; rr-strict alternates them
+    over cpu:1, cpu:0, cpu:1, cpu:0 after the explicit put to cpu:0, so 3 of the 4 multiplies
+    read their input from the other device: 1 + 3 = 4 d2d of 1 MiB recorded. The suggestion
+    keeps the chain on one device: 1 d2d (the explicit put) predicted and measured, and the
+    printed result equals plain python's."""
+    run_dir = tmp_path / "run"
+    first = record(run_dir, "sample_scripts/pingpong_clean.py", "--policy", "rr-strict")
+    plan = make_plan(open_run(run_dir))
+    assert plan.measured.totals["d2d"] == [4, 4 * MiB]
+    assert plan.predicted.totals["d2d"] == [1, MiB]
+    policy = tmp_path / "policy.toml"
+    code, out, err = cli(capsys, "suggest", run_dir, "-o", policy, "--verify", REPO / "sample_scripts/pingpong_clean.py",
+                         "--verify-out", tmp_path / "replay", "--format", "json")
+    assert code == 0, out + err
+    import json
+
+    v = json.loads(out)["verification"]
+    assert v["match"], v
+    replay = make_plan(open_run(tmp_path / "replay"))
+    assert replay.measured.totals["d2d"] == [1, MiB]
+    plain = subprocess.run([sys.executable, "sample_scripts/pingpong_clean.py"], cwd=REPO, capture_output=True,
+                           text=True, env=child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+    assert v["script_stdout"] == plain.stdout == "value 16 on {CpuDevice(id=0)}\n"
+    assert first.stdout == "value 16 on {CpuDevice(id=1)}\n"  # rr-strict left it elsewhere
