@@ -108,6 +108,14 @@ def test_pingpong_chain_fits_one_device_when_puts_may_change(pingpong_run):
     assert plan.predicted.totals["d2h"] == [1, MiB]
     assert plan.predicted.round_trips == 0
     assert len(set(plan.solution.assign.tolist())) == 1
+    # the edits to make: the put to d1 at line 23 once, the put back to d1 at line 25 four times
+    from jaxplace_cli.suggest.render import retargeted_puts
+
+    dev = plan.rg.graph.devices[int(plan.solution.assign[0])]
+    other = [d for d in plan.rg.graph.devices if d != dev][0]
+    assert dev == "cpu:0" and retargeted_puts(plan) == [
+        (("sample_scripts/pingpong_eager.py:23", other, dev), 1),
+        (("sample_scripts/pingpong_eager.py:25", other, dev), 4)]
 
 
 def test_top_suggestion_for_pingpong(pingpong_run):
@@ -241,6 +249,7 @@ def test_audit_report_shows_the_top_suggestion(pingpong_run, chain_run, capsys):
     assert code == 0
     tail = out[out.index("Suggestion"):]
     assert "-9.0 MiB d2d, -8 round trips" in tail and "change the device_put targets" in tail
+    assert f"try: jaxplace suggest {pingpong_run} --retarget-puts" in tail
     d, _ = chain_run
     code, out, _ = cli(capsys, "audit", d / "run", "--format", "json")
     sg = json.loads(out)["suggestion"]

@@ -27,6 +27,8 @@ def render(result: AuditResult) -> str:
             where = f" `{f.file.rsplit('/', 1)[-1]}:{f.line}`" if f.file else ""
             out.append(f"- **{f.severity}** `{f.rule}`{where}: {f.message}" + (f" — *fix:* {f.fix}" if f.fix else ""))
     if result.suggestion is not None:
-        out += ["", "### Suggestion", "", f"{result.suggestion.summary} "
-                f"(`jaxplace suggest {result.path} -o policy.toml --verify SCRIPT`)"]
+        from .terminal import suggest_command
+
+        cmd, _, then = suggest_command(result.path, result.suggestion).partition("   ")
+        out += ["", "### Suggestion", "", f"{result.suggestion.summary} (`{cmd}`{' ' + then if then else ''})"]
     return "\n".join(out) + "\n"

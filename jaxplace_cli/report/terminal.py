@@ -113,13 +113,20 @@ def render(result: AuditResult, console: Console) -> None:
     _suggestion(console, result)
 
 
+def suggest_command(path: str, sg) -> str:
+    """The command that shows (and verifies) a suggestion: a device_put change is the
+    script's to make, so that one shows the placement instead of writing a policy."""
+    if sg.needs_code_change:
+        return f"jaxplace suggest {path} --retarget-puts   (then change the device_put targets it names)"
+    return f"jaxplace suggest {path} -o policy.toml --verify SCRIPT"
+
+
 def _suggestion(console: Console, result: AuditResult) -> None:
     sg = result.suggestion
     if sg is not None:
         console.print(Text("Suggestion", style="bold"))
         console.print(Text(f"    {sg.summary}"))
-        console.print(Text(f"    try: jaxplace suggest {result.path} -o policy.toml --verify SCRIPT",
-                           style="green"))
+        console.print(Text(f"    try: {suggest_command(result.path, sg)}", style="green"))
 
 
 def _cost(f) -> str:

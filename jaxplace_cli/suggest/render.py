@@ -74,8 +74,25 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
                    "pass -o policy.toml to write it")
     if plan.rg.retarget_puts and len(plan.moved):
         out.append("note: --retarget-puts: device_put targets were changed; a policy cannot change an explicit "
-                   "device_put, so apply those moves in the script")
+                   "device_put, so apply those moves in the script:")
+        out += [f"  {site}: device_put to {new} instead of {old} ({n} call{'s' if n > 1 else ''})"
+                for (site, old, new), n in retargeted_puts(plan)]
     return "\n".join(out) + "\n"
+
+
+def retargeted_puts(plan: Plan) -> list:
+    """[((file:line, recorded device, suggested device), calls)] for the device_puts the
+    suggestion moves, in line order: the edits the user makes in the script."""
+    from collections import Counter
+
+    devices = plan.rg.graph.devices
+    a, rec = plan.solution.assign, plan.rg.recorded
+    changes = Counter()
+    for v in plan.moved.tolist():
+        nd = plan.rg.nodes[v]
+        if nd.kind == "device_put":
+            changes[(f"{nd.file}:{nd.line}", devices[int(rec[v])], devices[int(a[v])])] += 1
+    return sorted(changes.items(), key=lambda kv: (kv[0][0].rsplit(":", 1)[0], int(kv[0][0].rsplit(":", 1)[1]), kv[0][1:]))
 
 
 def render_verification(v, plan: Plan) -> str:
