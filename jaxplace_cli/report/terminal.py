@@ -55,10 +55,12 @@ def render(result: AuditResult, console: Console) -> None:
         # folds) and the descriptive columns wrap instead.
         widest = max(len(f"{_short(x.file)}:{x.line}") for x in s.sites)
         narrow = console.width < 110  # routes are also in "Transfers per route"
-        st.add_column("site", min_width=min(widest, 60, max(20, console.width - 58)), overflow="fold")
+        st.add_column("site", min_width=min(widest, 60, max(16, console.width - 62)), overflow="fold")
         for col in ("kind", "count", "bytes", "how", "api") + (() if narrow else ("route",)):
             st.add_column(col, justify="right" if col in ("count", "bytes") else "left",
-                          no_wrap=col in ("kind", "count", "bytes"))
+                          no_wrap=col in ("kind", "count", "bytes"),
+                          max_width=10 if narrow and col == "how" else None,
+                          overflow="fold" if col == "api" else "ellipsis")
         for site in s.sites:
             how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
             st.add_row(f"{_short(site.file)}:{site.line}", site.kind, f"{site.count:,}",
