@@ -298,3 +298,28 @@ def test_acceptance_sample_pingpong_under_rr_strict(tmp_path, capsys):
                            text=True, env=child_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))
     assert v["script_stdout"] == plain.stdout == "value 16 on {CpuDevice(id=0)}\n"
     assert first.stdout == "value 16 on {CpuDevice(id=1)}\n"  # rr-strict left it elsewhere
+
+
+def test_op_time_prediction_counts_one_compile_per_device(tmp_path):
+    """On 4 devices rr-strict deals the chain's ops round-robin: multiply runs on cpu:1 and
+    cpu:3, sin on cpu:2 and cpu:0, so each compiled twice (XLA compiles per device). On one
+    device each compiles once. The model of the recorded run reproduces its measured op time
+    (up to integer rounding), and the prediction is that minus one compile of each."""
+    import json
+
+    (tmp_path / "chain.py").write_text(CHAIN)
+    proc = subprocess.run([sys.executable, "-m", "jaxplace_cli", "run", "--devices", "4", "--no-trace", "-q",
+                           "--policy", "rr-strict", "--out", str(tmp_path / "run"), "chain.py"],
+                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    run = open_run(tmp_path / "run")
+    plan = make_plan(run)
+    secs = {}
+    for (value,) in run.store.conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
+        info = json.loads(value)
+        secs.setdefault(info.get("op"), []).append(int(float(info["secs"]) * 1e9))
+    assert len(secs["multiply"]) == 2 and len(secs["sin"]) == 2  # one per device it ran on
+    assert abs(plan.baseline.compute_ns - plan.measured.compute_ns) <= 4
+    one_each = sum(sum(v) // 2 for k, v in secs.items() if k in ("multiply", "sin"))
+    assert len(set(plan.solution.assign.tolist())) == 1
+    assert abs(plan.baseline.compute_ns - plan.predicted.compute_ns - one_each) <= 4

@@ -78,6 +78,10 @@ class RunGraph:
     bytes_per_ns: float = DEFAULT_BYTES_PER_NS
     retarget_puts: bool = False
     notes: list = field(default_factory=list)
+    # XLA compilation inside each node's recorded time (ns), and per op name what one
+    # device's compiles of it cost: a placement compiles each op once per device it uses
+    compile_ns: np.ndarray | None = None
+    compile_per_device: dict = field(default_factory=dict)
 
 
 def _rel(path: str, cwd: str) -> str:
@@ -229,7 +233,32 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     g = Graph(tuple(all_devices), np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
               nb, comm, np.array(value, dtype=np.int64), unary, allowed, np.array(mem, dtype=np.int64),
               names=[f"{nd.name}@{nd.file}:{nd.line}" for nd in nodes])
-    return RunGraph(g, nodes, host, np.array(recorded, dtype=np.int64), use_sites, bpn, retarget_puts, notes)
+    rg = RunGraph(g, nodes, host, np.array(recorded, dtype=np.int64), use_sites, bpn, retarget_puts, notes)
+    rg.compile_ns, rg.compile_per_device = _compiles(store, by_seq, nodes, rg.recorded)
+    return rg
+
+
+def _compiles(store, by_seq: dict, nodes: list, recorded: np.ndarray):
+    """Compile time per node (from the run's compile markers) and, per op name, the compile
+    time of one device's worth (its total over the devices it compiled on)."""
+    import json
+
+    part = np.zeros(len(nodes), dtype=np.int64)
+    total: dict = defaultdict(int)
+    where: dict = defaultdict(set)
+    for (value,) in store.conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
+        try:
+            info = json.loads(value)
+            v = by_seq.get(int(info.get("op_seq", -1)), -1)
+            ns = int(float(info.get("secs", 0)) * 1e9)
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if v < 0 or ns <= 0:
+            continue
+        part[v] += ns
+        total[nodes[v].name] += ns
+        where[nodes[v].name].add(int(recorded[v]))
+    return part, {name: t // max(len(where[name]), 1) for name, t in total.items()}
 
 
 def _bandwidth(store) -> float:

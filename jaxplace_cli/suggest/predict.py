@@ -56,9 +56,27 @@ def predict(rg: RunGraph, assign: np.ndarray) -> Traffic:
         file, line, api = rg.use_sites[e]
         out.add(D2D, f"{file}:{line}", api, int(g.nbytes[e]))
     out.round_trips = round_trips(g.n, g.src, g.dst, a)
-    out.compute_ns = int(g.unary[np.arange(g.n), a].sum()) if g.n else 0
+    out.compute_ns = compute_time(rg, a)
     out.transfer_ns = int(g.comm[cut].sum()) if cut.size else 0
     return out
+
+
+def compute_time(rg: RunGraph, a: np.ndarray) -> int:
+    """Op time of placement ``a``: each op's recorded time without the compilation inside
+    it, plus one compilation of each op name per device the placement runs it on (a run
+    that spread an op over two devices compiled it twice; one device compiles it once)."""
+    g = rg.graph
+    if not g.n:
+        return 0
+    unary = g.unary[np.arange(g.n), a]
+    if rg.compile_ns is None or not rg.compile_per_device:
+        return int(unary.sum())
+    steady = np.maximum(unary - rg.compile_ns, 0)
+    used: dict = {}
+    for v, nd in enumerate(rg.nodes):
+        if nd.name in rg.compile_per_device:
+            used.setdefault(nd.name, set()).add(int(a[v]))
+    return int(steady.sum()) + sum(rg.compile_per_device[n] * len(d) for n, d in used.items())
 
 
 def round_trips(n: int, src, dst, assign) -> int:
