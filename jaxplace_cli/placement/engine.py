@@ -27,6 +27,10 @@ from .opinfo import OpInfo, canonical
 from .policies import Policy
 
 _Array = jax.Array
+try:  # the constructor that can make an uncommitted array (see _uncommitted)
+    from jax._src.array import ArrayImpl as _ArrayImpl
+except ImportError:
+    _ArrayImpl = None
 HOME = "_jaxplace_home"
 FALLBACK = "fallback"
 RAISE = "raise"
@@ -194,14 +198,12 @@ def _uncommitted(a):
     moved data the user never committed would break programs that were legal. The op then
     runs under ``jax.default_device`` of the same device (``_on_device``), so JAX keeps it
     there. Falls back to the committed copy where this JAX has no such constructor."""
+    if _ArrayImpl is None:
+        return a
     try:
-        from jax._src.array import ArrayImpl
-
-        shards = [s.data for s in a.addressable_shards]
-        out = ArrayImpl(a.aval, a.sharding, shards, committed=False)
+        return _ArrayImpl(a.aval, a.sharding, [s.data for s in a.addressable_shards], committed=False)
     except Exception:  # another JAX version: committed is still correct, only stricter
         return a
-    return out
 
 
 def _dynamic(spec, args, kwargs):
