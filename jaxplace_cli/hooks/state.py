@@ -73,8 +73,9 @@ PY_SCALARS = (int, float, bool, complex)
 
 def _inert_after_fork() -> None:
     """A fork child inherits the hooks and the recorder, but not the writer thread that drains
-    it: recording there would only grow memory. The child runs unrecorded (placement, if any,
-    still applies, so its results match the parent's rules)."""
+    it: recording there would only grow memory. The hooks go inert: the child runs as under
+    plain python, unrecorded and unplaced (JAX decides; JAX itself warns that forking a
+    process that started JAX is unsafe)."""
     active.rec = None
     active.on_dispatch = None
     active.tracing = False
