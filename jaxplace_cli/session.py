@@ -35,6 +35,7 @@ class RunOptions:
     devices: int | None = None
     trace: str = "window"
     trace_seconds: float = 3.0
+    trace_ops: int = 0  # the window also closes after this many dispatches (0: no limit)
     record: str = "all"  # all | transfers (see hooks.install)
     policy: str = "default"
     placer: object = None  # placement.engine.Placer, built (and validated) before the run
@@ -191,7 +192,7 @@ class Session:
 
             active.placer = self.opts.placer
             active.placing = True
-        self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds)
+        self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds, self.opts.trace_ops)
         self.trace.arm()
         self.manifest["hooks"] = {"installed": self.hook_report.installed,
                                   "unavailable": [f"{n}: {r}" for n, r in self.hook_report.failed]}
@@ -290,6 +291,8 @@ class Session:
             trace={"mode": self.trace.mode if self.trace else "off",
                    "state": self.trace.state if self.trace else "off",
                    "seconds": self.opts.trace_seconds,
+                   "max_ops": self.opts.trace_ops,
+                   "traced_ops": self.trace.traced_ops if self.trace else 0,
                    "files": self.trace.files() if self.trace else [],
                    "note": self.trace.note if self.trace else ""},
         )

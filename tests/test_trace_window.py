@@ -54,3 +54,19 @@ def test_script_starting_its_own_trace_is_not_broken(tmp_path):
     assert list((tmp_path / "mine" / "plugins" / "profile").glob("*/*.xplane.pb"))
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert "started its own trace" in manifest["trace"]["note"]
+
+
+def test_window_closes_after_trace_ops_dispatches(tmp_path):
+    """--trace-ops 50: the window opens at the first dispatch and closes once 50 more ops were
+    dispatched inside it, long before its second is up; the rest of the run is still recorded."""
+    script = tmp_path / "many.py"
+    script.write_text("import jax.numpy as jnp\nx = jnp.ones(8)\nfor _ in range(300):\n    x = x * 1.0\n"
+                      "print(float(x.sum()))\n")
+    run_dir = tmp_path / "run"
+    proc = jaxplace("run", "-q", "--trace-ops", "50", "--trace-seconds", "60", "--out", run_dir, script)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["trace"]["state"] == "closed" and manifest["trace"]["max_ops"] == 50
+    assert manifest["trace"]["traced_ops"] == 50
+    assert manifest["events"]["ops"] == 302  # ones, 300 multiplies, sum
+    assert len(manifest["trace"]["files"]) == 1

@@ -27,6 +27,8 @@ def run(
     trace: str = typer.Option("window", "--trace",
                               help="Native jax.profiler trace: window (first --trace-seconds after the first dispatch), full, or off."),
     trace_seconds: float = typer.Option(1.0, "--trace-seconds", min=0.0, help="Length of the trace window."),
+    trace_ops: int = typer.Option(1000, "--trace-ops", min=0,
+                                  help="The window also closes after this many dispatched ops (0: no limit)."),
     no_trace: bool = typer.Option(False, "--no-trace", help="Same as --trace off."),
     record: str = typer.Option("all", "--record",
                                help="all: every op and transfer (default). transfers: skip eager-op hooks (cheaper on eager code; "
@@ -97,6 +99,7 @@ def run(
                       trace_seconds, policy=policy, placer=placer, record=record,
                       command=["jaxplace", *sys.argv[1:]])
     opts.devices = n_devices
+    opts.trace_ops = trace_ops
     try:
         session = Session(opts)
     except RunDirError as exc:
