@@ -73,20 +73,15 @@ def load_side(path: Path, min_bytes: int) -> dict:
         return data
     from .analysis import audit_run
     from .analysis.findings import RuleConfig
-    from .analysis.run import InputError, classify_input, corrupt_data_error, open_run
+    from .analysis.run import InputError, analyse, classify_input, open_run
     from .report.json_report import to_dict
 
     try:
         if classify_input(path) != "run":
             raise DiffInputError(f"{path} is not a jaxplace run directory or a saved audit JSON")
         run = open_run(path)
-        try:
-            return to_dict(audit_run(run, RuleConfig(min_bytes=min_bytes), top_sites=10_000, suggest=False))
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-            why = corrupt_data_error(run, exc)
-            if why is None:
-                raise
-            raise DiffInputError(why) from None
+        return to_dict(analyse(run, lambda: audit_run(run, RuleConfig(min_bytes=min_bytes),
+                                                      top_sites=10_000, suggest=False)))
     except InputError as exc:
         raise DiffInputError(str(exc)) from None
     except (sqlite3.DatabaseError, StoreError) as exc:

@@ -292,5 +292,11 @@ def test_balanced_two_device_heuristic_finds_the_cheap_cut_of_a_chain():
     sol = solve_partition(p, solver="multilevel")
     assert feasible(p, sol.assign) and sol.cost == 1
     assert len(set(sol.assign[:190].tolist())) == 1 and len(set(sol.assign[190:].tolist())) == 1
+    # the priced-cut route on its own (multilevel alone also finds this cut; this checks the
+    # other route, which solve_partition compares it with)
+    from jaxplace_cli.suggest.solve import _repaired_unconstrained
+
+    alone = _repaired_unconstrained(p, 0, None)
+    assert feasible(p, alone.assign) and alone.cost == 1 and alone.solver == "min-cut with a load penalty"
     ref = solve_milp(p, node_limit=10**5)
     assert ref.optimal and ref.cost == 1

@@ -59,12 +59,21 @@ def classify_input(path: Path) -> str:
     raise InputError(f"{path} is not a jaxplace run directory or a .xplane.pb trace file")
 
 
-def corrupt_data_error(run: RunData, exc: BaseException) -> str | None:
-    """When an analysis of ``run`` failed with ``exc``, say whether the store's data is to blame
-    (values of the wrong type in a column: a hand-edited or damaged file) — one line for the
-    user — or None when the data is sound and ``exc`` is jaxplace's own bug."""
-    problems = run.store.type_errors()
-    if not problems:
-        return None
-    return (f"{run.path}: the events store holds damaged data ({'; '.join(problems)}); "
-            f"the run cannot be audited ({type(exc).__name__})")
+# What damaged data makes an analysis raise (a text in an integer column, a marker of an
+# unexpected shape); the same exceptions from sound data are jaxplace's own bugs.
+DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError)
+
+
+def analyse(run: RunData, fn):
+    """``fn()``, with a failure that the store's data explains turned into one ``InputError``
+    line (values of the wrong type in a column: a hand-edited or damaged file). When the data
+    is sound the original exception propagates: it is a bug (or, for the solvers, a
+    ``ValueError`` saying a request cannot be met). The type scan runs only on failure."""
+    try:
+        return fn()
+    except DATA_ERRORS as exc:
+        problems = run.store.type_errors()
+        if not problems:
+            raise
+        raise InputError(f"{run.path}: the events store holds damaged data ({'; '.join(problems)}); "
+                         f"the run cannot be audited ({type(exc).__name__})") from None

@@ -89,7 +89,7 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
     from ..analysis.findings import RULES, RuleConfig
     import sqlite3
 
-    from ..analysis.run import InputError, classify_input, corrupt_data_error, open_run
+    from ..analysis.run import InputError, analyse, classify_input, open_run
     from ..report import EXTENSIONS, FORMATS
     from ..store import StoreError
     from ..sizes import parse_size
@@ -111,13 +111,7 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         kind = classify_input(path)
         if kind == "run":
             run = open_run(path)
-            try:
-                result = audit_run(run, cfg, rule, ignore, top_sites=top)
-            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-                why = corrupt_data_error(run, exc)
-                if why is None:
-                    raise
-                fail(why)
+            result = analyse(run, lambda: audit_run(run, cfg, rule, ignore, top_sites=top))
         else:
             from ..analysis.trace_audit import audit_trace
 

@@ -70,7 +70,7 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
                  verify, verify_out, fmt) -> None:
     import sqlite3
 
-    from ..analysis.run import InputError, corrupt_data_error, open_run
+    from ..analysis.run import InputError, analyse, open_run
     from ..store import StoreError
     from ..suggest.plan import make_plan
     from ..suggest.render import plan_json, render_plan, render_verification
@@ -81,16 +81,13 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
         fail(str(exc))
     names = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
     try:
-        plan = make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver)
+        plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver))
+    except InputError as exc:
+        fail(str(exc))
     except (sqlite3.DatabaseError, StoreError) as exc:
         fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        why = corrupt_data_error(run, exc)
-        if why is not None:
-            fail(why)
-        if not isinstance(exc, ValueError):
-            raise
-        fail(str(exc))  # ValueError is how the solvers say a request cannot be met
+    except ValueError as exc:
+        fail(str(exc))  # how the solvers say a request cannot be met (the data is sound)
     policy_path = output
     if policy_path is None and verify is not None:
         policy_path = Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml"

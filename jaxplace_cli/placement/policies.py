@@ -5,6 +5,7 @@ before the user's script starts (file syntax, unknown keys, callable import and 
 """
 from __future__ import annotations
 
+import abc
 import importlib
 import inspect
 import itertools
@@ -18,12 +19,13 @@ from .opinfo import OpInfo
 from .rules import RuleSet, parse_rules
 
 
-class Policy:
+class Policy(abc.ABC):
     label = "policy"
     granular = True  # may be consulted per primitive under --granularity op
 
-    def decide(self, info: OpInfo):  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def decide(self, info: OpInfo):
+        """The device for the op ``info`` describes: a Device, a name, or None (JAX decides)."""
 
 
 class Default(Policy):
