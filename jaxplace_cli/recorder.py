@@ -1,8 +1,8 @@
 """In-process recorder: the cheap, thread-safe sink that hooks write events into.
 
 Everything on the hot path is a deque append of a tuple (atomic under the GIL, so threads
-need no lock). Work that is not needed to *capture* a fact — formatting shapes, dtype names,
-interning file names — is deferred to ``drain()``, which runs on the writer thread.
+need no lock). Work that is not needed to *capture* a fact — formatting shapes, joining buffer
+ids — is deferred to ``finish_rows()``, which runs in the writer process (store_process.py).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _library_prefixes() -> tuple[str, ...]:
 
 
 class Recorder:
-    """Collects events from hooks; ``drain()`` hands finished rows to the store writer."""
+    """Collects events from hooks; ``take()`` hands raw rows to the store writer."""
 
     def __init__(self, maxlen: int | None = None) -> None:
         """``maxlen`` bounds every buffer (oldest dropped): for in-process use with no writer
@@ -54,17 +54,21 @@ class Recorder:
         self._buf_ids = itertools.count(1)
         self.ops: deque = deque(maxlen=maxlen)
         self.transfers: deque = deque(maxlen=maxlen)
-        self.buffers: deque = deque(maxlen=maxlen)  # raw tuples, formatted in drain()
+        self.buffers: deque = deque(maxlen=maxlen)  # raw tuples, formatted by finish_rows()
         self.markers: deque = deque(maxlen=maxlen)
         self._new_sites: deque = deque(maxlen=maxlen)
-        self._sites: dict = {}  # (code, instruction offset) -> site id
+        self._sites: dict = {}  # (id(code), instruction offset) -> site id
         self._site_by_line: dict = {}  # (file, line, function) -> site id
         self._site_ids = itertools.count(1)
-        self._tiers: dict = {}  # code -> tier
+        # id(code) -> tier. Keyed on id(), not on the code object: hashing a code object hashes
+        # its constants, recursively through nested code objects (~0.2 us for a small function,
+        # far more for a module body), and site_of does it for every frame it walks, per op.
+        # _codes keeps each code object alive, so an id stays unique while it is a key.
+        self._tiers: dict = {}
+        self._codes: list = []
         self._internal = _internal_prefixes()
         self._library = _library_prefixes()
         self.counts = {"ops": 0, "transfers": 0}
-        self._shape_formats: dict = {}  # shape -> ("32x128", element count)
         self.on_transfer = None  # set while a profiler trace is open (TraceAnnotations)
         self._site_text: dict = {}  # site id -> "file:line"
         self.site_info: dict = {}  # site id -> Site (policies match on file/line/function)
@@ -84,7 +88,8 @@ class Recorder:
             tier = LIBRARY
         else:
             tier = USER
-        self._tiers[code] = tier
+        self._tiers[id(code)] = tier
+        self._codes.append(code)
         return tier
 
     def site_of(self, frame) -> int:
@@ -94,7 +99,7 @@ class Recorder:
         f = frame
         while f is not None:
             code = f.f_code
-            tier = tiers.get(code)
+            tier = tiers.get(id(code))
             if tier is None:
                 tier = self._tier(code)
             if tier == USER:
@@ -108,7 +113,7 @@ class Recorder:
                 return 0
         # Keyed on the instruction offset: f_lineno decodes the line table linearly (slow in
         # big module-level code), f_lasti is a field read. Offsets on one line share a site.
-        key = (f.f_code, f.f_lasti)
+        key = (id(f.f_code), f.f_lasti)
         sid = self._sites.get(key)
         if sid is None:
             sid = self._intern_site(key, f)
@@ -134,7 +139,7 @@ class Recorder:
         f = frame
         while f is not None:
             code = f.f_code
-            tier = tiers.get(code)
+            tier = tiers.get(id(code))
             if tier is None:
                 tier = self._tier(code)
             if tier != INTERNAL:
@@ -178,37 +183,58 @@ class Recorder:
     def marker(self, kind: str, value: str) -> None:
         self.markers.append(Marker(next(self._seq), perf_counter_ns() - self.t0, kind, value))
 
-    def drain(self) -> dict[str, list]:
-        """Pop everything recorded so far into row lists (runs on the writer thread)."""
+    def take(self) -> dict[str, list]:
+        """Pop everything recorded so far, rows exactly as the hooks left them.
 
-        def pop_all(dq: deque) -> list:
-            n = len(dq)
-            pop = dq.popleft
-            return [pop() for _ in range(n)]
-
-        sites = pop_all(self._new_sites)
-        ops = [op if type(op[8]) is str else _finish_op(op) for op in pop_all(self.ops)]
-        transfers = pop_all(self.transfers)
-        formats = self._shape_formats
-        buffers = []
-        for b, seq, device, shape, (dtype_s, itemsize), committed, site in pop_all(self.buffers):
-            fmt = formats.get(shape)
-            if fmt is None:
-                n = 1
-                for d in shape:
-                    n *= d
-                fmt = formats[shape] = ("x".join(map(str, shape)) if shape else "scalar", n)
-            buffers.append(BufferEvent(b, seq, device, fmt[0], dtype_s, fmt[1] * itemsize,
-                                       bool(committed), site))
-        self.counts["ops"] += len(ops)
-        self.counts["transfers"] += len(transfers)
-        return {
-            "sites": sites,
-            "ops": ops,
-            "transfers": transfers,
-            "buffers": buffers,
-            "markers": pop_all(self.markers),
+        Cheap on purpose (a popleft per row): it runs in the script's process, under the GIL
+        the script needs. Turning raw rows into stored rows is ``finish_rows``' job, done in the
+        writer process (store_process.py) or by ``drain()``."""
+        batch = {
+            "sites": _pop_all(self._new_sites),
+            "ops": _pop_all(self.ops),
+            "transfers": _pop_all(self.transfers),
+            "buffers": _pop_all(self.buffers),
+            "markers": _pop_all(self.markers),
         }
+        self.counts["ops"] += len(batch["ops"])
+        self.counts["transfers"] += len(batch["transfers"])
+        return batch
+
+    def drain(self) -> dict[str, list]:
+        """Pop everything recorded so far as rows ready for the store (in-process writers)."""
+        return finish_rows(self.take())
+
+
+def _pop_all(dq: deque) -> list:
+    # popleft, not list(dq) + clear(): hooks on other threads may append meanwhile
+    n = len(dq)
+    pop = dq.popleft
+    return [pop() for _ in range(n)]
+
+
+_SHAPE_FORMATS: dict = {}  # shape -> ("32x128", element count)
+
+
+def finish_rows(batch: dict[str, list]) -> dict[str, list]:
+    """Raw rows of ``Recorder.take()`` -> rows in the store's column order (pure; any process)."""
+    formats = _SHAPE_FORMATS
+    buffers = []
+    for b, seq, device, shape, (dtype_s, itemsize), committed, site in batch["buffers"]:
+        fmt = formats.get(shape)
+        if fmt is None:
+            n = 1
+            for d in shape:
+                n *= d
+            fmt = formats[shape] = ("x".join(map(str, shape)) if shape else "scalar", n)
+        buffers.append(BufferEvent(b, seq, device, fmt[0], dtype_s, fmt[1] * itemsize,
+                                   bool(committed), site))
+    return {
+        "sites": batch["sites"],
+        "ops": [op if type(op[8]) is str else _finish_op(op) for op in batch["ops"]],
+        "transfers": batch["transfers"],
+        "buffers": buffers,
+        "markers": batch["markers"],
+    }
 
 
 def _ids(bufs) -> str:

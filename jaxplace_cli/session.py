@@ -128,6 +128,16 @@ def _on_sigint(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _writer_manifest(writer) -> dict:
+    """Where the store was written: a child process (its pid and peak RSS, which the script's
+    own peak RSS does not include) or, where none could start, a thread of the script."""
+    from .store_process import WriterProcess
+
+    if isinstance(writer, WriterProcess):
+        return {"kind": "process", "pid": writer.pid, "peak_rss_kb": writer.peak_rss_kb}
+    return {"kind": "thread"}
+
+
 class Session:
     def __init__(self, opts: RunOptions):
         self.opts = opts
@@ -151,12 +161,17 @@ class Session:
         }
         write_manifest(self.run_dir, self.manifest)
         from .store import StoreWriter
+        from .store_process import open_writer
 
         try:
-            self._writer = StoreWriter(self.run_dir / EVENTS)
+            # the schema first, here: a run directory that cannot hold it fails before the
+            # script runs, with a clear message (the writer process would only find out later)
+            StoreWriter(self.run_dir / EVENTS).close()
             self._ids = (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS))
         except (OSError, sqlite3.Error) as exc:
             raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
+        # started now, so the child Python starts while this one imports JAX
+        self._writer = open_writer(self.run_dir / EVENTS)
         self._bg = None
         self.recorder = None
         self.trace = None
@@ -181,7 +196,10 @@ class Session:
 
         self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
         self.recorder = Recorder()
-        self._bg = BackgroundWriter(self.recorder.drain, self._writer)
+        from .store_process import WriterProcess
+
+        take = isinstance(self._writer, WriterProcess)  # the child formats the rows itself
+        self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer)
         self._bg.start()
         self.hook_report = hooks.install(self.recorder, self.opts.record)
         self.manifest["record"] = self.opts.record
@@ -267,16 +285,19 @@ class Session:
             self._bg.stop()
         lost = self._bg.lost_rows if self._bg else 0
         write_error = self._bg.error if self._bg else ""
-        if self._writer is not None and self._ids != (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS)):
+        writer = self._writer
+        if writer is not None:
+            try:
+                writer.close()  # a WriterProcess: waits for the child to write its backlog
+            except Exception as exc:
+                write_error = write_error or f"closing the events store: {type(exc).__name__}: {exc}"
+            lost += getattr(writer, "lost_rows", 0)
+            write_error = write_error or getattr(writer, "error", "")
+        if writer is not None and self._ids != (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS)):
             # SQLite kept writing into the deleted file without an error: all of it is gone
-            lost += self._writer.rows_written
+            lost += writer.rows_written
             write_error = (f"the run directory {self.run_dir} (or its {EVENTS}) was removed or "
                            f"replaced while the script ran; nothing recorded could be kept")
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception:
-                pass
         rec = self.recorder
         self.manifest.update(
             status=outcome.status,
@@ -287,7 +308,8 @@ class Session:
             events={"ops": rec.counts["ops"] if rec else 0,
                     "transfers": rec.counts["transfers"] if rec else 0,
                     "lost_rows": lost,
-                    "write_error": write_error},
+                    "write_error": write_error,
+                    "writer": _writer_manifest(writer)},
             trace={"mode": self.trace.mode if self.trace else "off",
                    "state": self.trace.state if self.trace else "off",
                    "seconds": self.opts.trace_seconds,

@@ -2,9 +2,10 @@
 
 Why SQLite: it is crash-safe (WAL: a SIGKILLed writer leaves a readable database holding
 every committed batch), queryable with plain SQL by users, and in the standard library.
-Why a background thread: the hooks only append tuples to a list; the thread swaps the list
-out every ``flush_interval`` seconds and writes it with ``executemany``, so the user's
-dispatch path never waits on disk.
+Why a background thread: the hooks only append tuples to deques; the thread takes them every
+``interval`` seconds and hands them to the writer — a child process (store_process.py) under
+``jaxplace run``, a ``StoreWriter`` in-process otherwise — so the dispatch path never waits
+on disk.
 """
 from __future__ import annotations
 
@@ -76,11 +77,13 @@ class StoreWriter:
         c = self.conn
         c.execute("BEGIN")
         try:
+            n = 0
             for name, rows in batches.items():
                 if rows:
                     c.executemany(self._inserts[name], rows)
-                    self.rows_written += len(rows)
+                    n += len(rows)
             c.execute("COMMIT")
+            self.rows_written += n
         except BaseException:
             try:
                 c.execute("ROLLBACK")
@@ -99,14 +102,15 @@ class StoreWriter:
 
 
 class BackgroundWriter(threading.Thread):
-    """Drains a Recorder's buffers into a StoreWriter every ``interval`` seconds.
+    """Drains a Recorder's buffers into a writer every ``interval`` seconds (``drain``:
+    ``Recorder.take`` for a ``WriterProcess``, ``Recorder.drain`` for a ``StoreWriter``).
 
     A write failure (disk full, directory removed) never reaches the user's program: the
     thread counts the rows it could not write (``lost_rows``) and keeps draining so memory
     stays bounded; the run summary reports the loss.
     """
 
-    def __init__(self, drain, writer: StoreWriter, interval: float = 0.25):
+    def __init__(self, drain, writer, interval: float = 0.25):
         super().__init__(name="jaxplace-writer", daemon=True)
         self._drain = drain
         self._writer = writer

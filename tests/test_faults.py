@@ -9,6 +9,7 @@ docs/reliability.md lists every case and its outcome.
 from __future__ import annotations
 
 import json
+import os
 import random
 import resource
 import shutil
@@ -17,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -191,6 +193,56 @@ def test_run_dir_removed_mid_run_script_unaffected_and_loss_reported(tmp_path, h
     assert "Traceback" not in err
     assert "events were lost" in err and "removed or replaced" in err, err
     assert f"could not write {out}/run.json" in err
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in (Path("/proc") / str(pid) / "task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("mode", ["normal", "sigpipe_dfl"])
+def test_writer_process_killed_mid_run_script_unaffected_and_loss_reported(tmp_path, mode):
+    """The store is written by a child process (store_process.py). If it dies, the script
+    runs on unaffected — also one that set SIGPIPE to SIG_DFL, which a pipe to the dead
+    writer would kill — the rows sent after its death are counted as lost and said to be, and
+    what it committed before is auditable."""
+    out = tmp_path / "run"
+    proc = start_run(out, BUSY, "2.0", mode, jaxplace_args=("--no-trace",))
+    wait_ready(proc)
+    time.sleep(0.6)  # a few flushes (every 0.25 s) reach the store first
+    (writer,) = _children(proc.pid)
+    os.kill(writer, signal.SIGKILL)
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert stdout.startswith("done ")
+    assert "Traceback" not in err
+    ev = manifest(out)["events"]
+    assert ev["writer"]["kind"] == "process" and ev["writer"]["pid"] == writer
+    assert ev["lost_rows"] > 0 and "writer process" in ev["write_error"], ev
+    assert f"warning: {ev['lost_rows']} events were lost" in err
+    r = audit_json(out)
+    assert r["ops"]["total"] > 0
+    assert any("could not be written" in n for n in r["notes"])
+
+
+def test_no_child_python_falls_back_to_a_writer_thread(tmp_path):
+    """Where no writer process can start (no usable sys.executable: an embedded Python), the
+    store is written by a thread of the script's process, and the run is the same."""
+    out = tmp_path / "run"
+    code = ("import sys; sys.executable = '/nonexistent/python'; "
+            "from jaxplace_cli.cli import main; main(sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", code, "run", "-q", "--no-trace", "--out", str(out),
+                           str(SCRIPTS / "exit_code.py"), "0"],
+                          env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ev = manifest(out)["events"]
+    assert ev["writer"] == {"kind": "thread"}
+    assert ev["lost_rows"] == 0 and ev["write_error"] == ""
+    assert stored_counts(out)[0] == ev["ops"] > 0
 
 
 # -- threads and child processes --------------------------------------------------------------

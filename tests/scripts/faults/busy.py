@@ -1,5 +1,6 @@
 # Dispatches small ops in a loop and prints a progress counter; stops after --seconds.
-# Used by the fault tests: SIGINT at random moments, os._exit, disk full, run dir removed.
+# Used by the fault tests: SIGINT at random moments, os._exit, disk full, run dir removed,
+# the writer process killed (also with SIGPIPE at SIG_DFL).
 import os
 import sys
 import time
@@ -10,6 +11,10 @@ import numpy as np
 
 seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
 mode = sys.argv[2] if len(sys.argv) > 2 else "normal"
+if mode == "sigpipe_dfl":  # as command-line tools do: a write to a closed pipe kills
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 x = jnp.ones((16, 16))
 f = jax.jit(lambda a, b: a @ b * 0.5 + 1.0)
