@@ -1,12 +1,15 @@
-"""Shared by the command modules: the one-line usage error (exit code 2)."""
+"""Shared by the command modules: the one-line usage error (exit code 2).
+
+No typer import here: ``jaxplace run`` parses its command line without typer (run_argv.py) and
+must not pay for importing it."""
 from __future__ import annotations
 
-import typer
+import sys
 
 EXIT_USAGE = 2
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print one line saying what is wrong and exit (2 = usage error)."""
-    typer.echo(f"jaxplace: error: {message}", err=True)
-    raise typer.Exit(code)
+    print(f"jaxplace: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
