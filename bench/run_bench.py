@@ -10,7 +10,8 @@ Each workload (bench/workloads/) runs as a fresh process, plain ``python WORKLOA
 ``python -m jaxplace_cli run --quiet --out TMP WORKLOAD`` in alternation (A B A B ...), so
 slow drift of a noisy machine hits both sides alike. Per process: whole-process wall time
 (spawn to reap) and peak RSS (``ru_maxrss`` of ``os.wait4`` on that child: its own maximum,
-not the sum over children). Ratios are medians of the per-pair ratios. Reference points
+not the sum over children; for a jaxplace run, plus its writer process's own peak, from
+run.json). Ratios are medians of the per-pair ratios. Reference points
 (``jax.profiler.trace`` alone, ``transfer_guard=log``, forced slow path) and jaxplace's
 overhead settings (``--trace off|window|full``, ``--record transfers``) run in the same rounds.
 
@@ -186,6 +187,14 @@ class Bench:
         r["config"] = config
         if run_dir is not None:
             r["run"] = read_run(run_dir)
+            writer = (r["run"].get("events") or {}).get("writer") or {}
+            if writer.get("kind") == "process":
+                # The store is written by a child process; wait4's ru_maxrss is the larger of
+                # the two peaks, not their sum. Add the writer's own peak (from run.json): an
+                # upper bound of what both held at once.
+                r["rss_process_mb"] = r["rss_mb"]
+                r["rss_writer_mb"] = (writer.get("peak_rss_kb") or 0) / 1024.0
+                r["rss_mb"] = r["rss_process_mb"] + r["rss_writer_mb"]
             if keep:
                 r["run_dir"] = str(run_dir)
             else:

@@ -219,7 +219,8 @@ def finish_rows(batch: dict[str, list]) -> dict[str, list]:
     """Raw rows of ``Recorder.take()`` -> rows in the store's column order (pure; any process)."""
     formats = _SHAPE_FORMATS
     buffers = []
-    for b, seq, device, shape, (dtype_s, itemsize), committed, site in batch["buffers"]:
+
+    def add_buffer(b, seq, device, shape, dtype_s, itemsize, committed, site):
         fmt = formats.get(shape)
         if fmt is None:
             n = 1
@@ -228,9 +229,20 @@ def finish_rows(batch: dict[str, list]) -> dict[str, list]:
             fmt = formats[shape] = ("x".join(map(str, shape)) if shape else "scalar", n)
         buffers.append(BufferEvent(b, seq, device, fmt[0], dtype_s, fmt[1] * itemsize,
                                    bool(committed), site))
+
+    ops = []
+    for op in batch["ops"]:
+        if type(op[8]) is str and type(op[9]) is str:
+            ops.append(op)
+            continue
+        if len(op) == 16:  # an eager op's row carrying its new result's buffer (dispatch.py)
+            add_buffer(op[9], op[0], op[6], op[13], op[14][0], op[14][1], op[15], op[7])
+        ops.append(_finish_op(op))
+    for b, seq, device, shape, (dtype_s, itemsize), committed, site in batch["buffers"]:
+        add_buffer(b, seq, device, shape, dtype_s, itemsize, committed, site)
     return {
         "sites": batch["sites"],
-        "ops": [op if type(op[8]) is str else _finish_op(op) for op in batch["ops"]],
+        "ops": ops,
         "transfers": batch["transfers"],
         "buffers": buffers,
         "markers": batch["markers"],
@@ -238,7 +250,13 @@ def finish_rows(batch: dict[str, list]) -> dict[str, list]:
 
 
 def _ids(bufs) -> str:
-    return bufs if type(bufs) is str else ",".join(map(str, bufs))
+    """Buffer ids as stored: hooks leave one id (an int), several (a tuple) or the text."""
+    t = type(bufs)
+    if t is str:
+        return bufs
+    if t is int:
+        return str(bufs)
+    return ",".join(map(str, bufs))
 
 
 def _finish_op(op) -> tuple:

@@ -59,3 +59,13 @@ def test_ground_truth_b_numpy_batches_and_item(tmp_path):
     assert rules["implicit-h2d-in-loop"]["line"] == 11 and rules["implicit-h2d-in-loop"]["count"] == 30
     assert rules["host-sync-in-loop"]["line"] == 12 and rules["host-sync-in-loop"]["count"] == 30
     assert r["ops"]["by_device"]["cpu:0"]["top"][0] == {"name": "jit(<lambda>)", "count": 30}
+
+
+def test_scalar_uploads_follow_x64_enabled_by_the_script(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = jaxplace("run", "--out", run_dir, "--no-trace", SCRIPTS / "x64_scalars.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "float64 20.0\n"
+    r = audit_json(run_dir, "--min-bytes", "0")
+    # 2.0 (float64) and 3 (int64): 8 bytes each; True: a bool is 1 byte either way
+    assert r["transfers"]["totals"]["h2d"] == {"count": 3, "bytes": 8 + 8 + 1}

@@ -287,8 +287,6 @@ def install(recorder, record: str = "all") -> HookReport:
     so every transfer they cause is; eager ops and their implicit uploads are not."""
     import jax
 
-    from .dispatch import refresh_x64
-
     report = HookReport(jax_version=jax.__version__)
     if _PATCHES:
         uninstall()
@@ -299,7 +297,6 @@ def install(recorder, record: str = "all") -> HookReport:
             installer(report)
         except Exception as exc:  # a JAX version without this entry point: fall back
             report.failed.append((name, f"{type(exc).__name__}: {exc}"))
-    refresh_x64()
     try:  # keep jaxplace's frames out of JAX's filtered tracebacks, as with plain python
         from jax._src import traceback_util
         from pathlib import Path

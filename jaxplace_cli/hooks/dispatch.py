@@ -27,18 +27,31 @@ from jax.tree_util import tree_leaves
 import jax
 
 from ..events import D2D, H2D, HOST, OP_JIT, OpEvent
-from ..recorder import BUF_ATTR, _nbytes
-from .state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, scalar_nbytes, sharding_label, tls
+from ..recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes
+from .state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, sharding_label, tls
 
 _trace_ctx = _core.trace_ctx
 _EvalTrace = _core.EvalTrace
 _Array = jax.Array
-_X64 = [False]
 _SEQUENCES = (list, tuple)
+# Bytes a Python scalar operand uploads: it becomes a weakly typed 32-bit value, or 64-bit
+# with x64 enabled (bool: 1 byte either way). Indexed by x64_enabled().
+_SCALAR_BYTES = ({float: 4, int: 4, bool: 1, complex: 8}, {float: 8, int: 8, bool: 1, complex: 16})
 
 
-def refresh_x64() -> None:
-    _X64[0] = bool(jax.config.jax_enable_x64)
+def _x64_reader():
+    """``jax_enable_x64`` as of now (a script may enable it after the hooks are installed):
+    JAX's config holder is ~3x cheaper to read than ``jax.config.jax_enable_x64``."""
+    try:
+        from jax._src.config import enable_x64
+
+        enable_x64.value  # noqa: B018 - fails here, not per op, if the holder changed
+        return lambda: bool(enable_x64.value)
+    except Exception:
+        return lambda: bool(jax.config.jax_enable_x64)
+
+
+x64_enabled = _x64_reader()
 
 
 def array_nbytes(a) -> int:
@@ -49,7 +62,8 @@ def array_nbytes(a) -> int:
 class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
-    __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames")
+    __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
+                 "scalars", "scalar_api")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=()):
@@ -59,6 +73,8 @@ class CallSpec:
         self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
         self.static_argnums = frozenset(static_argnums)
         self.static_argnames = frozenset(static_argnames)
+        self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
+        self.scalar_api = name + " (Python scalar)"  # made once, not per upload
 
 
 def _operand_leaves(spec: CallSpec, args, kwargs):
@@ -140,6 +156,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
     if dev is None:
         dev = sharding_label(sh)
     base = rec.t0
+    tid = _thread_ident()
     in_bufs = []
     leaves = args
     if spec.flatten or kwargs:
@@ -149,8 +166,12 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
             if type(a) in _SEQUENCES:  # jnp.stack([a, b]) and friends
                 leaves = _operand_leaves(spec, args, kwargs)
                 break
+    transfers = rec.transfers
+    on_transfer = rec.on_transfer  # set while a trace window is open (TraceAnnotations)
+    scalar_bytes = None
     for a in leaves:
-        if type(a) is ArrayImpl or isinstance(a, _Array):
+        ta = type(a)
+        if ta is ArrayImpl or isinstance(a, _Array):
             ash = a.sharding
             ad = getattr(ash, "_device", None)
             adev = _LABELS.get(ad) if ad is not None else None
@@ -164,27 +185,76 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
             if adev != dev and "," not in dev and "," not in adev:
                 committed = getattr(a, "_committed", True)
                 api = spec.name + (" (uncommitted input)" if not committed else "")
-                rec.add_transfer((next(rec._seq), t0 - base, _thread_ident(), D2D, adev, dev,
-                                  array_nbytes(a), True, False, api, site, b, seq))
+                ev = (next(rec._seq), t0 - base, tid, D2D, adev, dev, array_nbytes(a), True, False,
+                      api, site, b, seq)
+                transfers.append(ev)
+                if on_transfer is not None:
+                    on_transfer(ev)
+        elif ta in PY_SCALARS:
+            if spec.scalars:  # x + 1.0 uploads the 1.0; jnp.zeros(3) does not upload the 3
+                if scalar_bytes is None:
+                    scalar_bytes = _SCALAR_BYTES[x64_enabled()]
+                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, scalar_bytes[ta], True, False,
+                      spec.scalar_api, site, 0, seq)
+                transfers.append(ev)
+                if on_transfer is not None:
+                    on_transfer(ev)
         elif isinstance(a, HOST_DATA_TYPES):
-            rec.add_transfer((next(rec._seq), t0 - base, _thread_ident(), H2D, HOST, dev,
-                              int(a.nbytes), True, False, spec.name + " (numpy argument)", site, 0, seq))
-        elif type(a) in PY_SCALARS and (spec.scalar_operands or spec.flatten):
-            rec.add_transfer((next(rec._seq), t0 - base, _thread_ident(), H2D, HOST, dev,
-                              scalar_nbytes(a, _X64[0]), True, False, spec.name + " (Python scalar)",
-                              site, 0, seq))
-    if len(outs) == 1:
-        o = outs[0]
-        out_bufs = (rec.buffer_id(o, dev, getattr(o, "_committed", True), site, seq),)
-    else:
-        out_bufs = tuple(rec.buffer_id(o, dev if i == 0 else sharding_label(o.sharding),
-                                       getattr(o, "_committed", True), site, seq)
-                         for i, o in enumerate(outs))
+            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, int(a.nbytes), True, False,
+                  spec.name + " (numpy argument)", site, 0, seq)
+            transfers.append(ev)
+            if on_transfer is not None:
+                on_transfer(ev)
     # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking
     # exact tuples of atoms but keeps tracking NamedTuple instances, and a backlog of tracked
-    # events made every collection in the user's program slower.
-    rec.ops.append((seq, t0 - base, t1 - t0, _thread_ident(), spec.kind, spec.name, dev, site,
-                    tuple(in_bufs), out_bufs, "", backward, placed))
+    # events made every collection in the user's program slower. One buffer id is an int, not
+    # a 1-tuple: every tuple made here is one more object for the GC to count.
+    in_ids = in_bufs[0] if len(in_bufs) == 1 else tuple(in_bufs)
+    if len(outs) == 1:
+        o = outs[0]
+        od = getattr(o, "__dict__", None)
+        b = od.get(BUF_ATTR, 0) if od is not None else 0
+        if b == 0 and od is not None:
+            # A new array: its BufferEvent rides in the op's row (three more fields; split off
+            # by recorder.finish_rows) — one tuple per op instead of two, and no call.
+            b = od[BUF_ATTR] = next(rec._buf_ids)
+            aval = o.aval
+            dtype = aval.dtype
+            name = _DTYPE_NAMES.get(dtype)
+            if name is None:
+                name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+            rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev,
+                            site, in_ids, b, "", backward, placed,
+                            aval.shape, name, getattr(o, "_committed", True)))
+        else:
+            rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev,
+                            site, in_ids, b, "", backward, placed))
+    else:  # a pytree of results (jit calls): Recorder.buffer_id, inlined (~1 us per result)
+        out_bufs = []
+        buffers = rec.buffers
+        odev = dev
+        for o in outs:
+            od = getattr(o, "__dict__", None)
+            b = od.get(BUF_ATTR) if od is not None else 0
+            if b is None:
+                b = od[BUF_ATTR] = next(rec._buf_ids)
+                if odev is None:
+                    osh = o.sharding
+                    d = getattr(osh, "_device", None)
+                    odev = _LABELS.get(d) if d is not None else None
+                    if odev is None:
+                        odev = sharding_label(osh)
+                aval = o.aval
+                dtype = aval.dtype
+                name = _DTYPE_NAMES.get(dtype)
+                if name is None:
+                    name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+                buffers.append((b, seq, odev, aval.shape, name, getattr(o, "_committed", True), site))
+            out_bufs.append(b)
+            odev = None  # the first result's device is the op's; the others are looked up
+        out_bufs = tuple(out_bufs)
+        rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev, site,
+                        in_ids, out_bufs, "", backward, placed))
     if active.on_dispatch is not None:
         active.on_dispatch()
     return out

@@ -58,15 +58,6 @@ def sharding_label(sharding) -> str:
         return "?"
 
 
-# Python scalars become weakly-typed 32-bit device scalars unless x64 is enabled.
-def scalar_nbytes(x, x64: bool) -> int:
-    if isinstance(x, bool):
-        return 1
-    if isinstance(x, complex):
-        return 16 if x64 else 8
-    return 8 if x64 else 4
-
-
 HOST_DATA_TYPES = (np.ndarray, np.generic)
 PY_SCALARS = (int, float, bool, complex)
 
