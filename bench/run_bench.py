@@ -7,7 +7,7 @@
     python bench/run_bench.py --only P2,P5
 
 Each workload (bench/workloads/) runs as a fresh process, plain ``python WORKLOAD`` and
-``python -m jaxplace_cli run --quiet --out TMP WORKLOAD`` in alternation (A B A B ...), so
+``python -m jaxplace_cli run --out TMP WORKLOAD`` in alternation (A B A B ...), so
 slow drift of a noisy machine hits both sides alike. Per process: whole-process wall time
 (spawn to reap) and peak RSS (``ru_maxrss`` of ``os.wait4`` on that child: its own maximum,
 not the sum over children; for a jaxplace run, plus its writer process's own peak, from
@@ -181,7 +181,8 @@ class Bench:
             run_dir = None
         else:
             run_dir = self.tmp / f"run-{self._n}"
-            argv = [PY, "-m", "jaxplace_cli", "run", "--quiet", *jp_opts, "--out", str(run_dir),
+            # not --quiet: the summary jaxplace prints after the run is part of the default
+            argv = [PY, "-m", "jaxplace_cli", "run", *jp_opts, "--out", str(run_dir),
                     script, *args]
         r = run_child(argv, child_env(mode, trace_dir), self.timeout, self.tmp)
         r["config"] = config

@@ -235,6 +235,15 @@ class StoreReader:
     def markers(self) -> Iterator[Marker]:
         return self._rows("markers", Marker, "ORDER BY seq")
 
+    def transfer_totals(self, min_bytes: int) -> list[tuple[str, str, int, int]]:
+        """(kind, size class, count, bytes) for every kind and class: 'counted' (≥ min_bytes),
+        'small' or 'unknown' (a size < 0). One aggregate query: the audit's summary and the
+        line ``jaxplace run`` prints after a run (which must not load a 1M-row run into Python)."""
+        q = ("SELECT kind, CASE WHEN bytes < 0 THEN 'unknown' WHEN bytes < ? THEN 'small' "
+             "ELSE 'counted' END AS cls, COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers "
+             "GROUP BY kind, cls")
+        return self.conn.execute(q, (min_bytes,)).fetchall()
+
     def count(self, name: str) -> int:
         return self.conn.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0]
 

@@ -127,12 +127,17 @@ class WriterProcess:
 def _count_rows(path: Path) -> int:
     """Rows the database holds (what a dead child did commit); 0 if it cannot be read."""
     import sqlite3
+    import urllib.parse
 
     from .store import TABLES
 
+    uri = f"file:{urllib.parse.quote(os.fsencode(Path(path).absolute()))}?mode=ro"  # '?', '#' in names
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as c:
+        c = sqlite3.connect(uri, uri=True)
+        try:
             return sum(c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES)
+        finally:
+            c.close()
     except sqlite3.Error:
         return 0
 

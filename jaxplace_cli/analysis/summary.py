@@ -79,9 +79,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     totals = {k: KindTotal() for k in TRANSFER_KINDS}
     small = {k: KindTotal() for k in TRANSFER_KINDS}
     unknown = {k: 0 for k in TRANSFER_KINDS}
-    q = ("SELECT kind, CASE WHEN bytes < 0 THEN 'unknown' WHEN bytes < ? THEN 'small' ELSE 'counted' END AS cls, "
-         "COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers GROUP BY kind, cls")
-    for kind, cls, count, nbytes in conn.execute(q, (min_bytes,)):
+    for kind, cls, count, nbytes in run.store.transfer_totals(min_bytes):
         if kind not in totals:
             continue
         if cls == "counted":

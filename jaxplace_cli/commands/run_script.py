@@ -112,12 +112,20 @@ def _print_run_summary(session) -> None:
 
     m = session.manifest
     ev = m.get("events", {})
-    try:
-        from ..analysis.run import open_run
-        from ..analysis.summary import summarize
+    try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
+        from ..events import TRANSFER_KINDS
+        from ..rundir import EVENTS
+        from ..store import StoreReader
 
-        s = summarize(open_run(session.run_dir))
-        kinds = ", ".join(f"{k} {v.count} ({human_bytes(v.bytes)})" for k, v in s.totals.items())
+        reader = StoreReader(session.run_dir / EVENTS)
+        try:
+            totals = {k: (0, 0) for k in TRANSFER_KINDS}
+            for kind, cls, count, nbytes in reader.transfer_totals(1024):
+                if cls == "counted" and kind in totals:
+                    totals[kind] = (count, nbytes)
+        finally:
+            reader.close()
+        kinds = ", ".join(f"{k} {c} ({human_bytes(b)})" for k, (c, b) in totals.items())
     except Exception:
         kinds = f"{ev.get('transfers', 0)} transfers"
     err = sys.stderr

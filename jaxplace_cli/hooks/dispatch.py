@@ -115,9 +115,12 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
     the placer first decides the device, moves the arguments there (recording those moves)
     and may wrap ``fn`` so that ops without array inputs are created on that device.
 
-    This is the hot path of every eager op (measured ~10 us of Python per op on the 2-core
-    reference machine, see bench/): it is written flat on purpose — no helper calls in the
-    common case of a non-pytree op returning one array.
+    This is the hot path of every eager op (measured in-process on the 2-core reference
+    machine: ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; ~1.2 us per
+    row of a jit call with 32 scalar arguments and 32 results; see bench/README.md): written
+    flat on purpose — no helper calls in the common case of a non-pytree op returning one
+    array — and it leaves ~1.7 GC-tracked objects per eager op (was 4.7: every tracked
+    allocation brings the next collection, and JAX's gc callback, closer).
     """
     rec = active.rec
     site = rec.site_of(sys._getframe(1))
