@@ -35,6 +35,9 @@ def test_ground_truth_a_pingpong_chain(tmp_path):
     (pp,) = [f for f in r["findings"] if f["rule"] == "pingpong"]
     assert pp["severity"] == "error" and pp["count"] == 8 and pp["bytes"] == 8 * MiB
     assert pp["line"] == 10
+    # the line `jaxplace run` prints after the run says the same totals
+    assert ("recorded 14 ops, transfers ≥1 KiB: h2d 1 (1.0 MiB), d2h 1 (1.0 MiB), d2d 9 (9.0 MiB)"
+            in proc.stderr), proc.stderr
 
 
 def test_ground_truth_b_numpy_batches_and_item(tmp_path):

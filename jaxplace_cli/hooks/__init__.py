@@ -113,13 +113,17 @@ def _install_modules(report: HookReport) -> None:
 def _install_ufunc(report: HookReport) -> None:
     from jax.numpy import ufunc
 
-    from .dispatch import CallSpec, is_recording, record_call
+    from jax._src import core
+
+    from .dispatch import CallSpec, record_call
 
     original = ufunc.__dict__["__call__"]
     specs: dict[str, CallSpec] = {}
+    active, tls, trace_ctx, eval_trace = state.active, state.tls, core.trace_ctx, core.EvalTrace
 
     def __call__(self, *args, **kwargs):
-        if not is_recording():
+        # is_recording(), inlined: every `x * y` passes here inside its operator's hook
+        if active.rec is None or tls.depth or type(trace_ctx.trace) is not eval_trace:
             return original(self, *args, **kwargs)
         name = self.__name__
         spec = specs.get(name)
