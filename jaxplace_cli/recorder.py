@@ -164,9 +164,7 @@ class Recorder:
             # shape (ints) + dtype name: a tuple of atoms, which the GC stops tracking, so a
             # backlog of events costs the user's program no collection time
             dtype = aval.dtype
-            name = _DTYPE_NAMES.get(dtype)
-            if name is None:
-                name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+            name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
             self.buffers.append((b, seq, device, aval.shape, name, committed, site))
         return b
 
@@ -265,7 +263,13 @@ def _finish_op(op) -> tuple:
             op[10], op[11], op[12])
 
 
-_DTYPE_NAMES: dict = {}  # dtype -> (name, itemsize)
+_DTYPE_NAMES: dict = {}  # dtype -> (name, itemsize); hot paths read it, dtype_name fills it
+
+
+def dtype_name(dtype) -> tuple[str, int]:
+    """(name, itemsize) of ``dtype``, cached in _DTYPE_NAMES (callers try the dict first)."""
+    name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+    return name
 
 _ITEMSIZE_CACHE: dict = {}
 

@@ -118,8 +118,8 @@ class WriterProcess:
             self.lost_rows = max(0, self.sent - self.rows_written)
             return
         self.rows_written = int(report.get("rows_written", 0))
-        self.lost_rows = int(report.get("lost_rows", 0)) + max(0, self.sent - self.rows_written
-                                                                 - int(report.get("lost_rows", 0)))
+        # what the child counted as lost, or more if frames it never read were sent
+        self.lost_rows = max(int(report.get("lost_rows", 0)), self.sent - self.rows_written)
         self.error = str(report.get("error", ""))
         self.peak_rss_kb = int(report.get("peak_rss_kb", 0))
 

@@ -27,7 +27,7 @@ from jax.tree_util import tree_leaves
 import jax
 
 from ..events import D2D, H2D, HOST, OP_JIT, OpEvent
-from ..recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes
+from ..recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes, dtype_name
 from .state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, sharding_label, tls
 
 _trace_ctx = _core.trace_ctx
@@ -223,9 +223,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
             b = od[BUF_ATTR] = next(rec._buf_ids)
             aval = o.aval
             dtype = aval.dtype
-            name = _DTYPE_NAMES.get(dtype)
-            if name is None:
-                name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+            name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
             rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev,
                             site, in_ids, b, "", backward, placed,
                             aval.shape, name, getattr(o, "_committed", True)))
@@ -249,9 +247,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
                         odev = sharding_label(osh)
                 aval = o.aval
                 dtype = aval.dtype
-                name = _DTYPE_NAMES.get(dtype)
-                if name is None:
-                    name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+                name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
                 buffers.append((b, seq, odev, aval.shape, name, getattr(o, "_committed", True), site))
             out_bufs.append(b)
             odev = None  # the first result's device is the op's; the others are looked up
