@@ -6,7 +6,7 @@ STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test lint bench clean
 
 install: $(STAMP)
 
@@ -22,7 +22,11 @@ demo: install
 	$(BIN)/jaxplace audit $(DEMO_DIR)
 
 test: install
+	$(BIN)/ruff check jaxplace_cli tests bench sample_scripts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check jaxplace_cli tests bench sample_scripts
 
 bench: install
 	$(BIN)/python bench/run_bench.py

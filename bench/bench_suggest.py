@@ -40,14 +40,12 @@ sys.path.insert(0, str(REPO))
 
 from jaxplace_cli.suggest.coarsen import color_groups, contract  # noqa: E402
 from jaxplace_cli.suggest.from_json import TIME_SCALE, load_graph_json  # noqa: E402
-from jaxplace_cli.suggest.mincut import expansion, two_devices  # noqa: E402
 from jaxplace_cli.suggest.milp import MilpFailed, solve_milp  # noqa: E402
-from jaxplace_cli.suggest.model import (TOTAL, TRANSFERS, Partition, balance_cap, cost,  # noqa: E402
-                                        feasible, merge_edges, partition_problem)
+from jaxplace_cli.suggest.mincut import two_devices  # noqa: E402
+from jaxplace_cli.suggest.model import TOTAL, TRANSFERS, Partition, balance_cap, feasible, merge_edges, partition_problem  # noqa: E402
 from jaxplace_cli.suggest.pipeline import solve_throughput  # noqa: E402
 from jaxplace_cli.suggest.schedule import Schedule, solve_makespan  # noqa: E402
 from jaxplace_cli.suggest.solve import solve_partition  # noqa: E402
-
 
 # -- synthetic graphs -------------------------------------------------------------------------
 
@@ -64,9 +62,13 @@ def program_graph(rng, n: int, k: int, streams: int = 8, pin_rate: float = 0.01,
     for v in range(n):
         s, o = pick[v], other[v]
         if cur[s] >= 0:
-            src.append(cur[s]); dst.append(v); w.append(size[s])
+            src.append(cur[s])
+            dst.append(v)
+            w.append(size[s])
         if binary[v] and o != s and cur[o] >= 0:
-            src.append(cur[o]); dst.append(v); w.append(size[o])
+            src.append(cur[o])
+            dst.append(v)
+            w.append(size[o])
         cur[s] = v
     allowed = np.ones((n, k), bool)
     allowed[pins] = False
@@ -84,9 +86,9 @@ def program_partition(rng, n, k, balance=None, unary=False):
 
 def synthetic_run(path: Path, n: int, seed: int = 0) -> Path:
     """A run directory holding a 100k-op eager program recorded under rr-strict (2 devices)."""
-    from jaxplace_cli.events import D2D, OpEvent, Site, TransferEvent, BufferEvent
-    from jaxplace_cli.rundir import MANIFEST_SCHEMA_VERSION, write_manifest
-    from jaxplace_cli.store import StoreWriter
+    from jaxplace_cli.model.events import D2D, BufferEvent, OpEvent, Site, TransferEvent
+    from jaxplace_cli.store.layout import MANIFEST_SCHEMA_VERSION, write_manifest
+    from jaxplace_cli.store.sqlite import StoreWriter
 
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True)

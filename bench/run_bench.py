@@ -404,7 +404,7 @@ def p4_group(bench: Bench, run_dir: str | None) -> dict:
         return {"error": "no 1M-event run to audit (P3 failed)"}
     info = read_run(Path(run_dir))
     audits = []
-    for i in range(bench.sizes.audit_runs):
+    for _ in range(bench.sizes.audit_runs):
         argv = [PY, "-m", "jaxplace_cli", "audit", run_dir, "--format", "json"]
         r = run_child(argv, child_env(), bench.timeout, bench.tmp)
         r["result"] = {"loop_s": None}
@@ -443,7 +443,7 @@ def p5_group(bench: Bench) -> dict:
     trace = work / src.name
     shutil.copyfile(src, trace)  # never let a reader write cache files next to the fixture
     refs, audits = [], []
-    for i in range(bench.sizes.p5_runs):
+    for _ in range(bench.sizes.p5_runs):
         r = run_child([PY, str(WORKLOADS / "xplane_reference.py"), str(trace)], child_env(),
                       bench.timeout, bench.tmp)
         refs.append(r)

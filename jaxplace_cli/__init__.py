@@ -13,12 +13,12 @@ library API below is imported lazily.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "device_placement": ("jaxplace_cli.placement.api", "device_placement"),
-    "where": ("jaxplace_cli.placement.api", "where"),
+    "device_placement": ("jaxplace_cli.integrations.placement", "device_placement"),
+    "where": ("jaxplace_cli.integrations.placement", "where"),
     "OpInfo": ("jaxplace_cli.placement.opinfo", "OpInfo"),
     "PolicyError": ("jaxplace_cli.placement.errors", "PolicyError"),
-    "budget": ("jaxplace_cli.recording", "budget"),
-    "BudgetExceeded": ("jaxplace_cli.recording", "BudgetExceeded"),
+    "budget": ("jaxplace_cli.integrations.budget", "budget"),
+    "BudgetExceeded": ("jaxplace_cli.integrations.budget", "BudgetExceeded"),
 }
 
 __all__ = ["__version__", *_LAZY]

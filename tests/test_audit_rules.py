@@ -10,7 +10,6 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from conftest import SAMPLES, audit_json, jaxplace
 
 KiB, MiB = 1024, 1024 * 1024

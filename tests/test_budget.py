@@ -4,7 +4,6 @@ import importlib.resources
 import json
 
 import pytest
-
 from conftest import REPO, SAMPLES, jaxplace
 
 AUDITS = REPO / "audits"

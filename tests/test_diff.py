@@ -2,7 +2,6 @@
 import json
 
 import pytest
-
 from conftest import SCRIPTS, jaxplace
 
 MiB = 1024 * 1024

@@ -4,7 +4,6 @@ the reasons their budget names. A new sample script without a budget fails this 
 import json
 
 import pytest
-
 from conftest import REPO, SAMPLES, jaxplace
 
 AUDITS = REPO / "audits"

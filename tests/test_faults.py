@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, SCRIPTS, audit_json, child_env, jaxplace, python
 
 FAULTS = SCRIPTS / "faults"
@@ -234,7 +233,7 @@ def test_no_child_python_falls_back_to_a_writer_thread(tmp_path):
     store is written by a thread of the script's process, and the run is the same."""
     out = tmp_path / "run"
     code = ("import sys; sys.executable = '/nonexistent/python'; "
-            "from jaxplace_cli.cli import main; main(sys.argv[1:])")
+            "from jaxplace_cli.cli.main import main; main(sys.argv[1:])")
     proc = subprocess.run([sys.executable, "-c", code, "run", "-q", "--no-trace", "--out", str(out),
                            str(SCRIPTS / "exit_code.py"), "0"],
                           env=child_env(), capture_output=True, text=True, timeout=120)
@@ -304,7 +303,7 @@ def test_ctrl_c_inside_a_gc_callback_is_delivered_after_it():
     import gc
     import threading
 
-    from jaxplace_cli.session import _on_sigint
+    from jaxplace_cli.capture.session import _on_sigint
 
     delivered = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda s, f: delivered.set())

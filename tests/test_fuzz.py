@@ -12,16 +12,16 @@ import tempfile
 from decimal import Decimal
 from pathlib import Path
 
+from conftest import SCRIPTS
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import SCRIPTS
-from jaxplace_cli.budgets import Budget, BudgetError, load_budget
-from jaxplace_cli.events import TRANSFER_KINDS
+from jaxplace_cli.analysis.budgets import Budget, BudgetError, load_budget
+from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.model.sizes import MAX_SIZE, human_bytes, parse_size
 from jaxplace_cli.placement import PolicyLoadError
 from jaxplace_cli.placement.rules import RuleSet, parse_rules
-from jaxplace_cli.sizes import MAX_SIZE, human_bytes, parse_size
-from jaxplace_cli.xplane import TraceData, TraceError, read_trace
+from jaxplace_cli.sources.xplane import TraceData, TraceError, read_trace
 
 _spec = importlib.util.spec_from_file_location("xspace", SCRIPTS / "faults" / "xspace.py")
 xspace = importlib.util.module_from_spec(_spec)

@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import SCRIPTS, child_env, jaxplace
 
 _spec = importlib.util.spec_from_file_location("xspace", SCRIPTS / "faults" / "xspace.py")
@@ -221,7 +220,7 @@ SUBPROCESS = {"audit truncated trace file", "audit run: truncated events.sqlite"
 
 
 def _in_process(argv) -> tuple[int, str, str]:
-    from jaxplace_cli.cli import main
+    from jaxplace_cli.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     code = 0

@@ -5,7 +5,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLES, audit_json, jaxplace
 
 POLICIES = SAMPLES / "policies"
@@ -232,8 +231,8 @@ def _train(steps=3):
 
 def test_granularity_op_places_forward_and_backward_inside_jit(tmp_path):
     from jaxplace_cli import device_placement, where
-    from jaxplace_cli.events import OpEvent
-    from jaxplace_cli.hooks.state import active
+    from jaxplace_cli.capture.jaxhooks.state import active
+    from jaxplace_cli.model.events import OpEvent
 
     ref_w, ref_losses = _train()
     rules = tmp_path / "gran.toml"
@@ -257,7 +256,7 @@ def test_device_placement_nesting_restores_and_is_per_thread(jax_devices):
     import jax.numpy as jnp
 
     from jaxplace_cli import device_placement, where
-    from jaxplace_cli.hooks.state import active
+    from jaxplace_cli.capture.jaxhooks.state import active
 
     seen = {}
     with device_placement("pin:cpu:1"):
@@ -344,8 +343,8 @@ def test_grad_outside_jit_keeps_working_under_placement(jax_devices):
     import jax.numpy as jnp
 
     from jaxplace_cli import device_placement
-    from jaxplace_cli.events import OpEvent
-    from jaxplace_cli.hooks.state import active
+    from jaxplace_cli.capture.jaxhooks.state import active
+    from jaxplace_cli.model.events import OpEvent
 
     def loss(w):
         return jnp.sum(jnp.tanh(w) ** 2)

@@ -99,7 +99,7 @@ SCRIPT = '''
 import sys
 sys.modules["pytest"] = None  # a plain program: pytest is not installed there
 import jax.numpy as jnp
-from jaxplace_cli.recording import BudgetExceeded, budget
+from jaxplace_cli.integrations.budget import BudgetExceeded, budget
 
 with budget(d2h=1):
     float(jnp.ones(4).sum())  # 1 read: within the budget

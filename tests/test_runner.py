@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import SCRIPTS, audit_json, child_env, jaxplace, python
 
 

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SCRIPTS, child_env, jaxplace
 
 JAXPLACE = Path(sys.executable).parent / "jaxplace"  # the console script: cwd is not on sys.path

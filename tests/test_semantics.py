@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import SAMPLES, SCRIPTS, audit_json, child_env
 
 SEMANTICS = SCRIPTS / "semantics"

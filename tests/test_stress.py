@@ -15,7 +15,6 @@ import os
 import sqlite3
 
 import pytest
-
 from conftest import SCRIPTS, jaxplace
 
 THREADS = 4

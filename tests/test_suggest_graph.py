@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_suggest_run import cli
+
 from jaxplace_cli.suggest.coarsen import color_groups
 from jaxplace_cli.suggest.from_json import GraphFileError, load_graph_json
-from jaxplace_cli.suggest.mincut import two_devices
 from jaxplace_cli.suggest.milp import solve_milp
+from jaxplace_cli.suggest.mincut import two_devices
 from jaxplace_cli.suggest.model import TOTAL, TRANSFERS, partition_problem
 from jaxplace_cli.suggest.pipeline import pipeline_loads, solve_throughput
 from jaxplace_cli.suggest.solve import solve_graph

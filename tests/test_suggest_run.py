@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, child_env
+
 from jaxplace_cli.analysis.run import open_run
 from jaxplace_cli.placement.rules import parse_rules
 from jaxplace_cli.suggest import top_suggestion
@@ -35,7 +35,7 @@ print(float(x.sum()))
 
 def cli(capsys, *args):
     """`jaxplace ARGS` in-process (suggest needs no JAX): (exit code, stdout, stderr)."""
-    from jaxplace_cli.cli import main
+    from jaxplace_cli.cli.main import main
 
     capsys.readouterr()
     try:
@@ -109,7 +109,7 @@ def test_pingpong_chain_fits_one_device_when_puts_may_change(pingpong_run):
     assert plan.predicted.round_trips == 0
     assert len(set(plan.solution.assign.tolist())) == 1
     # the edits to make: the put to d1 at line 23 once, the put back to d1 at line 25 four times
-    from jaxplace_cli.suggest.render import retargeted_puts
+    from jaxplace_cli.report.suggest_render import retargeted_puts
 
     dev = plan.rg.graph.devices[int(plan.solution.assign[0])]
     other = [d for d in plan.rg.graph.devices if d != dev][0]
@@ -139,8 +139,8 @@ def test_chain_suggestion_predicts_and_the_rerun_measures_zero_d2d(chain_run, tm
     assert s is not None and not s.needs_code_change and s.saved_bytes == 13 * 262144
     import json
 
+    from jaxplace_cli.report.suggest_render import render_verification
     from jaxplace_cli.suggest.predict import measure
-    from jaxplace_cli.suggest.render import render_verification
     from jaxplace_cli.suggest.verify import Verification, compare
 
     policy = tmp_path / "policy.toml"

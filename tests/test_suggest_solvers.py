@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from jaxplace_cli.suggest.coarsen import Reduction, color_groups, contract
 from jaxplace_cli.suggest.maxflow import min_cut
-from jaxplace_cli.suggest.mincut import expansion, isolation_bound, two_devices
 from jaxplace_cli.suggest.milp import solve_milp
+from jaxplace_cli.suggest.mincut import expansion, isolation_bound, two_devices
 from jaxplace_cli.suggest.model import Graph, Partition, balance_cap, cost, feasible, merge_edges
 from jaxplace_cli.suggest.multilevel import multilevel
 from jaxplace_cli.suggest.pipeline import pipeline_loads, solve_throughput

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import jaxplace
 
 DATA = Path(__file__).parent / "data" / "foreign_traces"

@@ -1,7 +1,6 @@
 """Bad input to `run`, `audit` and `devices`: one line saying what is wrong, exit code 2,
 nothing half-written (issue 2 acceptance)."""
 import pytest
-
 from conftest import SCRIPTS, jaxplace
 
 

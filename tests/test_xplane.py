@@ -1,4 +1,4 @@
-"""Tests for jaxplace_cli.xplane: real foreign traces, trace-dir layouts, broken files.
+"""Tests for jaxplace_cli.sources.xplane: real foreign traces, trace-dir layouts, broken files.
 
 Every expected number below was derived independently of the reader, by
 ``tests/data/foreign_traces/derive_expected.py`` (plain loops over the raw ProfileData events;
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxplace_cli.events import D2D, D2H, H2D, HOST, TransferEvent
-from jaxplace_cli.xplane import (
+from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, TransferEvent
+from jaxplace_cli.sources.xplane import (
     TraceData,
     TraceError,
     _offload,
@@ -38,7 +38,7 @@ ALL = [V100, TPU, MI300_D2D, MI300_CONV, MI300_GEMM, MI355_ATTN]
 GPUS = [f"gpu:{i}" for i in range(8)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def read(path: Path) -> TraceData:
     return read_trace(path)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 
 import jax.numpy as jnp
-
 from _common import emit, now, reference_mode
 
 

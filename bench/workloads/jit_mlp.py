@@ -13,7 +13,6 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-
 from _common import emit, now, reference_mode
 
 

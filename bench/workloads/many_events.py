@@ -22,7 +22,6 @@ import threading
 
 import jax
 import jax.numpy as jnp
-
 from _common import emit, now, reference_mode
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .rules.placement import placement_notes
-from .findings import Finding, RuleConfig, run_rules, selected
-from .run import RunData
-from .steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
-from .summary import Summary, summarize
+from jaxplace_cli.analysis.findings import Finding, RuleConfig, run_rules, selected
+from jaxplace_cli.analysis.rules.placement import placement_notes
+from jaxplace_cli.analysis.run import RunData
+from jaxplace_cli.analysis.steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
+from jaxplace_cli.analysis.summary import Summary, summarize
 
 # Rules a jaxplace run cannot support, and why (the trace-only counterpart of NEEDS_RUN).
 NEEDS_TRACE = {
@@ -55,8 +55,8 @@ class AuditResult:
     rules_checked: list[str] = field(default_factory=list)
     rules_unsupported: dict[str, str] = field(default_factory=dict)  # rule -> what it needs
     trace: TraceInput | None = None
-    budget: "BudgetVerdict | None" = None  # set when a budget was checked
-    suggestion: "object | None" = None  # suggest.top.Suggestion: the best transfer-saving change
+    budget: BudgetVerdict | None = None  # set when a budget was checked
+    suggestion: object | None = None  # suggest.top.Suggestion: the best transfer-saving change
 
 
 @dataclass
@@ -72,8 +72,9 @@ class BudgetVerdict:
         return not self.breaches
 
 
-def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20,
-              suggest: bool = True) -> AuditResult:
+def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 20) -> AuditResult:
+    """Summary, findings and steps of a run. The suggestion section is the suggest stage's
+    (``suggest.top.attach_suggestion``), added by the command that wants it."""
     notes = []
     status = run.manifest.get("status")
     if status == "running":
@@ -95,20 +96,15 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     steps = detect_steps(run)
     step_transfers = per_step_transfers(run, steps, cfg.min_bytes)
     chosen = selected(select, ignore)
-    suggestion, why_not = _top_suggestion(run, summary, cfg.min_bytes) if suggest else (None, "")
-    if why_not:
-        notes.append(why_not)
     return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
                        step_transfers,
                        rules_checked=[r for r in chosen if r not in NEEDS_TRACE],
-                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen},
-                       suggestion=suggestion)
+                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen})
 
 
 def child_run_notes(run: RunData) -> list[str]:
     """Child processes recorded with --follow-children: each is a run of its own."""
-    from ..hooks.child import CHILDREN
-    from ..rundir import RunDirError, read_manifest
+    from jaxplace_cli.store.layout import CHILDREN, RunDirError, read_manifest
 
     root = run.path / CHILDREN
     try:
@@ -129,21 +125,3 @@ def child_run_notes(run: RunData) -> list[str]:
     if len(dirs) > 20:
         notes.append(f"... and {len(dirs) - 20} more child process runs in {root}")
     return notes
-
-
-# Above this many ops the audit leaves the solve to `jaxplace suggest` (which reports its solve
-# time): the audit of a 1M-event run must stay within seconds (issue 6, P4).
-SUGGEST_MAX_OPS = 50_000
-
-
-def _top_suggestion(run: RunData, summary: Summary, min_bytes: int):
-    """The suggestions section: only where device-to-device bytes exist to be saved."""
-    d2d = summary.totals.get("d2d")
-    if d2d is None or d2d.bytes < max(min_bytes, 1):
-        return None, ""
-    if summary.ops_total > SUGGEST_MAX_OPS:
-        return None, (f"no suggestion: {summary.ops_total:,} ops is more than the audit solves inline "
-                      f"({SUGGEST_MAX_OPS:,}); run `jaxplace suggest {run.path}`")
-    from ..suggest import top_suggestion
-
-    return top_suggestion(run, min_bytes), ""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..sizes import human_ns
-from .rules.base import INFO, WARNING, Finding
+from jaxplace_cli.analysis.rules.base import INFO, WARNING, Finding
+from jaxplace_cli.model.sizes import human_ns
 
 
 @dataclass

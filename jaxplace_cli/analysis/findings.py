@@ -7,14 +7,14 @@ some of them — ``NEEDS_RUN`` says why the others cannot run there (analysis/tr
 """
 from __future__ import annotations
 
-from .rules.balance import idle_device, imbalance
-from .rules.base import ERROR, INFO, SEVERITIES, WARNING, Finding, RuleConfig
-from .rules.fwd_bwd import fwd_bwd_split
-from .rules.incompatible import incompatible_devices
-from .rules.pingpong import pingpong
-from .rules.placement import policy_fallback
-from .rules.recompile import recompile
-from .rules.transfers import host_sync_in_loop, implicit_h2d_in_loop, uncommitted_copy
+from jaxplace_cli.analysis.rules.balance import idle_device, imbalance
+from jaxplace_cli.analysis.rules.base import ERROR, INFO, SEVERITIES, WARNING, Finding, RuleConfig
+from jaxplace_cli.analysis.rules.fwd_bwd import fwd_bwd_split
+from jaxplace_cli.analysis.rules.incompatible import incompatible_devices
+from jaxplace_cli.analysis.rules.pingpong import pingpong
+from jaxplace_cli.analysis.rules.placement import policy_fallback
+from jaxplace_cli.analysis.rules.recompile import recompile
+from jaxplace_cli.analysis.rules.transfers import host_sync_in_loop, implicit_h2d_in_loop, uncommitted_copy
 
 
 def host_offload(run, cfg) -> list[Finding]:

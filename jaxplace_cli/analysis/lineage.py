@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..events import OP_DEVICE_PUT, OP_JNP
-from .rules.base import ids
+from jaxplace_cli.analysis.rules.base import ids
+from jaxplace_cli.model.events import OP_DEVICE_PUT, OP_JNP
 
 
 @dataclass(frozen=True)

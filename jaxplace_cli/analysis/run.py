@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rundir import EVENTS, RunDirError, is_run_dir, read_manifest
-from ..store import StoreError, StoreReader
+from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.store.layout import EVENTS, RunDirError, is_run_dir, read_manifest
+from jaxplace_cli.store.sqlite import StoreError, StoreReader
 
 
-class InputError(Exception):
+class InputError(JaxplaceError):
     """What audit was given cannot be read; the message is one line saying what to do."""
 
 

@@ -12,8 +12,8 @@ import bisect
 import statistics
 from dataclasses import dataclass, field
 
-from ..events import OP_JIT, TRANSFER_KINDS
-from .run import RunData
+from jaxplace_cli.analysis.run import RunData
+from jaxplace_cli.model.events import OP_JIT, TRANSFER_KINDS
 
 ANNOTATION = "StepTraceAnnotation"
 REPEATED_JIT = "repeated jit call"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..events import TRANSFER_KINDS
-from .run import RunData
+from jaxplace_cli.analysis.run import RunData
+from jaxplace_cli.model.events import TRANSFER_KINDS
 
 
 @dataclass

@@ -10,14 +10,14 @@ are qualified by host (``worker1/gpu:0``) because every host numbers its devices
 """
 from __future__ import annotations
 
-from ..events import HOST
-from ..sizes import human_bytes
-from ..xplane import TraceData, TraceError, find_trace_files, list_runs, read_trace
-from . import AuditResult, HostSummary, TraceInput
-from .balance import DeviceLoad, balance_findings
-from .findings import INFO, NEEDS_RUN, Finding, RuleConfig, selected, sort_findings
-from .run import InputError
-from .summary import DeviceOps, Summary, kind_totals, route_totals
+from jaxplace_cli.analysis import AuditResult, HostSummary, TraceInput
+from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
+from jaxplace_cli.analysis.findings import INFO, NEEDS_RUN, Finding, RuleConfig, selected, sort_findings
+from jaxplace_cli.analysis.run import InputError
+from jaxplace_cli.analysis.summary import DeviceOps, Summary, kind_totals, route_totals
+from jaxplace_cli.model.events import HOST
+from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.sources.xplane import TraceData, TraceError, find_trace_files, list_runs, read_trace
 
 TIME_KIND = "device execution time from the trace"
 

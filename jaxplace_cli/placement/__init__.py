@@ -6,18 +6,18 @@
 Only the error classes are imported eagerly: ``jaxplace run`` needs ``PolicyError`` for every
 run, the policy machinery (rules files, TOML) only for runs with a policy.
 """
-from .errors import PolicyError, PolicyLoadError
+from jaxplace_cli.placement.errors import PolicyError, PolicyLoadError
 
 __all__ = ["OpInfo", "PolicyError", "PolicyLoadError", "load_policy"]
 
 
 def __getattr__(name):
     if name == "OpInfo":
-        from .opinfo import OpInfo
+        from jaxplace_cli.placement.opinfo import OpInfo
 
         return OpInfo
     if name == "load_policy":
-        from .policies import load_policy
+        from jaxplace_cli.placement.policies import load_policy
 
         return load_policy
     raise AttributeError(f"module 'jaxplace_cli.placement' has no attribute {name!r}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from ..events import device_label
-from .errors import PolicyLoadError
+from jaxplace_cli.model.events import device_label
+from jaxplace_cli.placement.errors import PolicyLoadError
 
 _NAME = re.compile(r"^[a-z]+(:\d+)?$")
 

@@ -13,10 +13,10 @@ import os
 import runpy
 import threading
 
-from .devices import check_name
-from .errors import PolicyLoadError
-from .opinfo import OpInfo
-from .rules import RuleSet, parse_rules
+from jaxplace_cli.placement.devices import check_name
+from jaxplace_cli.placement.errors import PolicyLoadError
+from jaxplace_cli.placement.opinfo import OpInfo
+from jaxplace_cli.placement.rules import RuleSet, parse_rules
 
 
 class Policy(abc.ABC):
@@ -100,7 +100,7 @@ class Rules(Policy):
         cands = self.ruleset.aliases.get(name)
         if not cands:
             return name
-        from ..events import device_label
+        from jaxplace_cli.model.events import device_label
 
         present = {device_label(d) for d in info.devices} | {d.platform for d in info.devices}
         for i, c in enumerate(cands):

@@ -7,10 +7,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sizes import parse_size
-from .devices import check_name
-from .errors import PolicyLoadError
-from .opinfo import OpInfo, canonical
+from jaxplace_cli.model.sizes import parse_size
+from jaxplace_cli.placement.devices import check_name
+from jaxplace_cli.placement.errors import PolicyLoadError
+from jaxplace_cli.placement.opinfo import OpInfo, canonical
 
 MATCHERS = ("op", "kind", "site", "function", "pass", "dtype", "shape", "min_bytes", "occurrence")
 TARGETS = ("device", "devices")

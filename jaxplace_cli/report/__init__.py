@@ -9,8 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..analysis import AuditResult
-
+from jaxplace_cli.analysis import AuditResult
 
 FORMATS = ("rich", "text", "json", "markdown", "junit", "sarif", "github")
 EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit",
@@ -25,7 +24,7 @@ def render_to_string(result: AuditResult, fmt: str) -> str:
         return module.render(result)
     from rich.console import Console
 
-    from .terminal import render
+    from jaxplace_cli.report.terminal import render
 
     buf = io.StringIO()
     rich = fmt == "rich"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
-from ..diff import Diff
-from ..sizes import human_bytes
-from .github import _line as _annotation
+from jaxplace_cli.analysis.diff import Diff
+from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.report.github import _line as _annotation
 
 FORMATS = ("text", "json", "markdown", "github", "junit")
 EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit"}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..analysis import AuditResult
+from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.model.paths import below
 
 _CMD = {"error": "error", "warning": "warning", "info": "notice"}
 
@@ -19,8 +20,7 @@ def _prop(text: str) -> str:
 def _line(kind: str, message: str, file: str, line: int) -> str:
     props = []
     if file and file != "?":
-        rel = os.path.relpath(file) if os.path.isabs(file) else file
-        props.append(f"file={_prop(rel if not rel.startswith('..') else file)}")
+        props.append(f"file={_prop(below(file) if os.path.isabs(file) else file)}")
         if line:
             props.append(f"line={line}")
     head = f"::{kind} " + ",".join(props) if props else f"::{kind}"

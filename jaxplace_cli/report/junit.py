@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..analysis import AuditResult
+from jaxplace_cli.analysis import AuditResult
 
 
 def render(result: AuditResult) -> str:

@@ -1,8 +1,9 @@
 """Markdown: for $GITHUB_STEP_SUMMARY and merge-request comments."""
 from __future__ import annotations
 
-from ..analysis import AuditResult
-from ..sizes import human_bytes
+from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.model.sizes import human_bytes
 
 
 def render(result: AuditResult) -> str:
@@ -19,15 +20,15 @@ def render(result: AuditResult) -> str:
         out += ["", "| site | kind | count | bytes | how | api |", "|---|---|---:|---:|---|---|"]
         for t in s.sites[:10]:
             how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
-            out.append(f"| `{t.file.rsplit('/', 1)[-1]}:{t.line}` | {t.kind} | {t.count:,} | "
+            out.append(f"| `{site_name(t.file, t.line)}` | {t.kind} | {t.count:,} | "
                        f"{human_bytes(t.bytes)} | {how} | `{t.api}` |")
     if result.findings:
         out += ["", "### Findings", ""]
         for f in result.findings:
-            where = f" `{f.file.rsplit('/', 1)[-1]}:{f.line}`" if f.file else ""
+            where = f" `{site_name(f.file, f.line)}`" if f.file else ""
             out.append(f"- **{f.severity}** `{f.rule}`{where}: {f.message}" + (f" — *fix:* {f.fix}" if f.fix else ""))
     if result.suggestion is not None:
-        from .terminal import suggest_command
+        from jaxplace_cli.report.terminal import suggest_command
 
         cmd, _, then = suggest_command(result.path, result.suggestion).partition("   ")
         out += ["", "### Suggestion", "", f"{result.suggestion.summary} (`{cmd}`{' ' + then if then else ''})"]

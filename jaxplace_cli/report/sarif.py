@@ -12,8 +12,8 @@ import json
 import os
 import urllib.parse
 
-from .. import __version__
-from ..analysis import AuditResult
+from jaxplace_cli import __version__
+from jaxplace_cli.analysis import AuditResult
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 

@@ -1,24 +1,18 @@
 """The rich terminal report (also used for plain text: rich degrades without a TTY)."""
 from __future__ import annotations
 
-import os
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis import AuditResult
-from ..sizes import human_bytes, human_ns
+from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.model.paths import below
+from jaxplace_cli.model.sizes import human_bytes, human_ns
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-        return rel if not rel.startswith("..") else path
-    except ValueError:
-        return path
+_short = below
 
 
 def render(result: AuditResult, console: Console) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Partition, merge_edges
+from jaxplace_cli.suggest.model import Partition, merge_edges
 
 
 def contract(p: Partition, groups: np.ndarray) -> Partition:

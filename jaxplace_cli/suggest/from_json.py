@@ -24,12 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import Graph
+from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.suggest.model import Graph
 
 TIME_SCALE = 10**6
 
 
-class GraphFileError(Exception):
+class GraphFileError(JaxplaceError):
     """The file is not a readable graph in this format; the message says what is wrong."""
 
 

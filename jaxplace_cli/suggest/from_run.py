@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..events import D2D, D2H, H2D, OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT, OP_JNP, OP_METHOD, OP_PRIM
-from .model import Graph
+from jaxplace_cli.model.events import D2D, D2H, H2D, OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT, OP_JNP, OP_METHOD, OP_PRIM
+from jaxplace_cli.suggest.model import Graph
 
 POLICY_KINDS = (OP_JIT, OP_JNP, OP_METHOD, OP_PRIM)  # what the placer consults a policy for
 SOURCE = "source"

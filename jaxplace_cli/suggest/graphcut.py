@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .maxflow import min_cut
+from jaxplace_cli.suggest.maxflow import min_cut
 
 
 def binary_cut(cost0, cost1, eu, ev, cap_uv, cap_vu, force=None, engine: str = "auto"):

@@ -11,6 +11,7 @@ below works on exact Python integers; it is the independent cross-check used by 
 from __future__ import annotations
 
 from collections import deque
+
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, maximum_flow

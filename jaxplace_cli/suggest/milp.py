@@ -19,10 +19,11 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from .model import Partition, Solution, cost, feasible
+from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.suggest.model import Partition, Solution, cost, feasible
 
 
-class MilpFailed(Exception):
+class MilpFailed(JaxplaceError):
     """HiGHS found no feasible placement within its limits (or proved there is none)."""
 
 

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from .graphcut import binary_cut
-from .model import Partition, Solution, cost
+from jaxplace_cli.suggest.graphcut import binary_cut
+from jaxplace_cli.suggest.model import Partition, Solution, cost
 
 
 def two_devices(p: Partition, engine: str = "auto") -> Solution:

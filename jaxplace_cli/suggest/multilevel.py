@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from .coarsen import contract
-from .model import Partition, Solution, cost, feasible
+from jaxplace_cli.suggest.coarsen import contract
+from jaxplace_cli.suggest.model import Partition, Solution, cost, feasible
 
 _BIG = np.iinfo(np.int64).max // 4
 

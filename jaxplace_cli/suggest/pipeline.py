@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from .coarsen import color_groups
-from .model import Graph, Solution
+from jaxplace_cli.suggest.coarsen import color_groups
+from jaxplace_cli.suggest.model import Graph, Solution
 
 INF = np.iinfo(np.int64).max // 4
 MAX_POSITIONS = 3000

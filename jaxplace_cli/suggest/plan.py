@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .from_run import RunGraph, build_run_graph
-from .model import OBJECTIVES, TRANSFERS, Solution
-from .policy_file import policy_rules, render_policy
-from .predict import Traffic, measure, predict
-from .solve import solve_graph
+from jaxplace_cli.suggest.from_run import RunGraph, build_run_graph
+from jaxplace_cli.suggest.model import OBJECTIVES, TRANSFERS, Solution
+from jaxplace_cli.suggest.policy_file import policy_rules, render_policy
+from jaxplace_cli.suggest.predict import Traffic, measure, predict
+from jaxplace_cli.suggest.solve import solve_graph
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from .from_run import RunGraph
+from jaxplace_cli.suggest.from_run import RunGraph
 
 _GLOB = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
 
@@ -62,7 +62,7 @@ def policy_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
                 if d != default:
                     specific.append({"site": site, "op": [_pattern(name)], "device": devices[d]})
                 continue
-            for n_, occ, d, func in sorted(r for r in rows if r[0] == name):
+            for _n, occ, d, func in sorted(r for r in rows if r[0] == name):
                 if d == default:
                     continue
                 rule = {"site": site, "op": [_pattern(name)], "occurrence": occ}

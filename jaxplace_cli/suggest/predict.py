@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..events import D2D, TRANSFER_KINDS
-from .from_run import RunGraph
+from jaxplace_cli.model.events import D2D, TRANSFER_KINDS
+from jaxplace_cli.suggest.from_run import RunGraph
 
 
 @dataclass
@@ -109,7 +109,7 @@ def round_trips(n: int, src, dst, assign) -> int:
 
 def measure(run, cwd: str | None = None) -> Traffic:
     """The transfers a recorded run actually made, keyed like a prediction."""
-    from .from_run import _rel
+    from jaxplace_cli.suggest.from_run import _rel
 
     cwd = run.manifest.get("cwd", "") if cwd is None else cwd
     sites = run.store.sites()

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .model import Graph, Solution
+from jaxplace_cli.suggest.model import Graph, Solution
 
 INF = float("inf")
 
@@ -203,7 +203,7 @@ def solve_makespan(g: Graph, budget: int | None = None) -> Solution:
     heft = scored[-1]
     starts = [heft] + ([best_single] if best_single is not None else [])
     spent = 0
-    for t, name, a in starts:
+    for _t, name, a in starts:
         a2, t2, used = sch.local_search(a, budget - spent)
         spent += used
         scored.append((t2, f"{name} + local search", a2))

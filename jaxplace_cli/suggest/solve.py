@@ -20,11 +20,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from .coarsen import Reduction
-from .mincut import expansion, two_devices
-from .milp import MilpFailed, solve_milp
-from .model import Partition, Solution, cost, feasible
-from .multilevel import multilevel, refine
+from jaxplace_cli.suggest.coarsen import Reduction
+from jaxplace_cli.suggest.milp import MilpFailed, solve_milp
+from jaxplace_cli.suggest.mincut import expansion, two_devices
+from jaxplace_cli.suggest.model import Partition, Solution, cost, feasible
+from jaxplace_cli.suggest.multilevel import multilevel, refine
 
 SOLVERS = ("auto", "mincut", "milp", "expansion", "multilevel")
 
@@ -264,10 +264,10 @@ def solve_graph(g, objective: str, seed: int = 0, balance: float | None = None,
                 solver: str = "auto", hint: np.ndarray | None = None) -> Solution:
     """Any objective on a ``Graph``: colour classes are merged first (an exact constraint),
     the answer is mapped back to every node."""
-    from .coarsen import color_groups, contract
-    from .model import MAKESPAN, THROUGHPUT, partition_problem
-    from .pipeline import solve_throughput
-    from .schedule import solve_makespan
+    from jaxplace_cli.suggest.coarsen import color_groups, contract
+    from jaxplace_cli.suggest.model import MAKESPAN, THROUGHPUT, partition_problem
+    from jaxplace_cli.suggest.pipeline import solve_throughput
+    from jaxplace_cli.suggest.schedule import solve_makespan
 
     if objective == MAKESPAN:
         return solve_makespan(g)

@@ -11,10 +11,10 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from ..events import D2D
-from ..sizes import human_bytes
-from .model import TRANSFERS
-from .plan import Plan, make_plan
+from jaxplace_cli.model.events import D2D
+from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.suggest.model import TRANSFERS
+from jaxplace_cli.suggest.plan import Plan, make_plan
 
 
 @dataclass
@@ -74,3 +74,23 @@ def describe(plan: Plan) -> Suggestion:
         gains.append(f"-{trips} round trip{'s' if trips != 1 else ''}")
     return Suggestion(f"{what}: {', '.join(gains)}", device, names, site, saved, saved_n, max(trips, 0),
                       rg.retarget_puts, "" if rg.retarget_puts else plan.policy_text)
+
+
+# Above this many ops the audit leaves the solve to `jaxplace suggest` (which reports its solve
+# time): the audit of a 1M-event run must stay within seconds (issue 6, P4).
+SUGGEST_MAX_OPS = 50_000
+
+
+def attach_suggestion(result, run, min_bytes: int):
+    """The audit's suggestion section, only where device-to-device bytes exist to be saved;
+    sets ``result.suggestion`` or adds a note saying why there is none. Returns ``result``."""
+    summary = result.summary
+    d2d = summary.totals.get("d2d")
+    if d2d is None or d2d.bytes < max(min_bytes, 1):
+        return result
+    if summary.ops_total > SUGGEST_MAX_OPS:
+        result.notes.append(f"no suggestion: {summary.ops_total:,} ops is more than the audit solves inline "
+                            f"({SUGGEST_MAX_OPS:,}); run `jaxplace suggest {run.path}`")
+        return result
+    result.suggestion = top_suggestion(run, min_bytes)
+    return result

@@ -13,9 +13,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..events import TRANSFER_KINDS
-from .plan import Plan
-from .predict import Traffic, measure
+from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.suggest.plan import Plan
+from jaxplace_cli.suggest.predict import Traffic, measure
 
 
 @dataclass
@@ -41,7 +41,7 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Verification(False, False, str(out_dir), cmd, error=f"replay failed: {exc}")
-    from ..analysis.run import InputError, open_run
+    from jaxplace_cli.analysis.run import InputError, open_run
 
     try:
         run = open_run(Path(out_dir))

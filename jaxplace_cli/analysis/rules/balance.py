@@ -5,8 +5,8 @@ import json
 import statistics
 from collections import defaultdict
 
-from ..balance import DeviceLoad, balance_findings
-from .base import TRANSFER_OPS, container_seqs
+from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
+from jaxplace_cli.analysis.rules.base import TRANSFER_OPS, container_seqs
 
 TIME_KIND = ("host-side dispatch time of the op kinds run on several devices (each op "
              "counted at its kind's median)")

@@ -5,7 +5,8 @@ import bisect
 import statistics
 from dataclasses import dataclass, field
 
-from ...events import OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT
+from jaxplace_cli.model.events import OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT, OP_SEGMENT
+from jaxplace_cli.model.paths import site_name
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES = (ERROR, WARNING, INFO)
@@ -14,7 +15,6 @@ SEVERITIES = (ERROR, WARNING, INFO)
 TRANSFER_OPS = (OP_DEVICE_PUT, OP_DEVICE_GET)
 # ``--granularity op`` records the pieces of a partitioned jit call with this kind
 # (placement/partition.py); the jit call itself is then only a container.
-OP_SEGMENT = "segment"
 
 
 @dataclass
@@ -60,8 +60,7 @@ def site_of(sites: dict, sid: int) -> tuple[str, int, str]:
 
 def short(file: str, line: int | None = None) -> str:
     """``train.py:12`` — the file's base name, for messages (``file`` keeps the full path)."""
-    name = file.rsplit("/", 1)[-1]
-    return f"{name}:{line}" if line is not None else name
+    return site_name(file, line)
 
 
 def ids(text: str) -> list[int]:

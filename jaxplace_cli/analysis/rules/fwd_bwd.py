@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ...events import D2D, OP_DEVICE_GET, OP_DEVICE_PUT
-from ...sizes import human_bytes
-from .base import WARNING, Finding, container_seqs, ids, related, short, site_of
+from jaxplace_cli.analysis.rules.base import WARNING, Finding, container_seqs, ids, related, short, site_of
+from jaxplace_cli.model.events import D2D, OP_DEVICE_GET, OP_DEVICE_PUT
+from jaxplace_cli.model.sizes import human_bytes
 
 
 def fwd_bwd_split(run, cfg) -> list[Finding]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from ..lineage import origin, producers
-from .base import ERROR, Finding, ids, short, site_of
+from jaxplace_cli.analysis.lineage import origin, producers
+from jaxplace_cli.analysis.rules.base import ERROR, Finding, ids, short, site_of
 
 _ARG = re.compile(r"argument (\S+) of (\S+) with shape (\S+?) and with device ids \[([^\]]*)\] "
                   r"on platform (\w+)")
@@ -40,7 +40,7 @@ def incompatible_devices(run, cfg) -> list[Finding]:
     buffers = {b.buf: b for b in run.store.buffers()}
     prods = producers(run)
     out = []
-    for seq, name, sid, in_bufs, error in rows:
+    for _seq, name, sid, in_bufs, error in rows:
         file, line, _ = site_of(sites, sid)
         bufs = [b for b in dict.fromkeys(ids(in_bufs)) if b in buffers]
         named = _parse_args(error)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ...events import D2D, OP_DEVICE_PUT
-from ...sizes import human_bytes
-from .base import ERROR, Finding, ids, short, site_of
+from jaxplace_cli.analysis.rules.base import ERROR, Finding, ids, short, site_of
+from jaxplace_cli.model.events import D2D, OP_DEVICE_PUT
+from jaxplace_cli.model.sizes import human_bytes
 
 
 class _Chain:

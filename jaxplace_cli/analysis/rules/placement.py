@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from .base import WARNING, Finding, RuleConfig
+from jaxplace_cli.analysis.rules.base import WARNING, Finding, RuleConfig
+from jaxplace_cli.model.paths import site_name
 
 _SITE = re.compile(r" at (?P<file>.+):(?P<line>\d+): ")
 _OP = re.compile(r"failed for op (?P<op>\S+)")
@@ -28,7 +29,7 @@ def policy_fallback(run, cfg: RuleConfig) -> list[Finding]:
         out.append(Finding(
             "policy-fallback", WARNING,
             f"the policy could not place {op.group('op') if op else 'an op'} {n} time(s) at "
-            f"{file.rsplit('/', 1)[-1]}:{line}, so JAX decided: {reason}",
+            f"{site_name(file, line)}, so JAX decided: {reason}",
             file, line, n, 0,
             fix="name a device that exists here (an [aliases] entry gives stand-ins, e.g. "
                 "accel = [\"gpu:0\", \"cpu:1\"]), or restrict --devices"))

@@ -5,8 +5,8 @@ import json
 import re
 from collections import Counter, defaultdict
 
-from ...events import OP_JIT
-from .base import WARNING, Finding, related, site_of
+from jaxplace_cli.analysis.rules.base import WARNING, Finding, related, site_of
+from jaxplace_cli.model.events import OP_JIT
 
 _PY_SCALARS = {"int", "float", "bool", "complex"}  # weakly typed when traced
 _ARRAY = re.compile(r"^(numpy )?(\w+)\[([\d,]*)\]( weak)?(?: @(.+))?$")
@@ -91,7 +91,7 @@ def recompile(run, cfg) -> list[Finding]:
     jit_ops = {seq: (name, site, devices) for seq, name, site, devices in conn.execute(
         "SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,))}
     groups = defaultdict(list)  # key -> [(marker seq, info)]
-    for mseq, value in conn.execute("SELECT seq, value FROM markers WHERE kind = 'compile' ORDER BY seq"):
+    for _mseq, value in conn.execute("SELECT seq, value FROM markers WHERE kind = 'compile' ORDER BY seq"):
         try:
             info = json.loads(value)
         except ValueError:

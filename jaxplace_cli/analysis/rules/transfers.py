@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ...events import D2D, D2H, H2D
-from ...sizes import human_bytes
-from ..steps import detect_steps
-from .base import WARNING, Finding, per_step, per_step_text, related, short, site_of
+from jaxplace_cli.analysis.rules.base import WARNING, Finding, per_step, per_step_text, related, short, site_of
+from jaxplace_cli.analysis.steps import detect_steps
+from jaxplace_cli.model.events import D2D, D2H, H2D
+from jaxplace_cli.model.sizes import human_bytes
 
 _READ_FIXES = {
     "repr()/print": "print every N steps, or use jax.debug.print inside the jitted function "

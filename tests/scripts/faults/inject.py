@@ -14,8 +14,8 @@ when, signame, sep, *argv = sys.argv[1:]
 assert sep == "--", "usage: inject.py WHEN SIGNAL -- ARGS"
 sig = getattr(signal, signame)
 
-import jaxplace_cli.hooks as hooks  # noqa: E402
-import jaxplace_cli.session as session  # noqa: E402
+import jaxplace_cli.capture.jaxhooks as hooks  # noqa: E402
+import jaxplace_cli.capture.session as session  # noqa: E402
 
 if when == "start":
     real_install = hooks.install
@@ -42,6 +42,6 @@ elif when == "finalize":
 else:
     sys.exit(f"unknown injection point {when!r}")
 
-from jaxplace_cli.cli import main  # noqa: E402
+from jaxplace_cli.cli.main import main  # noqa: E402
 
 main(argv)

@@ -1,0 +1,166 @@
+"""Baselines: compare two audits (run directories or saved ``audit --format json`` files).
+
+Both sides are reduced to the documented JSON schema first, so a baseline saved months ago
+compares with a fresh run. Sites are matched on (file name, line, kind, API): absolute paths
+differ between machines, lines and APIs do not.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.store.sqlite import StoreError
+
+
+class DiffInputError(JaxplaceError):
+    """A side of the diff cannot be read (one line, exit 2)."""
+
+
+@dataclass
+class KindDelta:
+    kind: str
+    base_count: int
+    new_count: int
+    base_bytes: int
+    new_bytes: int
+
+    @property
+    def bytes_pct(self) -> float | None:
+        if self.base_bytes == 0:
+            return None if self.new_bytes == 0 else float("inf")
+        return 100.0 * (self.new_bytes - self.base_bytes) / self.base_bytes
+
+    @property
+    def count_pct(self) -> float | None:
+        if self.base_count == 0:
+            return None if self.new_count == 0 else float("inf")
+        return 100.0 * (self.new_count - self.base_count) / self.base_count
+
+
+@dataclass
+class SiteDelta:
+    key: str  # "train.py:41 d2h float()"
+    base_count: int
+    new_count: int
+    base_bytes: int
+    new_bytes: int
+    status: str  # "new" | "vanished" | "changed" | "same" | "unlisted" (see compare)
+    file: str = ""  # full path (the new side's when both have it)
+    line: int = 0
+
+
+@dataclass
+class Diff:
+    base: str
+    new: str
+    kinds: list[KindDelta]
+    sites: list[SiteDelta] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def load_side(path: Path, min_bytes: int) -> dict:
+    path = Path(path)
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise DiffInputError(f"{path} is not a saved audit (JSON): {exc}") from None
+        if not isinstance(data, dict) or data.get("schema_version") != 1 or "transfers" not in data:
+            raise DiffInputError(f"{path} is not a `jaxplace audit --format json` file of schema version 1")
+        return data
+    from jaxplace_cli.analysis import audit_run
+    from jaxplace_cli.analysis.document import to_dict
+    from jaxplace_cli.analysis.findings import RuleConfig
+    from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
+
+    try:
+        if classify_input(path) != "run":
+            raise DiffInputError(f"{path} is not a jaxplace run directory or a saved audit JSON")
+        run = open_run(path)
+        return to_dict(analyse(run, lambda: audit_run(run, RuleConfig(min_bytes=min_bytes),
+                                                      top_sites=10_000)))
+    except InputError as exc:
+        raise DiffInputError(str(exc)) from None
+    except (sqlite3.DatabaseError, StoreError) as exc:
+        raise DiffInputError(f"{path}: the events store is corrupt or unreadable ({exc})") from None
+
+
+def _site_key(s: dict) -> str:
+    return f"{site_name(s['file'], s['line'])} {s['kind']} {s['api']}"
+
+
+def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new") -> Diff:
+    kinds = []
+    for k in TRANSFER_KINDS:
+        b = base["transfers"]["totals"].get(k, {"count": 0, "bytes": 0})
+        n = new["transfers"]["totals"].get(k, {"count": 0, "bytes": 0})
+        kinds.append(KindDelta(k, b["count"], n["count"], b["bytes"], n["bytes"]))
+
+    def index(doc):
+        out: dict = {}
+        for s in doc["transfers"]["sites"]:
+            c, by, _, _ = out.get(_site_key(s), (0, 0, "", 0))
+            out[_site_key(s)] = (c + s["count"], by + s["bytes"], s["file"], s["line"])
+        return out
+
+    bi, ni = index(base), index(new)
+    cut_b, cut_n = truncated(base), truncated(new)
+    notes = [f"{name} lists only its top {len(doc['transfers']['sites'])} transfer sites (audit --top); "
+             f"a site missing from it is 'unlisted', not new or vanished — save baselines with "
+             f"`jaxplace audit RUN --format json --top 1000`"
+             for name, doc, cut in ((base_name, base, cut_b), (new_name, new, cut_n)) if cut]
+    if base["transfers"].get("min_bytes") != new["transfers"].get("min_bytes"):
+        notes.append(f"the sides count transfers from different sizes ({base['transfers'].get('min_bytes')} "
+                     f"and {new['transfers'].get('min_bytes')} bytes): deltas mix what each leaves out")
+    sites = []
+    for key in sorted(set(bi) | set(ni)):
+        bc, bb, bf, bl = bi.get(key, (0, 0, "", 0))
+        nc, nb, nf, nl = ni.get(key, (0, 0, "", 0))
+        if key not in bi:
+            status = "unlisted" if cut_b else "new"
+        elif key not in ni:
+            status = "unlisted" if cut_n else "vanished"
+        else:
+            status = "same" if (bc, bb) == (nc, nb) else "changed"
+        sites.append(SiteDelta(key, bc, nc, bb, nb, status, nf or bf, nl or bl))
+    sites.sort(key=lambda s: (-(abs(s.new_bytes - s.base_bytes)), s.key))
+    return Diff(base_name, new_name, kinds, sites, notes)
+
+
+def truncated(doc: dict) -> bool:
+    """Whether a saved audit lists fewer transfer sites than it counted: its sites are the
+    top ``--top`` of the same population (transfers of at least min_bytes) as its totals."""
+    t = doc["transfers"]
+    listed = sum(s["count"] for s in t["sites"])
+    return listed < sum(v.get("count", 0) for v in t["totals"].values())
+
+
+def increases_over(diff: Diff, pct: float) -> list[str]:
+    """Sentences for every kind whose bytes or count grew by more than ``pct`` percent."""
+    out = []
+    for k in diff.kinds:
+        for what, p, before, after in (("bytes", k.bytes_pct, k.base_bytes, k.new_bytes),
+                                       ("transfers", k.count_pct, k.base_count, k.new_count)):
+            if p is not None and p > pct:
+                growth = "from none" if p == float("inf") else f"+{p:.1f}%"
+                out.append(f"{k.kind} {what} grew {growth} ({before:,} -> {after:,}), more than the allowed {pct:g}%")
+    return out
+
+
+def to_dict(diff: Diff) -> dict:
+    return {
+        "schema_version": 1, "base": diff.base, "new": diff.new,
+        "kinds": {k.kind: {"base": {"count": k.base_count, "bytes": k.base_bytes},
+                           "new": {"count": k.new_count, "bytes": k.new_bytes},
+                           "bytes_pct": k.bytes_pct if k.bytes_pct != float("inf") else None,
+                           "count_pct": k.count_pct if k.count_pct != float("inf") else None}
+                  for k in diff.kinds},
+        "sites": [{"site": s.key, "status": s.status, "base": {"count": s.base_count, "bytes": s.base_bytes},
+                   "new": {"count": s.new_count, "bytes": s.new_bytes}} for s in diff.sites],
+        "notes": list(diff.notes),
+    }

@@ -1,0 +1,335 @@
+"""The only package that touches JAX internals.
+
+``install(recorder)`` patches each entry point it can and returns a ``HookReport`` naming
+what it installed and what this JAX version did not allow (with the reason); a hook that
+fails to install is skipped, never fatal — the user's program runs either way.
+``uninstall()`` restores every original object.
+
+Entry points hooked (see dispatch.py for why these and not primitives alone):
+``jax.jit``; public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.nn``,
+``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods; primitives bound
+eagerly (``EvalTrace.process_primitive``); ``jax.device_put``; ``jax.device_get``;
+``Array._value`` (every host read) and ``Array.copy_to_host_async``.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+
+from jaxplace_cli.capture.jaxhooks import state
+from jaxplace_cli.model.events import OP_JNP, OP_METHOD, OP_PRIM
+
+
+@dataclass
+class HookReport:
+    installed: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (hook, reason)
+    jax_version: str = ""
+
+
+_PATCHES: list[tuple[object, str, object]] = []  # (owner, attribute, original)
+_LISTENERS: list = []  # jax.monitoring listeners to unregister
+
+# Module -> op-name prefix. Functions there are wrapped when they are plain functions,
+# jitted functions or custom_jvp/vjp objects; classes, dtypes and constants are left alone.
+WRAPPED_MODULES = {
+    "jax.numpy": "",
+    "jax.numpy.linalg": "linalg.",
+    "jax.numpy.fft": "fft.",
+    "jax.nn": "nn.",
+    "jax.random": "random.",
+}
+
+# Functions that never dispatch device work or must keep their identity.
+NOT_OPS = frozenset({
+    "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "can_cast",
+    "dtype", "iinfo", "finfo", "isdtype", "isscalar", "iterable", "load", "save", "savez",
+    "get_printoptions", "set_printoptions", "printoptions", "vectorize", "frompyfunc",
+    "piecewise", "ufunc", "from_dlpack", "broadcast_shapes", "key_data", "key_impl",
+    "default_prng_impl", "PRNGKey", "key",
+})
+
+# Array operator -> the jax.numpy name users and policies know it by.
+OPERATOR_NAMES = {
+    "add": "add", "radd": "add", "sub": "subtract", "rsub": "subtract", "mul": "multiply",
+    "rmul": "multiply", "truediv": "true_divide", "rtruediv": "true_divide",
+    "floordiv": "floor_divide", "rfloordiv": "floor_divide", "mod": "remainder",
+    "rmod": "remainder", "divmod": "divmod", "rdivmod": "divmod", "pow": "power",
+    "rpow": "power", "matmul": "matmul", "rmatmul": "matmul", "and": "bitwise_and",
+    "rand": "bitwise_and", "or": "bitwise_or", "ror": "bitwise_or", "xor": "bitwise_xor",
+    "rxor": "bitwise_xor", "lshift": "left_shift", "rlshift": "left_shift",
+    "rshift": "right_shift", "rrshift": "right_shift", "neg": "negative", "pos": "positive",
+    "abs": "abs", "invert": "invert", "eq": "equal", "ne": "not_equal", "lt": "less",
+    "le": "less_equal", "gt": "greater", "ge": "greater_equal", "getitem": "getitem",
+    "round": "round",
+}
+# NumPy entry points that read a jax.Array without entering jax on the CPU backend.
+NUMPY_READERS = ("asarray", "array", "asanyarray", "ascontiguousarray")
+
+NOT_METHODS = frozenset({
+    "addressable_data", "copy_to_host_async", "devices", "item", "tobytes", "tolist",
+    "to_device", "view", "block_until_ready", "delete", "is_deleted", "on_device_size_in_bytes",
+    "unsafe_buffer_pointer", "addressable_shards", "global_shards", "is_fully_addressable",
+    "is_fully_replicated",
+})
+
+
+def _patch(owner, attr: str, new) -> None:
+    original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+    setattr(owner, attr, new)
+    _PATCHES.append((owner, attr, original))
+
+
+def _is_wrappable(obj) -> bool:
+    if isinstance(obj, type):
+        return False
+    if inspect.isfunction(obj):
+        return True
+    return type(obj).__name__ in ("PjitFunction", "custom_jvp", "custom_vjp")
+
+
+def _install_modules(report: HookReport) -> None:
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
+
+    for modname, prefix in WRAPPED_MODULES.items():
+        try:
+            mod = importlib.import_module(modname)
+        except Exception as exc:
+            report.failed.append((modname, f"import failed: {exc}"))
+            continue
+        n = 0
+        for name, obj in list(vars(mod).items()):
+            if name.startswith("_") or name in NOT_OPS or not _is_wrappable(obj):
+                continue
+            if getattr(obj, "__jaxplace_original__", None) is not None:
+                continue
+            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=False)
+            _patch(mod, name, wrap(obj, spec))
+            n += 1
+        report.installed.append(f"{modname} ({n} functions)")
+
+
+def _install_ufunc(report: HookReport) -> None:
+    from jax._src import core
+    from jax.numpy import ufunc
+
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
+
+    original = ufunc.__dict__["__call__"]
+    specs: dict[str, CallSpec] = {}
+    active, tls, trace_ctx, eval_trace = state.active, state.tls, core.trace_ctx, core.EvalTrace
+
+    def __call__(self, *args, **kwargs):
+        # is_recording(), inlined: every `x * y` passes here inside its operator's hook
+        if active.rec is None or tls.depth or type(trace_ctx.trace) is not eval_trace:
+            return original(self, *args, **kwargs)
+        name = self.__name__
+        spec = specs.get(name)
+        if spec is None:
+            spec = specs[name] = CallSpec(name, OP_JNP, scalar_operands=True)
+        return record_call(spec, original, (self, *args), kwargs)
+
+    _patch(ufunc, "__call__", __call__)
+    report.installed.append("jax.numpy.ufunc.__call__")
+
+
+def _install_array_methods(report: HookReport) -> None:
+    from jax._src.array import ArrayImpl
+
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
+
+    n = 0
+    for attr, obj in list(ArrayImpl.__dict__.items()):
+        if not inspect.isfunction(obj):
+            continue
+        if attr.startswith("__") and attr.endswith("__"):
+            base = attr[2:-2]
+            if base not in OPERATOR_NAMES:
+                continue
+            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=True)
+        elif attr.startswith("_") or attr in NOT_METHODS:
+            continue
+        else:
+            spec = CallSpec(attr, OP_METHOD, scalar_operands=False)
+        _patch(ArrayImpl, attr, wrap(obj, spec))
+        n += 1
+    report.installed.append(f"Array operators and methods ({n})")
+
+
+def in_backward_pass() -> bool:
+    """True while JAX evaluates a transpose (backward pass): its name stack says so."""
+    try:
+        from jax._src import source_info_util
+
+        return "transpose" in str(source_info_util.current_name_stack())
+    except Exception:
+        return False
+
+
+def _install_process_primitive(report: HookReport) -> None:
+    from jax._src import core
+
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
+
+    original = core.EvalTrace.__dict__["process_primitive"]
+    specs: dict = {}
+
+    def process_primitive(self, primitive, args, params, /):
+        if state.active.rec is None or state.tls.depth:
+            return original(self, primitive, args, params)
+        spec = specs.get(primitive)
+        if spec is None:
+            spec = specs[primitive] = CallSpec(primitive.name, OP_PRIM, scalar_operands=True)
+
+        def run(*a):
+            return original(self, primitive, a, params)
+
+        return record_call(spec, run, tuple(args), {}, backward=in_backward_pass())
+
+    _patch(core.EvalTrace, "process_primitive", process_primitive)
+    report.installed.append("EvalTrace.process_primitive")
+
+
+def _install_jit(report: HookReport) -> None:
+    import jax
+
+    from jaxplace_cli.capture.jaxhooks.dispatch import make_jit
+
+    _patch(jax, "jit", make_jit(jax.jit))
+    report.installed.append("jax.jit")
+
+
+def _install_transfers(report: HookReport) -> None:
+    import jax
+    from jax._src.array import ArrayImpl
+
+    from jaxplace_cli.capture.jaxhooks.transfers import (
+        make_copy_to_host_async,
+        make_device_get,
+        make_device_put,
+        make_numpy_reader,
+        make_value_property,
+    )
+
+    _patch(jax, "device_put", make_device_put(jax.device_put))
+    _patch(jax, "device_get", make_device_get(jax.device_get))
+    report.installed.append("jax.device_put, jax.device_get")
+    value = ArrayImpl.__dict__["_value"]
+    if not isinstance(value, property):
+        raise TypeError("ArrayImpl._value is not a property on this JAX version")
+    _patch(ArrayImpl, "_value", make_value_property(value))
+    _patch(ArrayImpl, "copy_to_host_async", make_copy_to_host_async(ArrayImpl.copy_to_host_async))
+    report.installed.append("Array._value (host reads), Array.copy_to_host_async")
+    import numpy as np
+
+    for name in NUMPY_READERS:
+        _patch(np, name, make_numpy_reader(getattr(np, name), f"np.{name}()"))
+    report.installed.append("numpy." + "/".join(NUMPY_READERS) + " (host reads on CPU)")
+
+
+def _install_step_annotation(report: HookReport) -> None:
+    """``jax.profiler.StepTraceAnnotation`` marks the user's own steps: record a marker at
+    each step's start and end so audits use the user's step boundaries."""
+    import jax.profiler
+
+    original = jax.profiler.StepTraceAnnotation
+
+    class StepTraceAnnotation(original):
+        __doc__ = original.__doc__
+
+        def __init__(self, name: str, **kwargs):
+            super().__init__(name, **kwargs)
+            self._jaxplace_label = f"{name}\t{kwargs.get('step_num', '')}"
+
+        def __enter__(self):
+            rec = state.active.rec
+            if rec is not None:
+                rec.marker("step-begin", self._jaxplace_label)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            rec = state.active.rec
+            if rec is not None:
+                rec.marker("step-end", self._jaxplace_label)
+            return super().__exit__(*exc)
+
+    _patch(jax.profiler, "StepTraceAnnotation", StepTraceAnnotation)
+    report.installed.append("jax.profiler.StepTraceAnnotation")
+
+
+def _install_compile_listener(report: HookReport) -> None:
+    """Every XLA compilation, with the signature of the call that triggered it: what the
+    ``recompile`` finding compares (shapes, dtypes, weak types, static args, devices)."""
+    import jax.monitoring
+
+    from jaxplace_cli.capture.jaxhooks.compiles import on_duration_event
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration_event)
+    _LISTENERS.append(on_duration_event)
+    report.installed.append("jax.monitoring compile events")
+
+
+INSTALLERS = (
+    ("transfers", _install_transfers),
+    ("jit", _install_jit),
+    ("modules", _install_modules),
+    ("ufunc", _install_ufunc),
+    ("array-methods", _install_array_methods),
+    ("eager-primitives", _install_process_primitive),
+    ("step-annotation", _install_step_annotation),
+    ("compile-events", _install_compile_listener),
+)
+
+
+# What ``--record transfers`` leaves out: the per-op wrappers of eager code.
+EAGER_OP_HOOKS = ("modules", "ufunc", "array-methods", "eager-primitives")
+RECORD_MODES = ("all", "transfers")
+
+
+def install(recorder, record: str = "all") -> HookReport:
+    """Install every hook this JAX version allows and activate ``recorder``.
+
+    ``record="transfers"``: skip the eager-op wrappers (jax.numpy functions, Array operators,
+    eagerly bound primitives). jit calls, device_put/get and host reads are still recorded,
+    so every transfer they cause is; eager ops and their implicit uploads are not."""
+    import jax
+
+    report = HookReport(jax_version=jax.__version__)
+    if _PATCHES:
+        uninstall()
+    for name, installer in INSTALLERS:
+        if record == "transfers" and name in EAGER_OP_HOOKS:
+            continue
+        try:
+            installer(report)
+        except Exception as exc:  # a JAX version without this entry point: fall back
+            report.failed.append((name, f"{type(exc).__name__}: {exc}"))
+    try:  # keep jaxplace's frames out of JAX's filtered tracebacks, as with plain python
+        from pathlib import Path
+
+        from jax._src import traceback_util
+
+        traceback_util.register_exclusion(str(Path(__file__).resolve().parents[2]))
+    except Exception as exc:
+        report.failed.append(("traceback-filter", f"{type(exc).__name__}: {exc}"))
+    state.active.rec = recorder
+    return report
+
+
+def uninstall() -> None:
+    """Deactivate recording and restore every patched attribute (last patched first)."""
+    state.active.rec = None
+    while _LISTENERS:
+        try:
+            import jax.monitoring
+
+            jax.monitoring.unregister_event_duration_listener(_LISTENERS.pop())
+        except Exception:
+            pass
+    while _PATCHES:
+        owner, attr, original = _PATCHES.pop()
+        try:
+            setattr(owner, attr, original)
+        except Exception:
+            pass

@@ -1,0 +1,361 @@
+"""Dispatch hooks: one wrapper around every Python entry point that can launch device work.
+
+Why wrappers and not ``core.EvalTrace.process_primitive``: ``jax.numpy`` functions and user
+``jit`` functions dispatch through the C++ fast path, which never re-enters Python on a cache
+hit (DESIGN.md fact 1). Forcing the slow path costs ~x1.44; a thin Python wrapper around the
+*public* entry points (``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs
+a few microseconds of Python per op, sees the caller's frame, and keeps the fast path. Primitives bound
+eagerly outside any wrapper (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on
+``EvalTrace.process_primitive``.
+
+A wrapper records only when it is the outermost hooked call on its thread, JAX is not
+tracing, and the call produced a jax.Array that is not simply one of its inputs — so helpers
+such as ``jnp.shape`` or ``jnp.asarray(existing_array)`` leave no op behind.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from threading import get_ident as _thread_ident
+from time import perf_counter_ns
+
+import jax
+from jax._src import core as _core
+from jax._src.array import ArrayImpl
+from jax.tree_util import tree_leaves
+
+from jaxplace_cli.capture.jaxhooks.state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, sharding_label, tls
+from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes, dtype_name
+from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JIT, OpEvent
+
+_trace_ctx = _core.trace_ctx
+_EvalTrace = _core.EvalTrace
+_Array = jax.Array
+_SEQUENCES = (list, tuple)
+# Bytes a Python scalar operand uploads: it becomes a weakly typed 32-bit value, or 64-bit
+# with x64 enabled (bool: 1 byte either way). Indexed by x64_enabled().
+_SCALAR_BYTES = ({float: 4, int: 4, bool: 1, complex: 8}, {float: 8, int: 8, bool: 1, complex: 16})
+
+
+def _x64_reader():
+    """``jax_enable_x64`` as of now (a script may enable it after the hooks are installed):
+    JAX's config holder is ~3x cheaper to read than ``jax.config.jax_enable_x64``."""
+    try:
+        from jax._src.config import enable_x64
+
+        enable_x64.value  # noqa: B018 - fails here, not per op, if the holder changed
+        return lambda: bool(enable_x64.value)
+    except Exception:
+        return lambda: bool(jax.config.jax_enable_x64)
+
+
+x64_enabled = _x64_reader()
+
+
+def array_nbytes(a) -> int:
+    aval = a.aval
+    return _nbytes(aval.shape, aval.dtype)
+
+
+class CallSpec:
+    """How a wrapped callable's arguments are read: which are operands, which are static."""
+
+    __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
+                 "scalars", "scalar_api")
+
+    def __init__(self, name, kind, scalar_operands=False, flatten=False,
+                 static_argnums=(), static_argnames=()):
+        self.name = name
+        self.kind = kind
+        self.scalar_operands = scalar_operands  # Python scalars are data (x + 1.0), not shapes
+        self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
+        self.static_argnums = frozenset(static_argnums)
+        self.static_argnames = frozenset(static_argnames)
+        self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
+        self.scalar_api = name + " (Python scalar)"  # made once, not per upload
+
+
+def _operand_leaves(spec: CallSpec, args, kwargs):
+    if spec.flatten:
+        if spec.static_argnums or spec.static_argnames:
+            args = [a for i, a in enumerate(args) if i not in spec.static_argnums]
+            kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
+        return tree_leaves((args, kwargs))
+    leaves = []
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if type(a) in _SEQUENCES:
+            leaves.extend(a)
+        else:
+            leaves.append(a)
+    return leaves
+
+
+def _out_arrays(out, flatten: bool):
+    if type(out) is ArrayImpl:
+        return (out,)
+    if flatten or type(out) in _SEQUENCES:
+        return [o for o in tree_leaves(out) if isinstance(o, _Array)]
+    if isinstance(out, _Array):
+        return (out,)
+    return ()
+
+
+def is_recording() -> bool:
+    """True when a hooked call here should record (not nested, not tracing)."""
+    return (active.rec is not None and not tls.depth
+            and type(_trace_ctx.trace) is _EvalTrace)
+
+
+def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # noqa: C901
+    # long: every eager op passes here; the operand and result loops are inlined on purpose
+    # (a helper call per operand cost ~0.4 us per op, P2 in bench/README.md)
+    """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers.
+
+    With a placement policy active (``device_placement`` on this thread, else ``--policy``),
+    the placer first decides the device, moves the arguments there (recording those moves)
+    and may wrap ``fn`` so that ops without array inputs are created on that device.
+
+    This is the hot path of every eager op (measured in-process on the 2-core reference
+    machine: ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; ~1.2 us per
+    row of a jit call with 32 scalar arguments and 32 results; see bench/README.md): written
+    flat on purpose — no helper calls in the common case of a non-pytree op returning one
+    array — and it leaves ~1.7 GC-tracked objects per eager op (was 4.7: every tracked
+    allocation brings the next collection, and JAX's gc callback, closer).
+    """
+    rec = active.rec
+    site = rec.site_of(sys._getframe(1))
+    seq = next(rec._seq)
+    placed = ""
+    if active.placing:
+        placer = tls.placer or active.placer
+        if placer is not None:
+            fn, args, kwargs, placed = placer.place(rec, spec, fn, args, kwargs, site, seq, backward)
+    tls.depth = 1
+    tls.op = (spec.name, seq, site, args, kwargs)
+    t0 = perf_counter_ns()
+    try:
+        out = fn(*args, **kwargs)
+    except BaseException as exc:
+        t1 = perf_counter_ns()
+        tls.depth = 0
+        tls.op = None
+        _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc)
+        raise
+    t1 = perf_counter_ns()
+    tls.depth = 0
+    tls.op = None
+    if type(out) is ArrayImpl:
+        if args and out is args[0]:
+            return out  # jnp.asarray(array) and friends: nothing was dispatched
+        outs = (out,)
+    else:
+        outs = _out_arrays(out, spec.flatten)
+        if not outs or (args and outs[0] is args[0]):
+            return out
+    # device of the op = device of its (first) result
+    sh = outs[0].sharding
+    d = getattr(sh, "_device", None)
+    dev = _LABELS.get(d) if d is not None else None
+    if dev is None:
+        dev = sharding_label(sh)
+    base = rec.t0
+    tid = _thread_ident()
+    in_bufs = []
+    leaves = args
+    if spec.flatten or kwargs:
+        leaves = _operand_leaves(spec, args, kwargs)
+    else:
+        for a in args:  # a plain loop: a generator in any() costs ~1 us per op here
+            if type(a) in _SEQUENCES:  # jnp.stack([a, b]) and friends
+                leaves = _operand_leaves(spec, args, kwargs)
+                break
+    transfers = rec.transfers
+    on_transfer = rec.on_transfer  # set while a trace window is open (TraceAnnotations)
+    scalar_bytes = None
+    for a in leaves:
+        ta = type(a)
+        if ta is ArrayImpl or isinstance(a, _Array):
+            ash = a.sharding
+            ad = getattr(ash, "_device", None)
+            adev = _LABELS.get(ad) if ad is not None else None
+            if adev is None:
+                adev = sharding_label(ash)
+            ad_dict = getattr(a, "__dict__", None)
+            b = ad_dict.get(BUF_ATTR) if ad_dict is not None else None
+            if b is None:
+                b = rec.buffer_id(a, adev, getattr(a, "_committed", True), site, seq)
+            in_bufs.append(b)
+            if adev != dev and "," not in dev and "," not in adev:
+                committed = getattr(a, "_committed", True)
+                api = spec.name + (" (uncommitted input)" if not committed else "")
+                ev = (next(rec._seq), t0 - base, tid, D2D, adev, dev, array_nbytes(a), True, False,
+                      api, site, b, seq)
+                transfers.append(ev)
+                if on_transfer is not None:
+                    on_transfer(ev)
+        elif ta in PY_SCALARS:
+            if spec.scalars:  # x + 1.0 uploads the 1.0; jnp.zeros(3) does not upload the 3
+                if scalar_bytes is None:
+                    scalar_bytes = _SCALAR_BYTES[x64_enabled()]
+                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, scalar_bytes[ta], True, False,
+                      spec.scalar_api, site, 0, seq)
+                transfers.append(ev)
+                if on_transfer is not None:
+                    on_transfer(ev)
+        elif isinstance(a, HOST_DATA_TYPES):
+            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, int(a.nbytes), True, False,
+                  spec.name + " (numpy argument)", site, 0, seq)
+            transfers.append(ev)
+            if on_transfer is not None:
+                on_transfer(ev)
+    # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking
+    # exact tuples of atoms but keeps tracking NamedTuple instances, and a backlog of tracked
+    # events made every collection in the user's program slower. One buffer id is an int, not
+    # a 1-tuple: every tuple made here is one more object for the GC to count.
+    in_ids = in_bufs[0] if len(in_bufs) == 1 else tuple(in_bufs)
+    if len(outs) == 1:
+        o = outs[0]
+        od = getattr(o, "__dict__", None)
+        b = od.get(BUF_ATTR, 0) if od is not None else 0
+        if b == 0 and od is not None:
+            # A new array: its BufferEvent rides in the op's row (three more fields; split off
+            # by store/rows.py; the row shape is model/raw.py) — one tuple per op instead of two, and no call.
+            b = od[BUF_ATTR] = next(rec._buf_ids)
+            aval = o.aval
+            dtype = aval.dtype
+            name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+            rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev,
+                            site, in_ids, b, "", backward, placed,
+                            aval.shape, name, getattr(o, "_committed", True)))
+        else:
+            rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev,
+                            site, in_ids, b, "", backward, placed))
+    else:  # a pytree of results (jit calls): Recorder.buffer_id, inlined (~1 us per result)
+        out_bufs = []
+        buffers = rec.buffers
+        odev = dev
+        for o in outs:
+            od = getattr(o, "__dict__", None)
+            b = od.get(BUF_ATTR) if od is not None else 0
+            if b is None:
+                b = od[BUF_ATTR] = next(rec._buf_ids)
+                if odev is None:
+                    osh = o.sharding
+                    d = getattr(osh, "_device", None)
+                    odev = _LABELS.get(d) if d is not None else None
+                    if odev is None:
+                        odev = sharding_label(osh)
+                aval = o.aval
+                dtype = aval.dtype
+                name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+                buffers.append((b, seq, odev, aval.shape, name, getattr(o, "_committed", True), site))
+            out_bufs.append(b)
+            odev = None  # the first result's device is the op's; the others are looked up
+        out_bufs = tuple(out_bufs)
+        rec.ops.append((seq, t0 - base, t1 - t0, tid, spec.kind, spec.name, dev, site,
+                        in_ids, out_bufs, "", backward, placed))
+    if active.on_dispatch is not None:
+        active.on_dispatch()
+    return out
+
+
+def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
+    """A call that raised is still an event: audit explains device errors from it."""
+    try:
+        devs, bufs = [], []
+        for a in _operand_leaves(spec, args, kwargs):
+            if isinstance(a, _Array):
+                adev = sharding_label(a.sharding)
+                devs.append(adev)
+                bufs.append(rec.buffer_id(a, adev, getattr(a, "_committed", True), site, seq))
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, _thread_ident(), spec.kind, spec.name,
+                               ",".join(dict.fromkeys(devs)), site,
+                               ",".join(map(str, bufs)), "", msg[:2000], False, ""))
+    except Exception:
+        pass  # recording must never mask the user's exception
+
+
+def wrap(fn, spec: CallSpec):
+    """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+            return fn(*args, **kwargs)
+        return record_call(spec, fn, args, kwargs)
+
+    wrapper.__jaxplace_original__ = fn
+    return wrapper
+
+
+# -- jax.jit ------------------------------------------------------------------------------------
+
+class JitFunction:
+    """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
+
+    Attribute access (``lower``, ``trace``, ``eval_shape``, ``clear_cache``...) is forwarded
+    to the real jitted function, and ``__get__`` keeps ``@jax.jit`` methods working.
+    """
+
+    __slots__ = ("_jitted", "_spec", "__dict__", "__weakref__")
+
+    def __init__(self, jitted, spec: CallSpec):
+        self._jitted = jitted
+        self._spec = spec
+        try:
+            functools.update_wrapper(self, jitted)
+        except Exception:
+            pass
+
+    def __call__(self, *args, **kwargs):
+        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+            return self._jitted(*args, **kwargs)
+        return record_call(self._spec, self._jitted, args, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return repr(self._jitted)
+
+
+def _static_names(fun, static_argnums, static_argnames):
+    nums = static_argnums if static_argnums is not None else ()
+    names = static_argnames if static_argnames is not None else ()
+    if isinstance(nums, int):
+        nums = (nums,)
+    if isinstance(names, str):
+        names = (names,)
+    nums, names = set(nums), set(names)
+    try:  # jax.jit accepts either form and infers the other from the signature
+        params = list(inspect.signature(fun).parameters)
+        nums |= {params.index(n) for n in names if n in params}
+        names |= {params[i] for i in nums if 0 <= i < len(params)}
+    except (TypeError, ValueError):
+        pass
+    return tuple(sorted(nums)), tuple(sorted(names))
+
+
+def make_jit(original_jit):
+    """Replacement for ``jax.jit`` that returns a recording JitFunction."""
+
+    @functools.wraps(original_jit)
+    def jit(fun=None, *args, **kwargs):
+        if fun is None:  # decorator factory form: @jax.jit(static_argnames=...)
+            return lambda f: jit(f, *args, **kwargs)
+        jitted = original_jit(fun, *args, **kwargs)
+        nums, names = _static_names(fun, kwargs.get("static_argnums"), kwargs.get("static_argnames"))
+        fname = getattr(fun, "__name__", None) or type(fun).__name__
+        spec = CallSpec(f"jit({fname})", OP_JIT, scalar_operands=True, flatten=True,
+                        static_argnums=nums, static_argnames=names)
+        return JitFunction(jitted, spec)
+
+    jit.__jaxplace_original__ = original_jit
+    return jit

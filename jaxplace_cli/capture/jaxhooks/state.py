@@ -1,0 +1,76 @@
+"""State shared by the hook modules: the active recorder and per-thread nesting.
+
+Nesting rule ("outermost call wins"): when a hooked call (``jnp.mean``, a jit call,
+``device_put``) runs, everything JAX dispatches inside it belongs to it, so inner hooked
+calls pass straight through. ``tls.depth`` counts that; ``tls.op`` names the op in flight so a
+host read that happens *inside* an op (JAX reading a concrete value) is attributed to it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from jaxplace_cli.model.events import device_label
+
+
+class _TLS(threading.local):
+    depth = 0
+    op = None  # (name, seq, site, args, kwargs) of the hooked call in flight on this thread
+    placer = None  # innermost device_placement() on this thread (None: the global --policy)
+
+
+tls = _TLS()
+
+
+class _Active:
+    """Holds the recorder while hooks are installed (None = hooks are inert)."""
+
+    rec = None
+    tracing = False  # a jax.profiler trace is being captured: also emit TraceAnnotations
+    on_dispatch = None  # optional callable run at each recorded op (trace window timer)
+    placer = None  # placement engine of --policy; None = JAX decides
+    placing = False  # any placer set anywhere (skips the per-thread lookup when False)
+
+
+active = _Active()
+
+_LABELS: dict = {}
+
+
+def label(device) -> str:
+    """Cached ``cpu:0`` label of a jax Device (device objects are hashable and long-lived)."""
+    s = _LABELS.get(device)
+    if s is None:
+        s = _LABELS[device] = device_label(device)
+    return s
+
+
+def sharding_label(sharding) -> str:
+    """Device label(s) of a sharding: ``cpu:0`` or ``cpu:0,cpu:1`` for multi-device."""
+    dev = getattr(sharding, "_device", None)
+    if dev is not None:
+        return label(dev)
+    try:
+        return ",".join(label(d) for d in sharding._device_assignment)
+    except Exception:
+        return "?"
+
+
+HOST_DATA_TYPES = (np.ndarray, np.generic)
+PY_SCALARS = (int, float, bool, complex)
+
+
+def _inert_after_fork() -> None:
+    """A fork child inherits the hooks and the recorder, but not the writer thread that drains
+    it: recording there would only grow memory. The hooks go inert: the child runs as under
+    plain python, unrecorded and unplaced (JAX decides; JAX itself warns that forking a
+    process that started JAX is unsafe)."""
+    active.rec = None
+    active.on_dispatch = None
+    active.tracing = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inert_after_fork)

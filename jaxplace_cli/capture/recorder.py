@@ -1,0 +1,245 @@
+"""In-process recorder: the cheap, thread-safe sink that hooks write events into.
+
+Everything on the hot path is a deque append of a tuple (atomic under the GIL, so threads
+need no lock). Work that is not needed to *capture* a fact — formatting shapes, joining buffer
+ids — is deferred to ``store/rows.py``, which runs in the writer process (the row shapes: model/raw.py).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import sysconfig
+import threading
+from collections import deque
+from pathlib import Path
+from time import perf_counter_ns
+
+from jaxplace_cli.model.events import Marker, OpEvent, Site, TransferEvent
+
+_JAXPLACE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # the jaxplace_cli package
+
+BUF_ATTR = "_jaxplace_buf"
+
+# Frame tiers: 2 = the user's code, 1 = a third-party library, 0 = JAX/jaxplace/stdlib.
+USER, LIBRARY, INTERNAL = 2, 1, 0
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    prefixes = {_JAXPLACE_DIR}
+    for mod in ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            prefixes.add(str(Path(m.__file__).resolve().parent) + os.sep)
+            prefixes.add(str(Path(m.__file__).parent) + os.sep)
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            prefixes.add(os.path.join(p, ""))
+    return tuple(prefixes)
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths})
+
+
+class Recorder:
+    """Collects events from hooks; ``take()`` hands raw rows to the store writer."""
+
+    def __init__(self, maxlen: int | None = None) -> None:
+        """``maxlen`` bounds every buffer (oldest dropped): for in-process use with no writer
+        draining it, e.g. ``device_placement`` outside ``jaxplace run``."""
+        self._seq = itertools.count(1)
+        self._buf_ids = itertools.count(1)
+        self.ops: deque = deque(maxlen=maxlen)
+        self.transfers: deque = deque(maxlen=maxlen)
+        self.buffers: deque = deque(maxlen=maxlen)  # raw tuples, formatted by finish_rows()
+        self.markers: deque = deque(maxlen=maxlen)
+        self._new_sites: deque = deque(maxlen=maxlen)
+        self._sites: dict = {}  # (id(code), instruction offset) -> site id
+        self._site_by_line: dict = {}  # (file, line, function) -> site id
+        self._site_ids = itertools.count(1)
+        # id(code) -> tier. Keyed on id(), not on the code object: hashing a code object hashes
+        # its constants, recursively through nested code objects (~0.2 us for a small function,
+        # far more for a module body), and site_of does it for every frame it walks, per op.
+        # _codes keeps each code object alive, so an id stays unique while it is a key.
+        self._tiers: dict = {}
+        self._codes: list = []
+        self._internal = _internal_prefixes()
+        self._library = _library_prefixes()
+        self.counts = {"ops": 0, "transfers": 0}
+        self.on_transfer = None  # set while a profiler trace is open (TraceAnnotations)
+        self._site_text: dict = {}  # site id -> "file:line"
+        self.site_info: dict = {}  # site id -> Site (policies match on file/line/function)
+        self.t0 = perf_counter_ns()
+
+    # -- identities -------------------------------------------------------------------------
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def _tier(self, code) -> int:
+        fn = code.co_filename
+        if fn.startswith("<"):
+            tier = INTERNAL
+        elif fn.startswith(self._internal):
+            tier = INTERNAL
+        elif fn.startswith(self._library):
+            tier = LIBRARY
+        else:
+            tier = USER
+        self._tiers[id(code)] = tier
+        self._codes.append(code)
+        return tier
+
+    def site_of(self, frame) -> int:
+        """Site id of the first user frame at or above ``frame`` (a library frame if none)."""
+        tiers = self._tiers
+        fallback = None
+        f = frame
+        while f is not None:
+            code = f.f_code
+            tier = tiers.get(id(code))
+            if tier is None:
+                tier = self._tier(code)
+            if tier == USER:
+                break
+            if tier == LIBRARY and fallback is None:
+                fallback = f
+            f = f.f_back
+        else:
+            f = fallback
+            if f is None:
+                return 0
+        # Keyed on the instruction offset: f_lineno decodes the line table linearly (slow in
+        # big module-level code), f_lasti is a field read. Offsets on one line share a site.
+        key = (id(f.f_code), f.f_lasti)
+        sid = self._sites.get(key)
+        if sid is None:
+            sid = self._intern_site(key, f)
+        return sid
+
+    def _intern_site(self, key, f) -> int:
+        code = f.f_code
+        line_key = (code.co_filename, f.f_lineno, code.co_name)
+        sid = self._site_by_line.get(line_key)
+        if sid is None:
+            sid = self._site_by_line[line_key] = next(self._site_ids)
+            self._site_text[sid] = f"{line_key[0]}:{line_key[1]}"
+            self.site_info[sid] = site = Site(sid, *line_key)
+            self._new_sites.append(site)
+        self._sites[key] = sid
+        return sid
+
+    def user_frame_and_caller(self, frame):
+        """(first user frame, the outermost internal frame just below it) — used to name the
+        API a user called, e.g. ``__float__`` for ``float(x)``."""
+        tiers = self._tiers
+        below = None
+        f = frame
+        while f is not None:
+            code = f.f_code
+            tier = tiers.get(id(code))
+            if tier is None:
+                tier = self._tier(code)
+            if tier != INTERNAL:
+                return f, below
+            below = f
+            f = f.f_back
+        return None, below
+
+    def buffer_id(self, arr, device: str, committed: bool, site: int, seq: int) -> int:
+        """The jaxplace identity of ``arr``; assigns one (and logs a BufferEvent) if new.
+
+        Kept in the array's ``__dict__``: a dict get is ~20x cheaper than a failing getattr
+        (an exception) on a freshly dispatched array, and ids never collide like ``id()``s."""
+        try:
+            d = arr.__dict__
+        except AttributeError:
+            return 0
+        b = d.get(BUF_ATTR)
+        if b is None:
+            b = d[BUF_ATTR] = next(self._buf_ids)
+            aval = arr.aval
+            # shape (ints) + dtype name: a tuple of atoms, which the GC stops tracking, so a
+            # backlog of events costs the user's program no collection time
+            dtype = aval.dtype
+            name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
+            self.buffers.append((b, seq, device, aval.shape, name, committed, site))
+        return b
+
+    # -- events -----------------------------------------------------------------------------
+    def add_transfer(self, ev) -> None:
+        """``ev``: a TransferEvent or a plain tuple in its field order (see dispatch.py)."""
+        self.transfers.append(ev)
+        if self.on_transfer is not None:
+            self.on_transfer(ev)
+
+    def site_text(self, sid: int) -> str:
+        return self._site_text.get(sid, "")
+
+    def marker(self, kind: str, value: str) -> None:
+        self.markers.append(Marker(next(self._seq), perf_counter_ns() - self.t0, kind, value))
+
+    def take(self) -> dict[str, list]:
+        """Pop everything recorded so far, rows exactly as the hooks left them.
+
+        Cheap on purpose (a popleft per row): it runs in the script's process, under the GIL
+        the script needs. Turning raw rows into stored rows is ``finish_rows``' job, done in the
+        writer process (store_process.py) or by ``drain()``."""
+        batch = {
+            "sites": _pop_all(self._new_sites),
+            "ops": _pop_all(self.ops),
+            "transfers": _pop_all(self.transfers),
+            "buffers": _pop_all(self.buffers),
+            "markers": _pop_all(self.markers),
+        }
+        self.counts["ops"] += len(batch["ops"])
+        self.counts["transfers"] += len(batch["transfers"])
+        return batch
+
+    def drain(self) -> dict[str, list]:
+        """Pop everything recorded so far as rows ready for the store (in-process writers)."""
+        from jaxplace_cli.store.rows import finish_rows
+
+        return finish_rows(self.take())
+
+
+def _pop_all(dq: deque) -> list:
+    # popleft, not list(dq) + clear(): hooks on other threads may append meanwhile
+    n = len(dq)
+    pop = dq.popleft
+    return [pop() for _ in range(n)]
+
+
+_DTYPE_NAMES: dict = {}  # dtype -> (name, itemsize); hot paths read it, dtype_name fills it
+
+
+def dtype_name(dtype) -> tuple[str, int]:
+    """(name, itemsize) of ``dtype``, cached in _DTYPE_NAMES (callers try the dict first)."""
+    name = _DTYPE_NAMES[dtype] = (str(dtype), dtype.itemsize)
+    return name
+
+_ITEMSIZE_CACHE: dict = {}
+
+
+def _nbytes(shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    size = _ITEMSIZE_CACHE.get(dtype)
+    if size is None:
+        size = getattr(dtype, "itemsize", None)
+        if size is None:
+            import numpy as np
+
+            size = np.dtype(dtype).itemsize
+        _ITEMSIZE_CACHE[dtype] = size
+    return n * size
+
+
+def thread_id() -> int:
+    return threading.get_ident()
+
+
+__all__ = ["Recorder", "OpEvent", "TransferEvent", "thread_id"]

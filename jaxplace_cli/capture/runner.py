@@ -1,0 +1,166 @@
+"""Run a script or module exactly as ``python`` would, and say how it ended.
+
+Same ``__name__`` (``"__main__"``), ``sys.argv``, ``sys.path[0]`` (the script's directory, or
+the cwd for ``-m``), cwd, stdout/stderr. How it ends is returned, not acted on, so the caller
+can save the recording first and then exit the way python would have:
+- ``sys.exit(n)`` -> exit code n (a non-int payload is printed to stderr, code 1);
+- an uncaught exception -> python's traceback (via ``sys.excepthook``, without jaxplace's
+  own frames) and code 1;
+- Ctrl-C -> the traceback, then the process kills itself with SIGINT like python (shell: 130).
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.placement.errors import PolicyError
+
+_OWN_FILES = (os.path.join(str(Path(__file__).resolve().parents[1]), ""), os.path.dirname(runpy.__file__))
+
+
+class ScriptNotFound(JaxplaceError):
+    """The script path or module name does not exist (a usage error, exit code 2)."""
+
+
+@dataclass
+class Outcome:
+    status: str  # complete | failed | interrupted
+    exit_code: int  # what python would exit with (130 for Ctrl-C)
+    error: str = ""  # "ExcType: message" for failures
+    exc_info: tuple | None = None  # kept to print the traceback after recording is saved
+    exit_message: str | None = None  # sys.exit("text"): python prints it to stderr
+
+    def finish(self) -> None:
+        """Print what python prints for this ending. Call after the recording is saved."""
+        if self.exc_info is not None:
+            etype, value, tb = self.exc_info
+            if value is not None:
+                value.__traceback__ = tb  # 3.11's default hook prints value.__traceback__
+            sys.excepthook(etype, value, tb)
+            self.exc_info = None
+
+
+def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
+    """Validate the target before anything runs: ('path', abs path) or ('module', name)."""
+    if module:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:
+            raise ScriptNotFound(f"No module named {module!r} ({exc})") from None
+        if spec is None:
+            raise ScriptNotFound(f"No module named {module!r}")
+        return "module", module
+    assert script is not None
+    path = Path(script)
+    if not path.exists():
+        raise ScriptNotFound(f"can't open file {script!r}: no such file")
+    if path.is_dir() and not (path / "__main__.py").exists():
+        raise ScriptNotFound(f"can't find '__main__' module in {script!r}")
+    return "path", str(path)
+
+
+def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Drop the runner/runpy/hook frames so the traceback reads as python's does."""
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+            frames.append(tb)
+        tb = tb.tb_next
+    new = None
+    for t in reversed(frames):
+        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return new
+
+
+def run_target(kind: str, target: str, args: list[str]) -> Outcome:
+    """Execute the target in this process as ``__main__``; never raises for script errors."""
+    saved_argv = sys.argv[:]
+    saved_path0 = sys.path[0] if sys.path else None
+    if kind == "module":
+        sys.argv = [target, *args]  # runpy replaces argv[0] with the module's file
+        if sys.path:
+            sys.path[0] = os.getcwd()
+        else:
+            sys.path.insert(0, os.getcwd())
+    else:
+        sys.argv = [target, *args]
+        script_dir = os.path.dirname(os.path.abspath(target)) if not os.path.isdir(target) else os.path.abspath(target)
+        if sys.path:
+            sys.path[0] = script_dir
+        else:
+            sys.path.insert(0, script_dir)
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif os.path.isdir(target):
+            runpy.run_path(target, run_name="__main__")
+        else:
+            _exec_script(target)
+        return Outcome("complete", 0)
+    except SystemExit as exc:
+        return _exit_outcome(exc)
+    except PolicyError as exc:  # jaxplace's own error, not the script's: one line, exit 2
+        return Outcome("failed", 2, f"PolicyError: {exc}", exit_message=f"jaxplace: error: {exc}")
+    except KeyboardInterrupt as exc:
+        return Outcome("interrupted", 130, "KeyboardInterrupt",
+                       (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+    except BaseException as exc:  # noqa: BLE001 - we report it exactly like python
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return Outcome("failed", 1, msg, (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+
+
+def _exec_script(target: str) -> None:
+    """Execute a script file as ``__main__`` the way ``python FILE`` does: ``__file__`` is the
+    absolute path, ``sys.argv[0]`` stays as typed (``runpy.run_path`` would change it)."""
+    import builtins
+    import importlib.machinery
+    import io
+
+    path = os.path.abspath(target)
+    with io.open_code(path) as fh:
+        source = fh.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None, __package__=None,
+                         __spec__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def _exit_outcome(exc: SystemExit) -> Outcome:
+    code = exc.code
+    if code is None:
+        return Outcome("complete", 0)
+    if isinstance(code, int):
+        return Outcome("complete" if code == 0 else "failed", code, "" if code == 0 else f"SystemExit: {code}")
+    # python prints a non-int payload to stderr and exits 1
+    return Outcome("failed", 1, f"SystemExit: {code}", exit_message=str(code))
+
+
+def exit_like_python(outcome: Outcome) -> int:
+    """The code to exit with; for Ctrl-C, re-deliver SIGINT so the parent sees a signal death."""
+    if outcome.status == "interrupted":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        except (OSError, ValueError):
+            pass
+        return 130
+    if outcome.exit_message is not None:
+        print(outcome.exit_message, file=sys.stderr)
+    return outcome.exit_code

@@ -1,0 +1,318 @@
+"""A recording session: run directory + store + hooks + trace window around one script run.
+
+The order matters and is the reason this module exists:
+1. the run directory and a "running" manifest are written before anything runs;
+2. ``--devices N`` goes into ``XLA_FLAGS`` before JAX is first imported;
+3. hooks are installed before the script imports anything, so ``jax.jit`` and friends the
+   script sees are the recording ones;
+4. whatever way the script ends (exit code, exception, Ctrl-C, SIGTERM), the store is flushed
+   and the manifest finalised *before* python's own ending is reproduced.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jaxplace_cli import __version__
+from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
+from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
+from jaxplace_cli.store.layout import EVENTS, MANIFEST_SCHEMA_VERSION, RunDirError, create_run_dir, write_manifest
+
+
+@dataclass
+class RunOptions:
+    kind: str  # "path" | "module"
+    target: str
+    args: list[str]
+    out: Path
+    devices: int | None = None
+    trace: str = "window"
+    trace_seconds: float = TRACE_SECONDS
+    trace_ops: int = TRACE_OPS  # the window also closes after this many dispatches (0: no limit)
+    record: str = "all"  # all | transfers (see hooks.install)
+    policy: str = "default"
+    placer: object = None  # placement.engine.Placer, built (and validated) before the run
+    command: list[str] = field(default_factory=list)
+
+
+def simulate_cpu_devices(n: int) -> None:
+    """Make the CPU backend expose ``n`` devices; must run before JAX is imported."""
+    if "jax" in sys.modules:
+        raise RuntimeError("--devices must be applied before JAX is imported")
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    flags.append(f"--xla_force_host_platform_device_count={n}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def _devices_manifest() -> list[dict]:
+    """Devices JAX initialised during the run (never initialises a backend itself)."""
+    from jaxplace_cli.capture.jaxhooks.devices import initialised_devices
+
+    return initialised_devices()
+
+
+def _file_id(path: Path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_signals(held: list) -> dict:
+    """Replace the SIGINT/SIGTERM handlers by ones that only note the signal (main thread)."""
+    previous = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for sig in _HELD_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+        except (ValueError, OSError, TypeError):
+            pass
+    return previous
+
+
+def _release_signals(previous: dict, held: list, outcome: Outcome) -> None:
+    """Restore the handlers, then act on a signal that came while saving."""
+    for sig, handler in previous.items():
+        try:
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        except (ValueError, OSError, TypeError):
+            pass
+    if signal.SIGTERM in held:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die of it, as python would
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif signal.SIGINT in held and outcome.status not in ("interrupted", "terminated"):
+        signal.raise_signal(signal.SIGINT)
+
+
+def _on_sigint(signum, frame) -> None:
+    """Python's Ctrl-C handler (raise KeyboardInterrupt), except where python would drop it.
+
+    Python runs a signal handler in whatever Python code runs next; inside a gc callback or a
+    ``__del__`` a KeyboardInterrupt is "ignored" (printed and dropped) and the script goes on.
+    JAX registers a gc callback, and the many small objects the hooks create make collections
+    frequent, so under recording about one Ctrl-C in five landed there (measured). There, the
+    signal is sent again a few milliseconds later, when that code has returned."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    f = frame
+    while f is not None:
+        if f.f_code in callbacks or f.f_code.co_name == "__del__":
+            # again in a moment, from another thread: re-raising it from here would run this
+            # handler again right away, still inside the callback
+            again = threading.Timer(0.005, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
+        f = f.f_back
+    raise KeyboardInterrupt
+
+
+def _writer_manifest(writer) -> dict:
+    """Where the store was written: a child process (its pid and peak RSS, which the script's
+    own peak RSS does not include) or, where none could start, a thread of the script."""
+    from jaxplace_cli.store.writer_process import WriterProcess
+
+    if isinstance(writer, WriterProcess):
+        return {"kind": "process", "pid": writer.pid, "peak_rss_kb": writer.peak_rss_kb}
+    return {"kind": "thread"}
+
+
+class Session:
+    def __init__(self, opts: RunOptions):
+        self.opts = opts
+        self.run_dir = create_run_dir(opts.out)
+        self.manifest: dict = {
+            "schema_version": MANIFEST_SCHEMA_VERSION,
+            "tool": "jaxplace",
+            "tool_version": __version__,
+            "target": {"kind": opts.kind, "name": opts.target},
+            "argv": [opts.target, *opts.args],
+            "command": opts.command,
+            "cwd": os.getcwd(),
+            "python": platform.python_version(),
+            "host": platform.node(),
+            "pid": os.getpid(),
+            "policy": opts.policy,
+            "simulated_devices": opts.devices,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "status": "running",
+            "exit_code": None,
+        }
+        write_manifest(self.run_dir, self.manifest)
+        from jaxplace_cli.store.sqlite import StoreWriter
+        from jaxplace_cli.store.writer_process import open_writer
+
+        try:
+            # the schema first, here: a run directory that cannot hold it fails before the
+            # script runs, with a clear message (the writer process would only find out later)
+            StoreWriter(self.run_dir / EVENTS).close()
+            self._ids = (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS))
+        except (OSError, sqlite3.Error) as exc:
+            raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
+        # started now, so the child Python starts while this one imports JAX
+        self._writer = open_writer(self.run_dir / EVENTS)
+        self._bg = None
+        self.recorder = None
+        self.trace = None
+        self.hook_report = None
+        self._finalized = False
+        self.saved = True  # False when the final manifest could not be written
+        self._pid = os.getpid()
+        self._held: list[int] | None = []  # signals that came while saving; None once saved
+        self._prev_sigterm = None
+
+    def start(self) -> None:
+        self._install_sigterm()  # first: a SIGTERM while JAX loads still saves the run
+        if self.opts.devices and "jax" not in sys.modules:
+            simulate_cpu_devices(self.opts.devices)
+        import jax
+        import jaxlib
+
+        from jaxplace_cli.capture import jaxhooks as hooks
+        from jaxplace_cli.capture.jaxhooks.trace_window import TraceWindow
+        from jaxplace_cli.capture.recorder import Recorder
+        from jaxplace_cli.store.sqlite import BackgroundWriter
+
+        self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
+        self.recorder = Recorder()
+        from jaxplace_cli.store.writer_process import WriterProcess
+
+        take = isinstance(self._writer, WriterProcess)  # the child formats the rows itself
+        self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer)
+        self._bg.start()
+        self.hook_report = hooks.install(self.recorder, self.opts.record)
+        self.manifest["record"] = self.opts.record
+        for name, reason in self.hook_report.failed:
+            self.recorder.marker("hook-unavailable", f"{name}: {reason}")
+        if self.opts.placer is not None:
+            from jaxplace_cli.capture.jaxhooks.state import active
+
+            active.placer = self.opts.placer
+            active.placing = True
+        self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds, self.opts.trace_ops)
+        self.trace.arm()
+        self.manifest["hooks"] = {"installed": self.hook_report.installed,
+                                  "unavailable": [f"{n}: {r}" for n, r in self.hook_report.failed]}
+        write_manifest(self.run_dir, self.manifest)
+
+    def _install_sigterm(self) -> None:
+        """SIGTERM kills python without cleanup; save what was recorded, then die the same way."""
+        try:
+            self._prev_sigterm = signal.getsignal(signal.SIGTERM)
+            if self._prev_sigterm in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # not the main thread
+            pass
+        try:  # Ctrl-C: python's own behaviour, minus the lost interrupts (see _on_sigint)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, _on_sigint)
+        except (ValueError, OSError):
+            pass
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if self._held is not None and self._finalized:
+            # saving is under way (atexit in a child; the handler swap of _hold_signals does
+            # not apply there): held like the others, acted on once the run is saved
+            self._held.append(signum)
+            return
+        self.finalize(Outcome("terminated", 128 + signum, "terminated by SIGTERM"))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def run(self) -> Outcome:
+        try:
+            self.start()
+        except KeyboardInterrupt as exc:  # Ctrl-C before the script started: python would die too
+            outcome = Outcome("interrupted", 130, "KeyboardInterrupt",
+                              (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+            self.finalize(outcome)
+            return outcome
+        outcome = run_target(self.opts.kind, self.opts.target, self.opts.args)
+        self.finalize(outcome)
+        return outcome
+
+    def finalize(self, outcome: Outcome) -> None:
+        """Flush everything and write the final manifest; safe to call twice.
+
+        A Ctrl-C or SIGTERM that arrives while saving is held until the run is saved, then
+        acted on (an interrupted half-written run would be worse than a late exit)."""
+        if self._finalized or os.getpid() != self._pid:
+            return  # a fork child of the script ending: the run belongs to the parent
+        held = self._held
+        self._finalized = True
+        previous = _hold_signals(held)
+        try:
+            self._finalize(outcome)
+        finally:
+            self._held = None
+            _release_signals(previous, held, outcome)
+
+    def _finalize(self, outcome: Outcome) -> None:
+        from jaxplace_cli.capture import jaxhooks as hooks
+
+        if self.trace is not None:
+            self.trace.close()
+        hooks.uninstall()
+        from jaxplace_cli.capture.jaxhooks.state import active
+
+        placer, active.placer = active.placer, None
+        if placer is not None:
+            self.manifest["placement"] = {"policy": placer.policy.label, "decisions": placer.decisions,
+                                          "fallbacks": placer.fallbacks, "granularity": placer.granularity,
+                                          "on_error": placer.on_error, "devices": placer.device_names}
+        if self._bg is not None:
+            self._bg.stop()
+        lost = self._bg.lost_rows if self._bg else 0
+        write_error = self._bg.error if self._bg else ""
+        writer = self._writer
+        if writer is not None:
+            try:
+                writer.close()  # a WriterProcess: waits for the child to write its backlog
+            except Exception as exc:
+                write_error = write_error or f"closing the events store: {type(exc).__name__}: {exc}"
+            lost += getattr(writer, "lost_rows", 0)
+            write_error = write_error or getattr(writer, "error", "")
+        if writer is not None and self._ids != (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS)):
+            # SQLite kept writing into the deleted file without an error: all of it is gone
+            lost += writer.rows_written
+            write_error = (f"the run directory {self.run_dir} (or its {EVENTS}) was removed or "
+                           f"replaced while the script ran; nothing recorded could be kept")
+        rec = self.recorder
+        self.manifest.update(
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            error=outcome.error,
+            ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            devices=_devices_manifest(),
+            events={"ops": rec.counts["ops"] if rec else 0,
+                    "transfers": rec.counts["transfers"] if rec else 0,
+                    "lost_rows": lost,
+                    "write_error": write_error,
+                    "writer": _writer_manifest(writer)},
+            trace={"mode": self.trace.mode if self.trace else "off",
+                   "state": self.trace.state if self.trace else "off",
+                   "seconds": self.opts.trace_seconds,
+                   "max_ops": self.opts.trace_ops,
+                   "traced_ops": self.trace.traced_ops if self.trace else 0,
+                   "files": self.trace.files() if self.trace else [],
+                   "note": self.trace.note if self.trace else ""},
+        )
+        try:
+            write_manifest(self.run_dir, self.manifest)
+            self.saved = True
+        except OSError as exc:
+            self.saved = False
+            print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)

@@ -1,0 +1,152 @@
+"""`jaxplace audit`: report transfers, sites, ops per device, findings — and, with a budget,
+a CI verdict (exit 1 on a breach)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from jaxplace_cli.cli.common import fail
+
+EXIT_BREACH = 1
+
+# --max-* flag -> budget key (budgets.py)
+LIMIT_FLAGS = {
+    "max_h2d": "h2d.count", "max_h2d_bytes": "h2d.bytes", "max_h2d_per_step": "h2d.count_per_step",
+    "max_h2d_bytes_per_step": "h2d.bytes_per_step",
+    "max_d2h": "d2h.count", "max_d2h_bytes": "d2h.bytes", "max_d2h_per_step": "d2h.count_per_step",
+    "max_d2h_bytes_per_step": "d2h.bytes_per_step",
+    "max_d2d": "d2d.count", "max_d2d_bytes": "d2d.bytes", "max_d2d_per_step": "d2d.count_per_step",
+    "max_d2d_bytes_per_step": "d2d.bytes_per_step",
+    "max_pingpong": "pingpong", "max_host_syncs_per_step": "host_syncs_per_step",
+    "max_recompiles": "recompiles", "fail_on": "fail_on",
+}
+
+
+def audit(
+    path: Path = typer.Argument(..., help="A jaxplace run directory, a jax.profiler log dir, or a .xplane.pb file."),
+    format: Optional[str] = typer.Option(None, "--format", "-f",
+                                         help="rich (default on a TTY), text, json, markdown, junit, sarif, github."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="Write the report to this file, atomically (format from the extension: .json .txt .md .xml .sarif)."),
+    min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are counted apart (e.g. 0, 1KiB, \"1 MB\")."),
+    top: int = typer.Option(20, "--top", min=1, help="How many transfer sites to list."),
+    rule: Optional[List[str]] = typer.Option(None, "--rule", help="Only run these rules (repeatable)."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rules (repeatable)."),
+    loop_threshold: int = typer.Option(3, "--loop-threshold", min=2, help="Repeats at one line that count as 'in a loop'."),
+    recompile_threshold: int = typer.Option(2, "--recompile-threshold", min=1, help="A function compiled more than this many times is a finding."),
+    run_name: Optional[str] = typer.Option(None, "--run", help="For a jax.profiler log dir: which profiling run (default: the newest)."),
+    budget: Optional[Path] = typer.Option(None, "--budget", "-b", help="Budget file (TOML, docs/budgets.md): exit 1 when a limit is exceeded."),
+    max_h2d: Optional[int] = typer.Option(None, "--max-h2d", help="Limit: h2d transfers (count)."),
+    max_h2d_bytes: Optional[str] = typer.Option(None, "--max-h2d-bytes", help="Limit: h2d bytes (e.g. 10MB)."),
+    max_h2d_per_step: Optional[int] = typer.Option(None, "--max-h2d-per-step", help="Limit: h2d transfers in any steady-state step."),
+    max_h2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-h2d-bytes-per-step"),
+    max_d2h: Optional[int] = typer.Option(None, "--max-d2h", help="Limit: d2h transfers (count)."),
+    max_d2h_bytes: Optional[str] = typer.Option(None, "--max-d2h-bytes"),
+    max_d2h_per_step: Optional[int] = typer.Option(None, "--max-d2h-per-step", help="Limit: d2h transfers in any steady-state step."),
+    max_d2h_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2h-bytes-per-step"),
+    max_d2d: Optional[int] = typer.Option(None, "--max-d2d", help="Limit: d2d transfers (count)."),
+    max_d2d_bytes: Optional[str] = typer.Option(None, "--max-d2d-bytes"),
+    max_d2d_per_step: Optional[int] = typer.Option(None, "--max-d2d-per-step"),
+    max_d2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2d-bytes-per-step"),
+    max_pingpong: Optional[int] = typer.Option(None, "--max-pingpong", help="Limit: ping-pong round trips."),
+    max_host_syncs_per_step: Optional[int] = typer.Option(None, "--max-host-syncs-per-step", help="Limit: blocking reads in any steady-state step."),
+    max_recompiles: Optional[int] = typer.Option(None, "--max-recompiles", help="Limit: recompiles reported by the recompile rule."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Fail on findings of this severity or worse: error, warning, info."),
+) -> None:
+    """Report devices, transfers per kind, top transfer sites, ops per device, and findings.
+
+    With --budget FILE or any --max-* / --fail-on flag, exit 1 when a limit is exceeded, with one
+    sentence per breach (flags override the file's values).
+    """
+    given = locals()
+    flags = {key: given[name] for name, key in LIMIT_FLAGS.items() if given[name] is not None}
+    code = audit_path(path, format, output, min_bytes, top, rule, ignore, loop_threshold,
+                      recompile_threshold, run_name, budget, flags)
+    raise typer.Exit(code)
+
+
+def load_gate_budget(budget_path: Optional[Path], flags: dict):
+    """The budget from a file and/or flags, validated (BudgetError -> exit 2); None if none."""
+    from jaxplace_cli.analysis.budgets import BudgetError, load_budget, merge_flags
+
+    if budget_path is None and not flags:
+        return None
+    try:
+        b = load_budget(budget_path) if budget_path is not None else None
+        return merge_flags(b, flags)
+    except BudgetError as exc:
+        fail(str(exc))
+
+
+def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=None, ignore=None,
+               loop_threshold=3, recompile_threshold=2, run_name=None, budget_path=None, flags=None,
+               ) -> int:
+    """Audit ``path`` and render it; returns the exit code (0, or 1 on a budget breach)."""
+    import sqlite3
+
+    from jaxplace_cli.analysis import BudgetVerdict, audit_run
+    from jaxplace_cli.analysis.findings import RULES, RuleConfig
+    from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
+    from jaxplace_cli.model.sizes import parse_size
+    from jaxplace_cli.report import EXTENSIONS, FORMATS
+    from jaxplace_cli.store.sqlite import StoreError
+
+    fmt = format or (EXTENSIONS.get(output.suffix.lower(), "text") if output is not None
+                     else ("rich" if sys.stdout.isatty() else "text"))
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    try:
+        min_b = parse_size(min_bytes)
+    except ValueError as exc:
+        fail(f"--min-bytes: {exc}")
+    for r in (rule or []) + (ignore or []):
+        if r not in RULES:
+            fail(f"unknown rule {r!r}; rules are: {', '.join(RULES)}")
+    gate = load_gate_budget(budget_path, flags or {})
+    cfg = RuleConfig(min_bytes=min_b, loop_threshold=loop_threshold, recompile_threshold=recompile_threshold)
+    try:
+        kind = classify_input(path)
+        if kind == "run":
+            run = open_run(path)
+            from jaxplace_cli.suggest.top import attach_suggestion
+
+            result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
+                                                            run, cfg.min_bytes))
+        else:
+            from jaxplace_cli.analysis.trace_audit import audit_trace
+
+            if gate is not None:
+                fail("budgets need a jaxplace run (sites, steps, lineage); audit the run directory")
+            result = audit_trace(path, cfg, top_sites=top, run=run_name, select=rule, ignore=ignore)
+    except InputError as exc:
+        fail(str(exc))
+    except (sqlite3.DatabaseError, StoreError) as exc:  # a store corrupt past its header
+        fail(f"{path}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
+    if gate is not None:
+        from jaxplace_cli.analysis.budgets import check
+
+        result.budget = BudgetVerdict(gate.source, gate.limit_names(), check(result, run, gate, min_b))
+    _emit(result, fmt, output)
+    return EXIT_BREACH if result.budget is not None and not result.budget.passed else 0
+
+
+def _emit(result, fmt: str, output: Optional[Path]) -> None:
+    from jaxplace_cli.report import render_to_string, write_atomic
+    from jaxplace_cli.report.budget import verdict_lines
+
+    text = render_to_string(result, fmt)
+    if output is None:
+        sys.stdout.write(text)
+        if fmt not in ("rich", "text", "github"):  # the verdict always reaches the CI log
+            for line in verdict_lines(result.budget):
+                print(line, file=sys.stderr)
+        return
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    for line in verdict_lines(result.budget):
+        print(line, file=sys.stderr)

@@ -1,0 +1,156 @@
+"""``jaxplace run`` itself, once cli/run.py parsed its command line. No typer import here:
+see cli/run.py for why."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from jaxplace_cli.cli.common import fail
+
+
+def run_script(*, script: Optional[str], args: list[str], module: Optional[str], out: Optional[Path],
+               devices: Optional[str], policy: str, on_policy_error: str, granularity: str,
+               trace: str, trace_seconds: float, trace_ops: int, no_trace: bool, record: str,
+               budget: Optional[Path], follow_children: bool, quiet: bool) -> None:
+    """``jaxplace run`` itself, whichever parser read the command line; ends in SystemExit."""
+    from jaxplace_cli.capture.jaxhooks.trace_window import OFF, TRACE_MODES
+    from jaxplace_cli.capture.runner import ScriptNotFound, exit_like_python, resolve_target
+    from jaxplace_cli.capture.session import RunOptions, Session
+    from jaxplace_cli.store.layout import RunDirError, default_run_dir
+
+    if module is None and script is None:
+        fail("nothing to run: give a script (jaxplace run train.py) or -m MODULE")
+    if module is not None and script is not None:
+        args = [script, *args]  # `jaxplace run -m pkg arg1`: arg1 belongs to the module
+    if trace not in TRACE_MODES:
+        fail(f"--trace must be one of {', '.join(TRACE_MODES)}, not {trace!r}")
+    n_devices, device_spec = None, None
+    if devices is not None:
+        if devices.strip().isdigit():
+            n_devices = int(devices)
+            if n_devices < 1:
+                fail("--devices N needs N >= 1")
+            if "jax" in sys.modules:
+                fail("--devices must be applied before JAX is imported; run jaxplace as a command")
+        else:
+            device_spec = devices
+    if record not in ("all", "transfers"):
+        fail(f"--record must be all or transfers, not {record!r}")
+    if on_policy_error not in ("raise", "fallback"):
+        fail(f"--on-policy-error must be raise or fallback, not {on_policy_error!r}")
+    if granularity not in ("unit", "op"):
+        fail(f"--granularity must be unit or op, not {granularity!r}")
+    try:
+        kind, target = resolve_target(None if module else script, module)
+    except ScriptNotFound as exc:
+        fail(str(exc))
+    if n_devices:
+        from jaxplace_cli.capture.session import simulate_cpu_devices
+
+        simulate_cpu_devices(n_devices)  # before a Python policy file can import JAX
+    placer = None
+    if policy != "default" or device_spec or granularity != "unit":
+        from jaxplace_cli.integrations.placement import make_placer
+        from jaxplace_cli.placement import PolicyLoadError
+
+        try:
+            placer = make_placer(policy, device_spec, on_policy_error, granularity)
+        except (PolicyLoadError, ValueError) as exc:
+            fail(str(exc))
+    gate = None
+    if budget is not None:  # a typo in the budget is an error before anything runs
+        from jaxplace_cli.cli.audit import load_gate_budget
+
+        gate = load_gate_budget(budget, {})
+    run_dir = out if out is not None else default_run_dir(target)
+    opts = RunOptions(kind, target, args, run_dir, None, OFF if no_trace else trace,
+                      trace_seconds, policy=policy, placer=placer, record=record,
+                      command=["jaxplace", *sys.argv[1:]])
+    opts.devices = n_devices
+    opts.trace_ops = trace_ops
+    try:
+        session = Session(opts)
+    except RunDirError as exc:
+        fail(str(exc))
+    if follow_children:
+        from jaxplace_cli.capture.child import child_environment
+
+        child_environment(session.run_dir, record)
+        session.manifest["follow_children"] = True
+    outcome = session.run()
+    outcome.finish()
+    if not quiet:
+        _print_run_summary(session)
+    if gate is not None and outcome.status != "interrupted":
+        code = _check_budget(session.run_dir, gate, outcome.exit_code)
+        if code:
+            raise SystemExit(code)
+    raise SystemExit(exit_like_python(outcome))
+
+
+def _check_budget(run_dir, gate, script_code: int) -> int:
+    """The budget verdict after the run; the script's own failure code wins and is said."""
+    import sqlite3
+
+    from jaxplace_cli.analysis.budgets import judge_run
+    from jaxplace_cli.analysis.run import analyse, open_run
+    from jaxplace_cli.model.errors import JaxplaceError
+    from jaxplace_cli.report.budget import verdict_lines
+
+    try:
+        run = open_run(run_dir)
+        result = analyse(run, lambda: judge_run(run, gate))
+    except JaxplaceError as exc:
+        fail(str(exc))
+    except sqlite3.DatabaseError as exc:
+        fail(f"{run_dir}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
+    for line in verdict_lines(result.budget):
+        print(line, file=sys.stderr)
+    verdict = 0 if result.budget.passed else 1
+    if script_code:
+        print(f"jaxplace: the script exited with {script_code}; that exit code is kept"
+              + (" (the budget was also exceeded, see above)" if verdict else ""), file=sys.stderr)
+        return 0
+    if verdict == 0:
+        print(f"jaxplace: budget passed ({gate.source})", file=sys.stderr)
+    return verdict
+
+
+def _print_run_summary(session) -> None:
+    from jaxplace_cli.model.sizes import human_bytes
+
+    m = session.manifest
+    ev = m.get("events", {})
+    try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
+        from jaxplace_cli.model.events import TRANSFER_KINDS
+        from jaxplace_cli.store.layout import EVENTS
+        from jaxplace_cli.store.sqlite import StoreReader
+
+        reader = StoreReader(session.run_dir / EVENTS)
+        try:
+            totals = {k: (0, 0) for k in TRANSFER_KINDS}
+            for kind, cls, count, nbytes in reader.transfer_totals(1024):
+                if cls == "counted" and kind in totals:
+                    totals[kind] = (count, nbytes)
+        finally:
+            reader.close()
+        kinds = ", ".join(f"{k} {c} ({human_bytes(b)})" for k, (c, b) in totals.items())
+    except Exception:
+        kinds = f"{ev.get('transfers', 0)} transfers"
+    err = sys.stderr
+    print(f"jaxplace: {m.get('status')} (exit {m.get('exit_code')}): recorded {ev.get('ops', 0):,} ops, "
+          f"transfers ≥1 KiB: {kinds}", file=err)
+    if ev.get("lost_rows"):
+        print(f"jaxplace: warning: {ev['lost_rows']} events were lost: {ev.get('write_error')}", file=err)
+    for h in m.get("hooks", {}).get("unavailable", []):
+        print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {h}", file=err)
+    if m.get("trace", {}).get("note"):
+        print(f"jaxplace: {m['trace']['note']}", file=err)
+    if getattr(session, "saved", True):
+        print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}", file=err)
+    else:
+        print(f"jaxplace: the run in {session.run_dir} is incomplete (its manifest could not be "
+              f"written); `jaxplace audit` will say what it can read", file=err)
+
+

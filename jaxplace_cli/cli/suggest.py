@@ -1,0 +1,158 @@
+"""`jaxplace suggest`: a placement that moves fewer bytes, the policy file, the prediction,
+and (with --verify) the proof by re-running the script."""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from jaxplace_cli.cli.common import fail
+
+
+def suggest(
+    path: Optional[Path] = typer.Argument(None, help="A run directory made by `jaxplace run`."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="Write the policy file here (with --graph: the placement as JSON)."),
+    objective: str = typer.Option("transfers", "--objective",
+                                  help="transfers (bytes moved), total (compute + transfer time), "
+                                       "makespan (simulated run time), throughput (pipeline stages)."),
+    devices: Optional[str] = typer.Option(None, "--devices", help="Devices the suggestion may use: cpu:0,cpu:1 (default: the run's)."),
+    balance: Optional[float] = typer.Option(None, "--balance", min=0.0,
+                                            help="transfers/total: each device's compute load <= (1 + B) x average."),
+    mem_cap: Optional[str] = typer.Option(None, "--mem-cap", help="Memory per device for the ops' results, e.g. \"8 GiB\"."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the heuristic solvers (same input + seed = same policy)."),
+    solver: str = typer.Option("auto", "--solver", help="auto, mincut, milp, expansion or multilevel (transfers/total)."),
+    retarget_puts: bool = typer.Option(False, "--retarget-puts",
+                                       help="Also change explicit device_put targets (applied in the script, not by a policy)."),
+    verify: Optional[str] = typer.Option(None, "--verify", metavar="SCRIPT",
+                                         help="Re-run SCRIPT under the suggested policy and compare predicted with measured."),
+    verify_out: Optional[Path] = typer.Option(None, "--verify-out", help="Run directory for the --verify replay."),
+    graph: Optional[Path] = typer.Option(None, "--graph", help="Solve a placement_graphs JSON file instead of a run."),
+    accelerators: Optional[int] = typer.Option(None, "--accelerators", min=1, help="--graph: number of accelerators (default: the file's maxFPGAs)."),
+    no_cpu: bool = typer.Option(False, "--no-cpu", help="--graph: accelerators only (no CPU device)."),
+    format: str = typer.Option("text", "--format", "-f", help="text or json."),
+) -> None:
+    """Suggest a placement for a recorded run: write it as a policy file, predict the transfers
+    it will make, and print the commands that verify it (or verify it with --verify)."""
+    from jaxplace_cli.suggest.model import OBJECTIVES
+    from jaxplace_cli.suggest.solve import SOLVERS
+
+    if format not in ("text", "json"):
+        fail(f"--format must be text or json, not {format!r}")
+    if objective not in OBJECTIVES:
+        fail(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    if solver not in SOLVERS:
+        fail(f"--solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
+    cap = None
+    if mem_cap is not None:
+        from jaxplace_cli.model.sizes import parse_size
+
+        try:
+            cap = parse_size(mem_cap)
+        except ValueError as exc:
+            fail(f"--mem-cap: {exc}")
+    if graph is not None:
+        if path is not None:
+            fail("give a run directory or --graph FILE, not both")
+        _suggest_graph(graph, objective, accelerators, not no_cpu, seed, balance, solver, cap, output, format)
+        return
+    if path is None:
+        fail("nothing to suggest for: give a run directory (jaxplace suggest RUN_DIR) or --graph FILE.json")
+    _suggest_run(path, output, objective, devices, balance, cap, seed, solver, retarget_puts,
+                 verify, verify_out, format)
+
+
+def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, retarget_puts,
+                 verify, verify_out, fmt) -> None:
+    import sqlite3
+
+    from jaxplace_cli.analysis.run import InputError, analyse, open_run
+    from jaxplace_cli.report.suggest_render import plan_json, render_plan, render_verification
+    from jaxplace_cli.store.sqlite import StoreError
+    from jaxplace_cli.suggest.plan import make_plan
+
+    try:
+        run = open_run(path)
+    except InputError as exc:
+        fail(str(exc))
+    names = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
+    try:
+        plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver))
+    except InputError as exc:
+        fail(str(exc))
+    except (sqlite3.DatabaseError, StoreError) as exc:
+        fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
+    except ValueError as exc:
+        fail(str(exc))  # how the solvers say a request cannot be met (the data is sound)
+    policy_path = output
+    if policy_path is None and verify is not None:
+        policy_path = Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml"
+    if policy_path is not None:
+        _write(policy_path, plan.policy_text)
+    result = None
+    if verify is not None:
+        from jaxplace_cli.suggest.verify import verify as replay
+
+        script = str(Path(verify).resolve()) if Path(verify).exists() else verify
+        out_dir = verify_out or Path(tempfile.mkdtemp(prefix="jaxplace-verify-")) / "run"
+        result = replay(plan, policy_path, script, out_dir)
+    shown = str(policy_path) if policy_path is not None else None
+    if fmt == "json":
+        sys.stdout.write(json.dumps(plan_json(plan, shown, result), indent=2, default=_jsonable) + "\n")
+    else:
+        sys.stdout.write(render_plan(plan, shown, str(path)))
+        if result is not None:
+            sys.stdout.write(render_verification(result, plan))
+    if result is not None and not result.match:
+        raise typer.Exit(1)
+
+
+def _suggest_graph(graph, objective, accelerators, include_cpu, seed, balance, solver, cap, output, fmt) -> None:
+    import numpy as np
+
+    from jaxplace_cli.report.suggest_render import graph_json, render_graph
+    from jaxplace_cli.suggest.from_json import GraphFileError, load_graph_json
+    from jaxplace_cli.suggest.solve import solve_graph
+
+    try:
+        g = load_graph_json(graph, include_cpu=include_cpu, accelerators=accelerators)
+    except GraphFileError as exc:
+        fail(str(exc))
+    if cap is not None:
+        g.mem_cap = np.full(g.k, cap, dtype=np.int64)
+    try:
+        sol = solve_graph(g, objective, seed, balance, solver)
+    except ValueError as exc:
+        fail(str(exc))
+    doc = graph_json(g, sol, objective)
+    if output is not None:
+        _write(output, json.dumps(doc, indent=2, default=_jsonable) + "\n")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(doc, indent=2, default=_jsonable) + "\n")
+    else:
+        sys.stdout.write(render_graph(str(graph), g, sol, objective))
+
+
+def _write(path: Path, text: str) -> None:
+    from jaxplace_cli.report import write_atomic
+
+    try:
+        write_atomic(Path(path), text)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def _jsonable(x):
+    import numpy as np
+
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

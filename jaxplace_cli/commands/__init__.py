@@ -1,1 +1,0 @@
-"""One module per subcommand; each is a thin function over library code."""

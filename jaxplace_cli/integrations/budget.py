@@ -1,0 +1,147 @@
+"""In-process recording and the budget check of a block: what the pytest plugin and
+``jaxplace_cli.budget(...)`` share. No pytest import here, so ``jaxplace_cli.budget`` works in a
+plain script too.
+
+``_recording()`` records a block's JAX work into a temporary run directory with the same
+recorder and hooks as ``jaxplace run``; the audit and the budget check (budgets.py) then run on
+it exactly as on a recorded script, so a test's failure sentence is the CLI's sentence.
+"""
+from __future__ import annotations
+
+import itertools
+import tempfile
+from contextlib import contextmanager
+
+from jaxplace_cli.model.errors import EXIT_FAILED_CHECK, JaxplaceError
+from jaxplace_cli.report.budget import failure_text
+
+KINDS = ("h2d", "d2h", "d2d")
+
+
+class BudgetExceeded(JaxplaceError, AssertionError):
+    """Raised by ``jaxplace_cli.budget(...)`` when the block exceeded its transfer budget.
+    An AssertionError, so pytest shows it as a failed assertion."""
+
+    exit_code = EXIT_FAILED_CHECK
+
+
+_INSTALLED: list = []  # hooks installed inert for the whole session (pytest_sessionstart)
+# Buffer ids live on the arrays themselves; an array made in an earlier recorded test keeps
+# its id, so every recorder of this process draws from one counter (far above the ids of an
+# outer `jaxplace run` recorder) and ids never collide across tests.
+_BUF_IDS = itertools.count(1 << 40)
+
+
+def _install_inert() -> None:
+    from jaxplace_cli.capture.jaxhooks import install, state
+    from jaxplace_cli.capture.recorder import Recorder
+
+    if state.active.rec is None and not _INSTALLED:
+        install(Recorder())  # patch the entry points ...
+        state.active.rec = None  # ... but record nothing until a budgeted test runs
+        _INSTALLED.append(True)
+
+
+# Marker / ini / context-manager keywords -> (budget table, key); None table = top level.
+_KIND_SUFFIX = {"count": "count", "bytes": "bytes", "per_step": "count_per_step",
+                "bytes_per_step": "bytes_per_step"}
+KEYWORDS = {f"{k}_{suffix}": (k, key) for k in KINDS for suffix, key in _KIND_SUFFIX.items()}
+KEYWORDS.update({k: (None, k) for k in ("pingpong", "host_syncs_per_step", "recompiles",
+                                        "fail_on", "min_bytes", "allow")})
+KEYWORDS["host_syncs"] = (None, "host_syncs_per_step")  # kept: an early spelling
+
+
+def limits_to_budget(limits: dict, where: str):
+    """Marker/ini keywords -> a budgets.Budget. ``h2d=3`` (an int) limits the count,
+    ``h2d="1 MB"`` (a size string) the bytes. Raises BudgetError naming the bad keyword, with
+    the closest valid one when it looks like a typo (a typo must not disable a limit)."""
+    import difflib
+
+    from jaxplace_cli.analysis.budgets import Budget, BudgetError, budget_from_dict
+
+    data: dict = {}
+    for key, value in limits.items():
+        if key in KINDS:
+            data.setdefault(key, {})["count" if isinstance(value, int) else "bytes"] = value
+            continue
+        if key not in KEYWORDS:
+            known = [*KINDS, *KEYWORDS]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+            raise BudgetError(f"{where}: unknown keyword {key!r} ({hint})")
+        table, name = KEYWORDS[key]
+        if key == "allow" and isinstance(value, str):
+            value = [value]  # one pattern (the ini option can only give strings)
+        if table is None:
+            data[name] = value
+        else:
+            data.setdefault(table, {})[name] = value
+    return budget_from_dict(data, where) if data else Budget(source=where)
+
+
+@contextmanager
+def _recording():
+    """Record the block's JAX work into a temporary run directory. Yields a dict that holds,
+    once the block is done, ``dir`` (the run directory) and ``tmp`` (its owner: ``_verdict``
+    audits the run and removes it). Hooks already installed (inert for a pytest session, or
+    an outer ``jaxplace run``) are borrowed: only the active recorder is swapped and restored."""
+    from jaxplace_cli.capture.jaxhooks import install, state
+    from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.store.layout import EVENTS, MANIFEST_SCHEMA_VERSION, write_manifest
+    from jaxplace_cli.store.sqlite import StoreWriter
+
+    rec = Recorder()
+    rec._buf_ids = _BUF_IDS  # see _BUF_IDS
+    installed_here = False
+    if _INSTALLED or state.active.rec is not None:
+        previous = state.active.rec
+        state.active.rec = rec
+    else:
+        previous = None
+        install(rec)
+        installed_here = True
+    holder: dict = {}
+    tmp = tempfile.TemporaryDirectory(prefix="jaxplace-budget-")
+    try:
+        yield holder
+    finally:
+        if installed_here:
+            from jaxplace_cli.capture.jaxhooks import uninstall
+
+            uninstall()
+        else:
+            state.active.rec = previous
+        from pathlib import Path
+
+        run_dir = Path(tmp.name)
+        writer = StoreWriter(run_dir / EVENTS)
+        writer.write(rec.drain())
+        writer.close()
+        write_manifest(run_dir, {"schema_version": MANIFEST_SCHEMA_VERSION, "status": "complete",
+                                 "exit_code": 0, "argv": ["pytest"], "policy": "default"})
+        holder["dir"] = run_dir
+        holder["tmp"] = tmp
+
+
+def _verdict(holder: dict, budget, min_bytes: int = 1024):
+    from jaxplace_cli.analysis.budgets import judge_run
+    from jaxplace_cli.analysis.run import open_run
+
+    run = open_run(holder["dir"])
+    try:
+        result = judge_run(run, budget, budget.min_bytes or min_bytes)
+        return result.budget.breaches, result
+    finally:
+        run.store.close()
+        holder["tmp"].cleanup()
+
+
+@contextmanager
+def budget(**limits):
+    """``with jaxplace_cli.budget(d2h=0): ...`` — raise BudgetExceeded if the block exceeds it."""
+    b = limits_to_budget(limits, "jaxplace_cli.budget()")  # BudgetError: a bad keyword
+    with _recording() as holder:
+        yield
+    breaches, result = _verdict(holder, b)
+    if breaches:
+        raise BudgetExceeded(failure_text(breaches, result))

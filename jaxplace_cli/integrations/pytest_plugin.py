@@ -1,0 +1,109 @@
+"""pytest plugin: transfer budgets as test markers, like pytest-memray's ``limit_memory``.
+
+    @pytest.mark.transfer_budget(d2h=0, h2d="1 MB", pingpong=0)
+    def test_train_step(): ...
+
+An int limits the number of transfers of that kind, a size string its bytes; also
+``h2d_count``, ``h2d_bytes``, ``h2d_per_step``, ``h2d_bytes_per_step`` (and d2h, d2d),
+``pingpong``, ``host_syncs_per_step``, ``recompiles``, ``fail_on``, ``min_bytes``, ``allow``
+(docs/budgets.md). An unknown keyword fails the test with one line naming it. A global default comes from the ini option
+``transfer_budget`` (``"d2h=0 h2d=1MB"``); a marker overrides it key by key.
+
+Registered through the ``pytest11`` entry point, so it is active without flags. JAX's entry
+points are hooked once at session start, inert (one attribute check per call) until a test
+with a budget runs — so jit functions created at import time are seen too. Works per process,
+hence with pytest-xdist.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shlex
+
+import pytest
+
+# The pytest-free part lives in recording.py; BudgetExceeded and budget stay importable here.
+from jaxplace_cli.integrations.budget import BudgetExceeded, _install_inert, _recording, _verdict, budget, limits_to_budget
+from jaxplace_cli.report.budget import failure_text
+
+__all__ = ["BudgetExceeded", "budget"]
+
+MARKER = "transfer_budget"
+
+
+def pytest_addoption(parser):
+    parser.addini(MARKER, "default transfer budget for every test, e.g. \"d2h=0 h2d=1MB\"", default="")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{MARKER}(**limits): fail the test when its JAX code "
+                                       "exceeds these transfer limits (jaxplace)")
+    ini = config.getini(MARKER)
+    if ini:
+        from jaxplace_cli.analysis.budgets import BudgetError
+
+        try:
+            limits_to_budget(_parse_ini(ini), "transfer_budget ini option")
+        except BudgetError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_sessionstart(session):
+    """Hook JAX's entry points as soon as JAX is imported (inert until a budgeted test runs),
+    so jit functions created at import time are recorded too. JAX is not imported here: a
+    conftest may still have to set XLA_FLAGS first."""
+    if importlib.util.find_spec("jax") is None:
+        return
+    from jaxplace_cli.capture.import_hook import after_import
+
+    after_import("jax", _install_inert)
+
+
+def _parse_ini(text: str) -> dict:
+    """``d2h=0 h2d="1 MB"`` -> {"d2h": 0, "h2d": "1 MB"}. Also accepted: commas between items,
+    and the whole value quoted (``transfer_budget = "d2h=0 h2d=1MB"`` in a pytest.ini keeps
+    the quotes, where pyproject.toml's TOML string drops them)."""
+    t = (text or "").strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
+        t = t[1:-1]
+    try:
+        items = shlex.split(t.replace(",", " "))
+    except ValueError as exc:
+        raise pytest.UsageError(f"transfer_budget ini option: {exc} in {text!r}") from None
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"transfer_budget ini option: {item!r} is not key=value")
+        out[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    marker = item.get_closest_marker(MARKER)
+    ini = item.config.getini(MARKER)
+    if marker is None and not ini:
+        yield
+        return
+    from jaxplace_cli.analysis.budgets import BudgetError
+
+    limits = _parse_ini(ini)
+    if marker is not None:
+        limits.update(marker.kwargs)
+    try:
+        test_budget = limits_to_budget(limits, f"{item.nodeid}: transfer_budget")
+    except BudgetError as exc:  # the test still runs, then fails with the one line
+        outcome = yield
+        if outcome.excinfo is None:
+            outcome.force_exception(pytest.fail.Exception(str(exc), pytrace=False))
+        return
+    with _recording() as holder:
+        outcome = yield
+    if outcome.excinfo is not None:
+        _verdict(holder, test_budget)  # clean up; the test's own failure is what matters
+        return
+    breaches, result = _verdict(holder, test_budget)
+    if breaches:
+        outcome.force_exception(pytest.fail.Exception(failure_text(breaches, result), pytrace=False))
+
+

@@ -1,0 +1,121 @@
+"""The event model: every other module imports these definitions, nothing re-parses strings.
+
+Events are NamedTuples, not dataclasses, because the hooks create one per JAX dispatch on the
+user's hot path: a tuple is the cheapest object Python can build, and SQLite's
+``executemany`` consumes tuples directly. The field order *is* the storage column order, so
+the SQLite schema (``store.py``) is generated from these definitions.
+
+Identities:
+- ``seq``: one global, monotonically increasing sequence number shared by ops and transfers,
+  so their relative order is known even across threads.
+- ``buf``: a buffer identity assigned by jaxplace to every jax.Array it sees (0 = unknown);
+  ops list the buffers they read and wrote, transfers name the buffer they moved, which is
+  what lets analyses follow data from op to op (ping-pong, uncommitted copies).
+- ``site``: an interned (file, line, function) of the first stack frame in user code.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# Transfer kinds.
+H2D = "h2d"
+D2H = "d2h"
+D2D = "d2d"
+TRANSFER_KINDS = (H2D, D2H, D2D)
+
+# Where a host-side value comes from, for ``src``/``dst`` of host transfers.
+HOST = "host"
+
+# Op kinds: what kind of Python entry point dispatched the computation.
+OP_JIT = "jit"  # a call of a user jax.jit function
+OP_JNP = "jnp"  # a jax.numpy / jax.nn / jax.random ... function called eagerly
+OP_METHOD = "method"  # an Array method or operator (x + y, x.sum(), x[0])
+OP_PRIM = "prim"  # a primitive bound eagerly outside any hooked call (lax.*, grad outside jit)
+OP_DEVICE_PUT = "device_put"
+OP_DEVICE_GET = "device_get"
+OP_SEGMENT = "segment"  # a piece of a jitted function placed on its own (--granularity op)
+OP_KINDS = (OP_JIT, OP_JNP, OP_METHOD, OP_PRIM, OP_DEVICE_PUT, OP_DEVICE_GET, OP_SEGMENT)
+
+
+class Site(NamedTuple):
+    """The first stack frame in the user's code: what every finding points at."""
+
+    id: int
+    file: str
+    line: int
+    function: str
+
+
+class OpEvent(NamedTuple):
+    """One dispatched computation (or an explicit device_put/device_get call).
+
+    ``dur_ns`` is host-side dispatch time: JAX dispatches asynchronously, so device execution
+    time lives in the profiler trace, not here. ``devices`` is a comma-joined list of device
+    labels (``cpu:0``), ``in_bufs``/``out_bufs`` comma-joined buffer ids. ``error`` is the
+    exception text when the call raised, else empty.
+    """  # noqa: D205
+
+    seq: int
+    ts_ns: int
+    dur_ns: int
+    thread: int
+    kind: str
+    name: str
+    devices: str
+    site: int
+    in_bufs: str
+    out_bufs: str
+    error: str
+    backward: bool  # a backward-pass (transpose) op, from JAX's name stack
+    placed: str  # what placed it: "" = JAX decided, else the policy decision ("rr", "rule 2")
+
+
+class TransferEvent(NamedTuple):
+    """Array bytes moving between host memory and a device, or between two devices.
+
+    ``implicit`` = the user did not ask for the move (a numpy argument to a jit call, an
+    uncommitted array pulled onto another device, a Python scalar operand). ``blocking`` = the
+    host waited for the device (device-to-host reads such as ``float(x)``). ``op_seq`` links
+    the transfer to the op that caused it (0 when none), ``api`` names the API that caused it.
+    """
+
+    seq: int
+    ts_ns: int
+    thread: int
+    kind: str
+    src: str
+    dst: str
+    bytes: int
+    implicit: bool
+    blocking: bool
+    api: str
+    site: int
+    buf: int
+    op_seq: int
+
+
+class BufferEvent(NamedTuple):
+    """A jax.Array first seen by jaxplace: where it lives and what it holds."""
+
+    buf: int
+    seq: int
+    device: str
+    shape: str
+    dtype: str
+    bytes: int
+    committed: bool
+    site: int
+
+
+class Marker(NamedTuple):
+    """Out-of-band facts: step boundaries, hook fallbacks, notes. ``value`` is free text."""
+
+    seq: int
+    ts_ns: int
+    kind: str
+    value: str
+
+
+def device_label(device) -> str:
+    """Stable device name such as ``cpu:0`` or ``gpu:1``; ids are global across processes."""
+    return f"{device.platform}:{device.id}"

@@ -1,0 +1,184 @@
+"""Plain-text and JSON renderings of a plan, a verification and a graph solution.
+
+Plain text (not rich tables) on purpose: the output is diffed by users and tests, and
+piping it must not change it.
+"""
+from __future__ import annotations
+
+import shlex
+
+from jaxplace_cli.model.events import D2D, TRANSFER_KINDS
+from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.suggest.model import MAKESPAN, THROUGHPUT, TOTAL, TRANSFERS, Graph, Solution
+from jaxplace_cli.suggest.plan import Plan
+
+
+def cost_text(objective: str, value) -> str:
+    if value is None:
+        return "unknown"
+    if objective == TRANSFERS:
+        return human_bytes(int(value))
+    return human_ns(int(value))
+
+
+def quality(sol: Solution, objective: str) -> str:
+    if sol.optimal:
+        return "optimal"
+    if sol.lower_bound is not None:
+        gap = sol.gap
+        return f"lower bound {cost_text(objective, sol.lower_bound)} (gap {gap:.1%})"
+    return "heuristic (no lower bound known)"
+
+
+def _nb(cell) -> str:
+    return f"{cell[0]} ({human_bytes(cell[1])})"
+
+
+def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
+    rg, sol, g = plan.rg, plan.solution, plan.rg.graph
+    pinned = int((g.allowed.sum(axis=1) == 1).sum()) if g.n else 0
+    out = [f"jaxplace suggest: {run_path} · objective {plan.objective} · devices {', '.join(g.devices)}",
+           f"graph: {g.n} nodes ({pinned} pinned), {g.m} value uses"
+           + (f"; {'; '.join(rg.notes)}" if rg.notes else ""),
+           f"solver: {sol.solver} — {quality(sol, plan.objective)}; cost {cost_text(plan.objective, sol.cost)}; "
+           f"{sol.seconds * 1e3:.1f} ms" + (f" ({'; '.join(sol.notes)})" if sol.notes else ""),
+           f"placement: {len(plan.moved)} of {g.n} nodes move from where they ran", ""]
+    rows = [("", "recorded", "model of recorded", "suggested")]
+    for k in TRANSFER_KINDS:
+        rows.append((k, _nb(plan.measured.totals[k]), _nb(plan.baseline.totals[k]), _nb(plan.predicted.totals[k])))
+    rows.append(("round trips", "", str(plan.baseline.round_trips), str(plan.predicted.round_trips)))
+    rows.append(("op time", human_ns(plan.measured.compute_ns), human_ns(plan.baseline.compute_ns),
+                 human_ns(plan.predicted.compute_ns)))
+    rows.append(("transfer time (est.)", "", human_ns(plan.baseline.transfer_ns), human_ns(plan.predicted.transfer_ns)))
+    out += _table(rows)
+    if plan.baseline.totals != plan.measured.totals:
+        out.append("note: the model of the recorded placement differs from what was measured; "
+                   "predictions may be off by the same amount")
+    sites = sorted(plan.predicted.sites.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    moved = [(k, s, v) for (k, s), v in sites if k == D2D]
+    out += ["", "predicted d2d transfers by site:" if moved else "predicted d2d transfers: none"]
+    if moved:
+        out += _table([("site", "count", "bytes", "moved by")] +
+                      [(s, str(v[0]), human_bytes(v[1]), ", ".join(sorted(plan.predicted.apis[(k, s)])))
+                       for k, s, v in moved[:20]], indent="  ")
+    out.append("")
+    n_rules = len(plan.rules)
+    if policy_path:
+        out.append(f"policy: {policy_path} ({n_rules} rule{'s' if n_rules != 1 else ''} + [default] {plan.default})")
+        out.append("verify: " + shlex.join(plan.run_command(policy_path)))
+        out.append("        jaxplace audit <the new run directory>")
+        script = plan.script[0] if plan.script else "SCRIPT"
+        out.append(f"   or:  jaxplace suggest {shlex.quote(run_path)} -o {shlex.quote(policy_path)} --verify {shlex.quote(script)}")
+    else:
+        out.append(f"policy: not written ({n_rules} rule{'s' if n_rules != 1 else ''} + [default] {plan.default}); "
+                   "pass -o policy.toml to write it")
+    if plan.rg.retarget_puts and len(plan.moved):
+        out.append("note: --retarget-puts: device_put targets were changed; a policy cannot change an explicit "
+                   "device_put, so apply those moves in the script:")
+        out += [f"  {site}: device_put to {new} instead of {old} ({n} call{'s' if n > 1 else ''})"
+                for (site, old, new), n in retargeted_puts(plan)]
+    return "\n".join(out) + "\n"
+
+
+def retargeted_puts(plan: Plan) -> list:
+    """[((file:line, recorded device, suggested device), calls)] for the device_puts the
+    suggestion moves, in line order: the edits the user makes in the script."""
+    from collections import Counter
+
+    devices = plan.rg.graph.devices
+    a, rec = plan.solution.assign, plan.rg.recorded
+    changes = Counter()
+    for v in plan.moved.tolist():
+        nd = plan.rg.nodes[v]
+        if nd.kind == "device_put":
+            changes[(f"{nd.file}:{nd.line}", devices[int(rec[v])], devices[int(a[v])])] += 1
+    return sorted(changes.items(), key=lambda kv: (kv[0][0].rsplit(":", 1)[0], int(kv[0][0].rsplit(":", 1)[1]), kv[0][1:]))
+
+
+def render_verification(v, plan: Plan) -> str:
+    out = ["", f"verification: {shlex.join(['jaxplace', *v.command[3:]])}"]
+    if not v.ok:
+        out.append(f"  could not verify: {v.error}")
+        return "\n".join(out) + "\n"
+    rows = [("kind", "site", "predicted", "measured", "")]
+    for kind, site, p, m in v.rows:
+        rows.append((kind, "(all)" if site == "*" else site, _nb(p), _nb(m), "ok" if p == m else "DIFFERENT"))
+    out += _table(rows, indent="  ")
+    pred_t, got_t = plan.predicted.compute_ns, v.measured.compute_ns
+    dev = (got_t - pred_t) / pred_t if pred_t else 0.0
+    out.append(f"  op time: predicted {human_ns(pred_t)}, measured {human_ns(got_t)} ({dev:+.0%})")
+    if v.error:
+        out.append(f"  {v.error}")
+    out.append("  result: transfers match the prediction exactly" if v.match
+               else "  result: measured transfers DIFFER from the prediction")
+    out.append(f"  new run: {v.run_dir}")
+    return "\n".join(out) + "\n"
+
+
+def render_graph(path: str, g: Graph, sol: Solution, objective: str) -> str:
+    a = sol.assign
+    out = [f"jaxplace suggest --graph {path} · objective {objective}",
+           f"graph: {g.n} nodes, {g.m} edges, devices {', '.join(g.devices)}",
+           f"solver: {sol.solver} — {quality(sol, objective)}; cost {_graph_cost(objective, sol.cost)}; "
+           f"{sol.seconds * 1e3:.1f} ms" + (f" ({'; '.join(sol.notes)})" if sol.notes else ""), ""]
+    rows = [("device", "nodes", "compute", "memory")]
+    for d, name in enumerate(g.devices):
+        on = a == d
+        rows.append((name, str(int(on.sum())), _graph_cost(TOTAL, int(g.unary[on, d].sum())),
+                     human_bytes(int(g.mem[on].sum()))))
+    out += _table(rows)
+    return "\n".join(out) + "\n"
+
+
+def _graph_cost(objective: str, value) -> str:
+    from jaxplace_cli.suggest.from_json import TIME_SCALE
+
+    if value is None:
+        return "unknown"
+    if objective == TRANSFERS:
+        return human_bytes(int(value))
+    return f"{value / TIME_SCALE:.6g} ms"
+
+
+def plan_json(plan: Plan, policy_path: str | None, verification=None) -> dict:
+    sol = plan.solution
+
+    def traffic(t):
+        return {"totals": {k: {"count": v[0], "bytes": v[1]} for k, v in t.totals.items()},
+                "sites": [{"kind": k, "site": s, "count": v[0], "bytes": v[1]}
+                          for (k, s), v in sorted(t.sites.items())],
+                "round_trips": t.round_trips, "compute_ns": t.compute_ns, "transfer_ns": t.transfer_ns}
+
+    out = {"objective": plan.objective, "devices": list(plan.rg.graph.devices),
+           "nodes": plan.rg.graph.n, "moved": int(len(plan.moved)),
+           "solver": {"name": sol.solver, "optimal": bool(sol.optimal), "cost": sol.cost,
+                      "lower_bound": sol.lower_bound, "gap": sol.gap, "seconds": sol.seconds,
+                      "notes": sol.notes},
+           "recorded": traffic(plan.measured), "model_of_recorded": traffic(plan.baseline),
+           "predicted": traffic(plan.predicted),
+           "policy": {"path": policy_path, "default": plan.default, "rules": plan.rules},
+           "verify_command": plan.run_command(policy_path or "policy.toml")}
+    if verification is not None:
+        out["verification"] = {"ok": verification.ok, "match": verification.match,
+                               "run_dir": verification.run_dir, "error": verification.error,
+                               "script_stdout": verification.stdout,
+                               "measured": traffic(verification.measured) if verification.measured else None}
+    return out
+
+
+def graph_json(g: Graph, sol: Solution, objective: str) -> dict:
+    from jaxplace_cli.suggest.from_json import placement_json
+
+    out = placement_json(g, sol.assign, sol.cost if objective == THROUGHPUT else None)
+    out.update({"objective": objective, "solver": sol.solver, "optimal": bool(sol.optimal),
+                "cost": sol.cost, "lower_bound": sol.lower_bound, "seconds": sol.seconds,
+                "notes": sol.notes, "unit": "1e-6 of the file's time unit"})
+    if objective == MAKESPAN:
+        out["makespan"] = sol.cost
+    return out
+
+
+def _table(rows, indent: str = "") -> list[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]

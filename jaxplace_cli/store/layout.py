@@ -1,0 +1,87 @@
+"""The run directory: layout, manifest (``run.json``) and how to recognise one.
+
+::
+
+    <run>/run.json          manifest: schema_version, argv, cwd, versions, devices, policy, outcome
+    <run>/events.sqlite     jaxplace's events (store.py)
+    <run>/plugins/profile/<session>/<host>.xplane.pb   the jax.profiler trace, if any
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from jaxplace_cli.model.errors import JaxplaceError
+
+MANIFEST = "run.json"
+EVENTS = "events.sqlite"
+CHILDREN = "children"  # <run>/children/<pid>/: runs of child processes (--follow-children)
+MANIFEST_SCHEMA_VERSION = 1
+
+
+class RunDirError(JaxplaceError):
+    """A path that is not a usable run directory (usage error: exit code 2)."""
+
+
+def default_run_dir(target: str, base: Path = Path("jaxplace-runs")) -> Path:
+    """``jaxplace-runs/<script>-<timestamp>``; a numeric suffix keeps it unique."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(target).stem if "/" in target or target.endswith(".py") else target)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = base / f"{stem}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{stem}-{stamp}-{n}"
+    return path
+
+
+def create_run_dir(path: Path) -> Path:
+    """Create ``path`` for a new run; refuse to reuse a directory that already holds a run
+    or anything else (a run is never overwritten)."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise RunDirError(f"--out {path} exists and is not a directory; choose a new path")
+        if any(path.iterdir()):
+            raise RunDirError(f"--out {path} already exists and is not empty; jaxplace never "
+                              "overwrites a run, choose a new path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".jaxplace-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise RunDirError(f"cannot write to run directory {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    """Write ``run.json`` atomically (a reader never sees half a manifest)."""
+    path = Path(path)
+    tmp = path / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path / MANIFEST)
+
+
+def read_manifest(path: Path) -> dict:
+    file = Path(path) / MANIFEST
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise RunDirError(f"{path} is not a jaxplace run (no {MANIFEST}); pass a directory "
+                          "made by `jaxplace run` or a jax.profiler trace") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{file} is unreadable or corrupt ({exc}); the run cannot be audited") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise RunDirError(f"{file} is not a jaxplace manifest (no schema_version)")
+    if data["schema_version"] != MANIFEST_SCHEMA_VERSION:
+        raise RunDirError(f"{file} has manifest schema version {data['schema_version']}; this "
+                          f"jaxplace reads version {MANIFEST_SCHEMA_VERSION}")
+    return data
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
