@@ -1,0 +1,64 @@
+"""The one place where text that came from an input becomes output.
+
+Everything ``audit``, ``diff`` and ``suggest`` read is untrusted (docs/security.md): a trace's
+plane names, a manifest's argv, a site path or a device name may hold terminal escape
+sequences (clear the screen, set the window title), rich markup (``[link=...]``, a stray
+``[/]`` that crashes the render), Markdown that breaks out of a table, or characters XML
+forbids. Renderers pass every input string through the function for their target; they never
+print one raw.
+"""
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls and DEL; \t and \n are handled per target
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85]")
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def _visible(m: re.Match) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+def plain(text, one_line: bool = True) -> str:
+    """For a terminal or a log line: control characters shown as ``\\x1b`` (never sent), line
+    breaks too when ``one_line``."""
+    text = str(text)
+    if one_line:
+        text = _LINE_BREAKS.sub(lambda m: "\\n" if m.group() == "\n" else _visible(m), text)
+    return _CONTROL.sub(_visible, text)
+
+
+def rich(text, one_line: bool = True) -> str:
+    """For rich markup: ``plain`` and every ``[`` escaped, so input can never open a tag."""
+    from rich.markup import escape
+
+    return escape(plain(text, one_line))
+
+
+def markdown(text) -> str:
+    """For a Markdown table cell or line: one line, no raw HTML, table pipes and emphasis and
+    backticks escaped (a path with backticks and newlines cannot end the table)."""
+    text = plain(text)
+    return re.sub(r"([\\`*_{}\[\]<>|#!~])", r"\\\1", text)
+
+
+def code_span(text) -> str:
+    """``text`` as a Markdown code span that input cannot close: the fence is one backtick
+    longer than the longest run of backticks inside."""
+    text = plain(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def xml(text) -> str:
+    """For XML (JUnit): characters XML 1.0 forbids removed (escaping ``<&`` is the writer's)."""
+    return _XML_ILLEGAL.sub("", str(text))
+
+
+def comment(text) -> str:
+    """For one ``#`` comment line of a file jaxplace writes (TOML, shell): one line, always."""
+    return plain(text)
