@@ -1,7 +1,7 @@
 """Open what ``audit`` was pointed at: a jaxplace run directory (manifest + events store).
 
 Foreign traces (a ``jax.profiler`` log dir or a single ``.xplane.pb``) are read by
-``xplane.py``; ``open_input`` decides which reader applies and turns every failure into one
+``sources/xplane/``; ``classify_input`` decides which reader applies and turns every failure into one
 ``InputError`` line (exit code 2).
 """
 from __future__ import annotations
