@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.sources.xplane import TraceError, holds_trace
 from jaxplace_cli.store.layout import EVENTS, RunDirError, is_run_dir, read_manifest
 from jaxplace_cli.store.sqlite import StoreError, StoreReader
 
@@ -51,10 +52,10 @@ def classify_input(path: Path) -> str:
         return "trace"
     if path.is_dir():
         try:
-            next(iter(path.rglob("*.xplane.pb")))
-            return "trace"
-        except (StopIteration, OSError):
-            pass
+            if holds_trace(path):  # bounded: no recursion, MAX_WALK_DEPTH levels at most
+                return "trace"
+        except TraceError as exc:
+            raise InputError(str(exc)) from None
         raise InputError(f"{path} is not a jaxplace run (no run.json) and holds no .xplane.pb "
                          "trace; pass a directory made by `jaxplace run` or a jax.profiler log dir")
     raise InputError(f"{path} is not a jaxplace run directory or a .xplane.pb trace file")

@@ -8,7 +8,8 @@ that can be transfers, and returns one :class:`TraceData` per host file.
 
 Where each part lives
 ---------------------
-``files`` finds the files a path designates; ``reader`` loads a file with
+``files`` finds the files a path designates and bounds what is read (size limits checked with
+``stat`` before any parse, a depth limit for directory walks); ``reader`` loads a file with
 ``ProfileData`` and assembles the result; ``common`` is the shared model (``TraceData``,
 ``TraceError``, a transfer candidate ``Copy``, stat helpers); ``planes`` makes the one pass
 over device and host planes; ``pairing`` owns correlation-id pairing of host calls with device
@@ -53,9 +54,17 @@ they are JAX's device ids; on a multi-host slice JAX's global ids differ (TPU no
 from __future__ import annotations
 
 from jaxplace_cli.sources.xplane.common import TRACE_SUFFIX, TraceData, TraceError
-from jaxplace_cli.sources.xplane.files import find_trace_files, list_runs
+from jaxplace_cli.sources.xplane.files import (
+    MAX_TRACE_BYTES,
+    MAX_TRACE_DIR_BYTES,
+    MAX_WALK_DEPTH,
+    find_trace_files,
+    holds_trace,
+    list_runs,
+)
 from jaxplace_cli.sources.xplane.offload import host_offload_copy as _offload  # noqa: F401 (old name, tests use it)
 from jaxplace_cli.sources.xplane.reader import read_trace, read_traces
 
-__all__ = ["TRACE_SUFFIX", "TraceData", "TraceError", "find_trace_files", "list_runs",
+__all__ = ["MAX_TRACE_BYTES", "MAX_TRACE_DIR_BYTES", "MAX_WALK_DEPTH", "TRACE_SUFFIX",
+           "TraceData", "TraceError", "find_trace_files", "holds_trace", "list_runs",
            "read_trace", "read_traces"]

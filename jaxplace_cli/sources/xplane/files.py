@@ -1,10 +1,130 @@
-"""Which ``.xplane.pb`` files a path designates: a file, a dir of them, or a log dir with
-``plugins/profile/<run>/`` (the newest run unless one is named)."""
+"""Which ``.xplane.pb`` files a path designates, and how much of them jaxplace agrees to read.
+
+Everything here runs before a byte of a trace is parsed, so its limits hold for any input:
+
+* one trace file: at most :data:`MAX_TRACE_BYTES` (1 GiB; ``JAXPLACE_MAX_TRACE_BYTES`` raises or
+  lowers it, never above :data:`PARSER_LIMIT`). ``ProfileData.from_file`` (protobuf underneath)
+  segfaults on a file of 2 GiB or more (exit 139, no message) and reads all of a 2 GiB - 1 file
+  (2.2 GB of memory) before failing, so the size is checked with ``stat`` first;
+* all the files of one log dir together: at most :data:`MAX_TRACE_DIR_BYTES` (4 GiB;
+  ``JAXPLACE_MAX_TRACE_DIR_BYTES``), since every host's file is parsed in turn;
+* a directory walk looking for traces: at most :data:`MAX_WALK_DEPTH` (64) levels down. A log
+  dir holds its traces 3 levels down (``plugins/profile/<run>/``); ``Path.rglob`` recursed once
+  per level and raised RecursionError on a tree 1,200 levels deep ("internal error", exit 3).
+
+Each breach is one :class:`TraceError` line (exit 2) naming the path, its size and the limit.
+"""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from jaxplace_cli.sources.xplane.common import HINT, TRACE_SUFFIX, TraceError
+from jaxplace_cli.model.sizes import human_bytes, parse_size
+from jaxplace_cli.sources.xplane.common import HINT, TRACE_SUFFIX, TraceError, plural
+
+PARSER_LIMIT = 2**31 - 1  # the largest file ProfileData.from_file can take (protobuf's int limit)
+MAX_TRACE_BYTES = 2**30  # 1 GiB: well below PARSER_LIMIT
+MAX_TRACE_DIR_BYTES = 4 * 2**30  # 4 GiB for all the host files of one profiling run
+MAX_WALK_DEPTH = 64
+ENV_MAX_TRACE = "JAXPLACE_MAX_TRACE_BYTES"
+ENV_MAX_DIR = "JAXPLACE_MAX_TRACE_DIR_BYTES"
+
+
+def _limit(var: str, default: int, ceiling: int | None = None) -> int:
+    raw = os.environ.get(var)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        n = parse_size(raw)
+    except ValueError as e:
+        raise TraceError(f"{var}={raw[:40]!r}: {e}") from None
+    if ceiling is not None and n > ceiling:
+        raise TraceError(f"{var}={raw[:40]!r} is above {ceiling:,} bytes, the largest trace file "
+                         "ProfileData can parse (it crashes on 2 GiB or more)")
+    return n
+
+
+def max_trace_bytes() -> int:
+    """The size limit of one trace file now (the default or ``JAXPLACE_MAX_TRACE_BYTES``)."""
+    return _limit(ENV_MAX_TRACE, MAX_TRACE_BYTES, PARSER_LIMIT)
+
+
+def max_trace_dir_bytes() -> int:
+    """The limit of a log dir's trace files together (``JAXPLACE_MAX_TRACE_DIR_BYTES``)."""
+    return _limit(ENV_MAX_DIR, MAX_TRACE_DIR_BYTES)
+
+
+def _sized(n: int) -> str:
+    return f"{human_bytes(n)} ({n:,} bytes)"
+
+
+def check_size(path: Path, size: int) -> None:
+    """Refuse a trace file over the limit, before anything reads or parses it."""
+    limit = max_trace_bytes()
+    if size > limit:
+        raise TraceError(f"{path} is {_sized(size)}, over the {_sized(limit)} limit for one trace "
+                         f"file; not read (set {ENV_MAX_TRACE} to change the limit, at most "
+                         f"{PARSER_LIMIT:,} bytes, the most ProfileData can parse)")
+
+
+def check_sizes(files: list[Path]) -> None:
+    """Each file, then all together, within the limits (``stat`` only). A file that cannot be
+    stat'ed is left to the reader, which says why it cannot be read."""
+    total = 0
+    for f in files:
+        try:
+            size = f.stat().st_size
+        except OSError:
+            continue
+        check_size(f, size)
+        total += size
+    limit = max_trace_dir_bytes()
+    if total > limit:
+        are = "are" if len(files) > 1 else "is"
+        raise TraceError(f"the {plural(len(files), 'trace file')} of {files[0].parent} {are} "
+                         f"{_sized(total)} together, over the {_sized(limit)} limit for one "
+                         f"profiling run; not read (set {ENV_MAX_DIR} to change it)")
+
+
+def holds_trace(path, max_depth: int = MAX_WALK_DEPTH) -> bool:
+    """Whether a ``*.xplane.pb`` file lies anywhere under the directory ``path``.
+
+    Breadth first, level by level, with no recursion and without following symlinked
+    directories (no loops); unreadable subdirectories are skipped. A tree that goes on below
+    ``max_depth`` levels without a trace above is a :class:`TraceError`, not a longer walk."""
+    level = [os.fspath(path)]
+    for _depth in range(max_depth + 1):
+        below = []
+        for d in level:
+            try:
+                with os.scandir(d) as entries:
+                    for e in entries:
+                        if e.name.endswith(TRACE_SUFFIX) and _is_file(e):
+                            return True
+                        if _is_real_dir(e):
+                            below.append(e.path)
+            except OSError:
+                continue
+        if not below:
+            return False
+        level = below
+    raise TraceError(f"{path} goes on more than {max_depth} directory levels down without a "
+                     f"{TRACE_SUFFIX} trace above that depth; jaxplace looks no deeper. Pass the "
+                     "log dir that holds plugins/profile/, or the .xplane.pb file itself")
+
+
+def _is_file(e: os.DirEntry) -> bool:
+    try:
+        return e.is_file()
+    except OSError:
+        return False
+
+
+def _is_real_dir(e: os.DirEntry) -> bool:
+    try:
+        return e.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _traces_in(d: Path) -> list[Path]:
@@ -40,7 +160,7 @@ def list_runs(path) -> list[str]:
 
 
 def find_trace_files(path, run: str | None = None) -> list[Path]:
-    """The ``.xplane.pb`` files (one per host) that ``path`` designates.
+    """The ``.xplane.pb`` files (one per host) that ``path`` designates, within the size limits.
 
     ``path`` may be a ``.xplane.pb`` file, a dir holding ``.xplane.pb`` files directly, or a log
     dir (a jaxplace run dir or a ``jax.profiler.trace`` dir) with ``plugins/profile/<run>/``.
@@ -48,7 +168,9 @@ def find_trace_files(path, run: str | None = None) -> list[Path]:
     one, since re-profiling into the same dir is common and the latest capture is what the user
     just made.
     """
-    return _designated(Path(path), run)
+    files = _designated(Path(path), run)
+    check_sizes(files)
+    return files
 
 
 def _designated(p: Path, run: str | None) -> list[Path]:

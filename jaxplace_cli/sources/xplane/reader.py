@@ -13,14 +13,14 @@ from pathlib import Path
 from jaxplace_cli.model.events import TransferEvent
 from jaxplace_cli.sources.xplane import cpu, cuda, offload
 from jaxplace_cli.sources.xplane.common import HINT, TRACE_SUFFIX, Copy, TraceData, TraceError, stats
-from jaxplace_cli.sources.xplane.files import find_trace_files
+from jaxplace_cli.sources.xplane.files import check_size, find_trace_files
 from jaxplace_cli.sources.xplane.pairing import CopyPairing, is_host_copy_call
 from jaxplace_cli.sources.xplane.planes import host_candidates, scan_devices, split_planes
 from jaxplace_cli.sources.xplane.tpu import TpuHostTransfers
 
 
 def load(path: Path):
-    """(the parsed XSpace, its planes)."""
+    """(the parsed XSpace, its planes); the size limit is checked before anything is read."""
     try:
         size = path.stat().st_size
     except OSError as e:
@@ -28,6 +28,7 @@ def load(path: Path):
     if size == 0:
         raise TraceError(f"not a JAX profiler trace: {path} is empty (0 bytes); the capture "
                          f"was probably interrupted; {HINT}")
+    check_size(path, size)
     from jax.profiler import ProfileData  # imported late: importing jax is slow
 
     try:

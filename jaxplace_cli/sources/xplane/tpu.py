@@ -20,6 +20,10 @@ from jaxplace_cli.sources.xplane.common import Copy, plural, stats, to_int
 TO_DEVICE = "tpu::System::TransferToDevice"
 FROM_DEVICE = "tpu::System::TransferFromDevice"
 TUPLE_TABLE = "tpu::System::AllocateAndFillTupleIndexTable=>Transfer"
+# Real core_details protos are 4-8 bytes (tests/data/foreign_traces, TPU v6e) and at most a few
+# hundred with a host name. A bigger one is not decoded: even linear, a 4 MiB stat of 2M
+# one-byte fields took 3.2 s in Python, most of the 5 s an audit of such a trace may take.
+MAX_CORE_DETAILS = 4096
 
 
 def varint(raw, i: int) -> tuple[int, int]:
@@ -37,10 +41,12 @@ def varint(raw, i: int) -> tuple[int, int]:
 
 def proto_varints(raw) -> dict[int, int]:
     """Varint fields of a small serialized proto (the TPU ``core_details`` stat); {} when it is
-    not one. Linear in the stat's size."""
+    not one or is over :data:`MAX_CORE_DETAILS` bytes. Linear in the stat's size."""
     if isinstance(raw, str):  # pybind11 hands bytes stats over as UTF-8-decoded str
+        if len(raw) > MAX_CORE_DETAILS:  # each character is 1-4 bytes: too big either way
+            return {}
         raw = raw.encode("utf-8", "surrogateescape")
-    if not isinstance(raw, (bytes, bytearray)):
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) > MAX_CORE_DETAILS:
         return {}
     out, i, n = {}, 0, len(raw)
     try:
