@@ -5,6 +5,7 @@
     python bench/run_bench.py --quick   # smaller sizes, 3 pairs (~3 min)
     BENCH_PAIRS=7 make bench            # more pairs (the A/B alternation is the same)
     python bench/run_bench.py --only P2,P5
+    python bench/run_bench.py --only P7    # = python bench/bench_hostile_trace.py
 
 Each workload (bench/workloads/) runs as a fresh process, plain ``python WORKLOAD`` and
 ``python -m jaxplace_cli run --out TMP WORKLOAD`` in alternation (A B A B ...), so
@@ -22,6 +23,7 @@ bench/results/latest.json (or ``--json PATH``). The exit code is 0 even when a t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -44,7 +46,7 @@ P5_FIXTURE = REPO / "tests" / "data" / "foreign_traces" / "tf-gpu-v100-multiwork
 PY = sys.executable
 RESULT_PREFIX = "BENCH_RESULT "
 JSON_SCHEMA = 1
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Sizes:
                         "jax.profiler.trace", "transfer_guard=log", "forced slow path")
     audit_runs: int = 2  # P4: audits of the long P3 run
     p5_runs: int = 3  # P5: pairs of (reference, audit)
+    p7_runs: int = 3  # P7: audits of each 4 MiB hostile TPU trace
     p3_trace_off_runs: int = 1  # P3: --trace off at the short length (what the trace window costs)
     p3_plain_short: bool = True  # measure plain at the short length too (else reuse the long one)
 
@@ -77,10 +80,10 @@ PROFILES = {
     "full": Sizes(),
     # ~3 min: the same workloads, smaller; fewer pairs (ratios are noisier)
     "quick": Sizes(pairs=3, steps=500, ops=9000, events=300_000, events_short=100_000,
-                   p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2),
+                   p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2, p7_runs=2),
     # test_bench_smoke: every code path once, tiny sizes, numbers meaningless
     "smoke": Sizes(pairs=1, steps=10, batch=8, width=64, ops=60, events=3000, events_short=1500,
-                   wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1,
+                   wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1, p7_runs=1,
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path"),
                    p3_plain_short=False, p3_trace_off_runs=0),
 }
@@ -104,6 +107,7 @@ TARGETS = {
     "P4": ("jaxplace audit of the 1M-event run", "≤ 5 s, ≥ 200k ev/s, ≤ 400 MB"),
     "P5": ("jaxplace audit of a foreign .xplane.pb vs from_file + 1 pass", "≤ ×1.5"),
     "P6": ("recorder throughput (events in store / script loop time)", "≥ 200k ev/s, none lost"),
+    "P7": ("jaxplace audit of a 4 MiB TPU trace, huge core_details stat", "≤ 5 s"),
 }
 FLAT_TOLERANCE_MB = 25.0  # P3: overhead at the long length may exceed the short one by this much
 
@@ -476,6 +480,20 @@ def p5_group(bench: Bench) -> dict:
             "pair_ratios": ratios, "median_ratio": median(ratios), "error": err}
 
 
+def p7_group(bench: Bench) -> dict:
+    """bench/bench_hostile_trace.py (issue 15): the slowest of three 4 MiB core_details shapes."""
+    spec = importlib.util.spec_from_file_location("bench_hostile_trace", BENCH / "bench_hostile_trace.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    work = bench.tmp / "p7"
+    work.mkdir(exist_ok=True)
+    g = mod.measure(work, bench.sizes.p7_runs, bench.timeout, log=bench.log)
+    if g["error"]:
+        bench.errors.append("P7 " + g["error"])
+    g["row"] = mod.verdict(g)
+    return g
+
+
 # ------------------------------------------------------------------------------ P-rows
 
 
@@ -551,6 +569,11 @@ def rows(res: dict) -> list[dict]:
         row("P6", f"{eps / 1e3:.0f}k ev/s, lost {worst} of {len(lost)} runs' events" if worst != 0
             else f"{eps / 1e3:.0f}k ev/s, 0 events lost ({len(lost)} runs)",
             eps >= 200_000 and none_lost, eps, note)
+    g = res.get("P7")
+    if g is None:
+        row("P7", "skipped", None)
+    else:
+        row("P7", *g["row"])
     return out
 
 
@@ -692,6 +715,9 @@ def main(argv=None) -> int:
             bench.log(f"P2: eager loop, {sizes.ops} ops")
             res["P2"] = loop_group(bench, "eager_ops.py", ["--ops", str(sizes.ops)], sizes.p2_extras,
                                    sizes.p2_extra_runs)
+        if want("P7"):
+            bench.log("P7: audit of 4 MiB TPU traces with a huge core_details stat")
+            res["P7"] = p7_group(bench)
         if need_p3:
             bench.log(f"P3/P6: {sizes.events:,} and {sizes.events_short:,} events, {sizes.threads} threads")
             p3 = p3_group(bench)

@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
@@ -46,3 +46,6 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     assert checks and all(c["events_in_store"] is not None and c["events_expected"] > 0 for c in checks)
     assert groups["P4"]["events"] == checks[0]["events_in_store"]
     assert groups["P5"]["ref_median_wall_s"] is not None  # ProfileData.from_file reference ran
+    # every 4 MiB core_details shape was audited (exit 0 or 2, no traceback)
+    assert groups["P7"]["error"] == "" and groups["P7"]["median_wall_s"] is not None, groups["P7"]
+    assert all(s["bytes"] >= 4 * 2**20 for k, s in groups["P7"]["shapes"].items() if "baseline" not in k)
