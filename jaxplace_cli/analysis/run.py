@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.store.layout import EVENTS, RunDirError, is_run_dir, read_manifest
-from jaxplace_cli.store.sqlite import StoreError, StoreReader
+from jaxplace_cli.store.reader import StoreError, StoreReader
 
 
 class InputError(JaxplaceError):
