@@ -88,7 +88,7 @@ def synthetic_run(path: Path, n: int, seed: int = 0) -> Path:
     """A run directory holding a 100k-op eager program recorded under rr-strict (2 devices)."""
     from jaxplace_cli.model.events import D2D, BufferEvent, OpEvent, Site, TransferEvent
     from jaxplace_cli.store.layout import MANIFEST_SCHEMA_VERSION, write_manifest
-    from jaxplace_cli.store.sqlite import StoreWriter
+    from jaxplace_cli.store.writer import StoreWriter
 
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True)

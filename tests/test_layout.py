@@ -127,7 +127,6 @@ def test_architecture_doc_names_every_stage():
         assert f"`{stage}/`" in text, stage
 
 
-@pytest.mark.xfail(strict=True, reason="layout move in progress (issue 12)")
 def test_docs_name_only_files_that_exist():
     """A doc that points at a file the repo does not contain misleads a newcomer."""
     import re

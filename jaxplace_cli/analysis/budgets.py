@@ -16,6 +16,7 @@ from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import D2H, TRANSFER_KINDS
 from jaxplace_cli.model.paths import file_name, site_name
 from jaxplace_cli.model.sizes import human_bytes, parse_size
+from jaxplace_cli.store import queries
 
 KIND_KEYS = ("count", "bytes", "count_per_step", "bytes_per_step")
 SIZE_KEYS = ("bytes", "bytes_per_step")
@@ -170,111 +171,142 @@ def _where(sites, sid, api="") -> str:
     return site_name(s.file, s.line) + (f" {api}" if api else "")
 
 
+class _Steps:
+    """The audit's steps as a budget counts them: per-step limits judge steady state only."""
+
+    def __init__(self, info):
+        self.info = info  # StepInfo, or None
+        self.steps = info.steps if info is not None else []
+        self.warmup = info.warmup if info is not None else 0
+        self._starts = [s.start_seq for s in self.steps]
+
+    def steady(self, seq: int) -> int | None:
+        """The index of the steady-state (after warm-up) step holding ``seq``, else None."""
+        i = bisect.bisect_right(self._starts, seq) - 1
+        return i if i >= 0 and seq < self.steps[i].end_seq and i >= self.warmup else None
+
+    def missing(self, rule: str, limit: int, what: str) -> Breach:
+        """The breach of a per-step limit on a run without detected steps (``what``: "d2h per
+        step was", "host syncs per step were")."""
+        detail = self.info.detail if self.info else "no run"
+        return Breach(rule, limit, -1, f"{what} limited but no steps were detected "
+                                       f"({detail}); mark steps with "
+                                       "jax.profiler.StepTraceAnnotation or drop the per-step limit")
+
+
 def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
-    """Breaches of ``budget`` by a recorded run (``result`` is its AuditResult)."""
-    breaches: list[Breach] = []
-    conn = run.store.conn
+    """Breaches of ``budget`` by a recorded run (``result`` is its AuditResult), in the order
+    of the budget's limits: transfer kinds, host syncs, ping-pong, recompiles, fail_on."""
     sites = run.store.sites()
     allowed = _allowed_sites(sites, budget.allow) if budget.allow else set()
     min_bytes = budget.min_bytes if budget.min_bytes is not None else default_min_bytes
-    rows = [r for r in conn.execute(
-        "SELECT seq, kind, bytes, site, api, blocking, op_seq FROM transfers ORDER BY seq")
-        if r[3] not in allowed]
-    steps = result.steps.steps if result.steps is not None else []
-    warmup = result.steps.warmup if result.steps is not None else 0
-    starts = [s.start_seq for s in steps]
-
-    def step_of(seq):
-        i = bisect.bisect_right(starts, seq) - 1
-        return i if i >= 0 and seq < steps[i].end_seq else None
-
+    rows = [t for t in queries.transfer_costs(run.store) if t.site not in allowed]
+    steps = _Steps(result.steps)
+    breaches: list[Breach] = []
     for kind, limits in budget.kinds.items():
         # Small h2d are Python scalar operands (DESIGN fact 7); a small d2h is still a host
         # sync (float(loss)), so d2h limits count every read unless the budget sets min_bytes.
         floor = min_bytes if kind != D2H or budget.min_bytes is not None else 0
-        mine = [r for r in rows if r[1] == kind and r[2] >= floor]
-        totals = {"count": len(mine), "bytes": sum(r[2] for r in mine)}
-        top = _top_site(mine, sites)
-        for key in ("count", "bytes"):
-            if key in limits and totals[key] > limits[key]:
-                breaches.append(Breach(f"{kind}.{key}", limits[key], totals[key],
-                                       f"{kind} {_noun(key)} were limited to {_fmt(key, limits[key])} but the run "
-                                       f"{'did' if key == 'count' else 'moved'} {_fmt(key, totals[key])}{top[0]}",
-                                       *top[1:]))
-        for key in ("count_per_step", "bytes_per_step"):
-            if key not in limits:
-                continue
-            if not steps:
-                breaches.append(Breach(f"{kind}.{key}", limits[key], -1,
-                                       f"{kind} per step was limited but no steps were detected "
-                                       f"({result.steps.detail if result.steps else 'no run'}); mark steps with "
-                                       "jax.profiler.StepTraceAnnotation or drop the per-step limit"))
-                continue
-            per = {}
-            for r in mine:
-                i = step_of(r[0])
-                if i is not None and i >= warmup:
-                    per.setdefault(i, []).append(r)
-            field = 0 if key == "count_per_step" else 1
-            worst, worst_rows = None, []
-            for i, rs in sorted(per.items()):
-                value = len(rs) if field == 0 else sum(r[2] for r in rs)
-                if worst is None or value > worst[1]:
-                    worst, worst_rows = (i, value), rs
-            if worst and worst[1] > limits[key]:
-                top = _top_site(worst_rows, sites)
-                what = kind if field == 0 else f"{kind} bytes"
-                breaches.append(Breach(f"{kind}.{key}", limits[key], worst[1],
-                                       f"{what} per step was limited to {_fmt(key, limits[key])} "
-                                       f"but step {worst[0]} did {_fmt(key, worst[1])}{top[0]}", *top[1:]))
+        mine = [t for t in rows if t.kind == kind and t.bytes >= floor]
+        breaches += _kind_totals(kind, limits, mine, sites)
+        breaches += _kind_per_step(kind, limits, mine, steps, sites)
     if budget.host_syncs_per_step is not None:
-        breaches += _host_syncs_per_step(rows, budget.host_syncs_per_step, result, step_of, warmup, sites)
+        breaches += _host_syncs_per_step(rows, budget.host_syncs_per_step, steps, sites)
     # findings at an allowed site are expected, like its transfers
     findings = [f for f in result.findings if not (budget.allow and f.file
                                                    and _is_allowed(f.file, f.line, budget.allow))]
     if budget.pingpong is not None:
-        hits = [f for f in findings if f.rule == "pingpong"]
-        actual = sum(f.count for f in hits)
-        if actual > budget.pingpong:
-            f = max(hits, key=lambda f: f.count)
-            breaches.append(Breach("pingpong", budget.pingpong, actual,
-                                   f"ping-pong round trips were limited to {budget.pingpong} but the run had "
-                                   f"{actual} ({_short(f.file)}:{f.line})", f.file, f.line))
+        breaches += _pingpong(findings, budget.pingpong)
     if budget.recompiles is not None:
         breaches += _recompiles(run, budget, result)
     if budget.fail_on:
-        worst = SEVERITY_ORDER.index(budget.fail_on)
-        # a rule with its own limit is judged by that limit, not failed a second time here
-        limited = {r for r, key in (("pingpong", "pingpong"), ("recompile", "recompiles"))
-                   if getattr(budget, key) is not None}
-        for f in findings:
-            if f.rule not in limited and SEVERITY_ORDER.index(f.severity) <= worst:
-                where = f" at {_short(f.file)}:{f.line}" if f.file else ""
-                breaches.append(Breach(f"fail_on.{f.rule}", 0, 1,
-                                       f"{f.severity} finding {f.rule}{where}: {f.message}",
-                                       f.file, f.line))
+        breaches += _fail_on(findings, budget)
     return breaches
+
+
+def _kind_totals(kind: str, limits: dict, mine: list, sites) -> list[Breach]:
+    """``count`` and ``bytes`` of one transfer kind over the whole run."""
+    totals = {"count": len(mine), "bytes": sum(t.bytes for t in mine)}
+    top = _top_site(mine, sites)
+    return [Breach(f"{kind}.{key}", limits[key], totals[key],
+                   f"{kind} {_noun(key)} were limited to {_fmt(key, limits[key])} but the run "
+                   f"{'did' if key == 'count' else 'moved'} {_fmt(key, totals[key])}{top[0]}", *top[1:])
+            for key in ("count", "bytes") if key in limits and totals[key] > limits[key]]
+
+
+def _kind_per_step(kind: str, limits: dict, mine: list, steps: _Steps, sites) -> list[Breach]:
+    """``count_per_step`` and ``bytes_per_step`` of one transfer kind: the worst steady-state
+    step (the first of equals) against the limit."""
+    out = []
+    for key in ("count_per_step", "bytes_per_step"):
+        if key not in limits:
+            continue
+        if not steps.steps:
+            out.append(steps.missing(f"{kind}.{key}", limits[key], f"{kind} per step was"))
+            continue
+        per: dict[int, list] = {}
+        for t in mine:
+            i = steps.steady(t.seq)
+            if i is not None:
+                per.setdefault(i, []).append(t)
+        counting = key == "count_per_step"
+        worst, worst_rows = None, []
+        for i, ts in sorted(per.items()):
+            value = len(ts) if counting else sum(t.bytes for t in ts)
+            if worst is None or value > worst[1]:
+                worst, worst_rows = (i, value), ts
+        if worst and worst[1] > limits[key]:
+            top = _top_site(worst_rows, sites)
+            what = kind if counting else f"{kind} bytes"
+            out.append(Breach(f"{kind}.{key}", limits[key], worst[1],
+                              f"{what} per step was limited to {_fmt(key, limits[key])} "
+                              f"but step {worst[0]} did {_fmt(key, worst[1])}{top[0]}", *top[1:]))
+    return out
+
+
+def _pingpong(findings, limit: int) -> list[Breach]:
+    """Round trips of every ping-pong finding together."""
+    hits = [f for f in findings if f.rule == "pingpong"]
+    actual = sum(f.count for f in hits)
+    if actual <= limit:
+        return []
+    f = max(hits, key=lambda f: f.count)
+    return [Breach("pingpong", limit, actual,
+                   f"ping-pong round trips were limited to {limit} but the run had "
+                   f"{actual} ({_short(f.file)}:{f.line})", f.file, f.line)]
+
+
+def _fail_on(findings, budget: Budget) -> list[Breach]:
+    """One breach per finding at ``fail_on`` severity or worse."""
+    worst = SEVERITY_ORDER.index(budget.fail_on)
+    # a rule with its own limit is judged by that limit, not failed a second time here
+    limited = {r for r, key in (("pingpong", "pingpong"), ("recompile", "recompiles"))
+               if getattr(budget, key) is not None}
+    out = []
+    for f in findings:
+        if f.rule not in limited and SEVERITY_ORDER.index(f.severity) <= worst:
+            where = f" at {_short(f.file)}:{f.line}" if f.file else ""
+            out.append(Breach(f"fail_on.{f.rule}", 0, 1, f"{f.severity} finding {f.rule}{where}: {f.message}",
+                              f.file, f.line))
+    return out
 
 
 _short = file_name
 
 
-def _host_syncs_per_step(rows, limit, result, step_of, warmup, sites) -> list[Breach]:
+def _host_syncs_per_step(rows, limit: int, steps: _Steps, sites) -> list[Breach]:
     """Blocking device->host reads (any size: a 4-byte float(loss) stalls the host as long as
     a big read) in the worst steady-state step, counted in calls like host-sync-in-loop: a
     jax.device_get of a pytree reads every leaf but waits once."""
-    if result.steps is None or not result.steps.steps:
-        return [Breach("host_syncs_per_step", limit, -1,
-                       "host syncs per step were limited but no steps were detected "
-                       f"({result.steps.detail if result.steps else 'no run'}); mark steps with "
-                       "jax.profiler.StepTraceAnnotation or drop the per-step limit")]
+    if not steps.steps:
+        return [steps.missing("host_syncs_per_step", limit, "host syncs per step were")]
     per: dict = {}
-    for r in rows:
-        if r[1] != D2H or not r[5]:
+    for t in rows:
+        if t.kind != D2H or not t.blocking:
             continue
-        i = step_of(r[0])
-        if i is not None and i >= warmup:
-            per.setdefault(i, {}).setdefault(r[6] or -r[0], r)  # one wait per call
+        i = steps.steady(t.seq)
+        if i is not None:
+            per.setdefault(i, {}).setdefault(t.op_seq or -t.seq, t)  # one wait per call
     if not per:
         return []
     i, calls = max(per.items(), key=lambda kv: (len(kv[1]), -kv[0]))
@@ -313,13 +345,14 @@ def _fmt(key, value):
 
 
 def _top_site(rows, sites):
-    """(' (file:line api)', file, line) of the site contributing most bytes/rows."""
+    """(' (file:line api)', file, line) of the site contributing most bytes/rows
+    (``rows``: ``TransferCost``)."""
     if not rows:
         return ("", "", 0)
     weight: dict = {}
-    for r in rows:
-        k = (r[3], r[4])
-        weight[k] = weight.get(k, 0) + max(r[2], 1)
+    for t in rows:
+        k = (t.site, t.api)
+        weight[k] = weight.get(k, 0) + max(t.bytes, 1)
     (sid, api), _ = max(weight.items(), key=lambda kv: kv[1])
     s = sites.get(sid)
     return (f" ({_where(sites, sid, api)})" if s else "", s.file if s else "", s.line if s else 0)

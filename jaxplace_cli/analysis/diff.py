@@ -14,7 +14,7 @@ from pathlib import Path
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import site_name
-from jaxplace_cli.store.sqlite import StoreError
+from jaxplace_cli.store.reader import StoreError
 
 
 class DiffInputError(JaxplaceError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from jaxplace_cli.analysis.rules.base import ids
 from jaxplace_cli.model.events import OP_DEVICE_PUT, OP_JNP
+from jaxplace_cli.store import queries
 
 
 @dataclass(frozen=True)
@@ -39,19 +40,18 @@ def op_label(kind: str, name: str) -> str:
 
 
 def producers(run) -> dict[int, Producer]:
+    """buffer id -> the first successful op that produced it."""
     out: dict[int, Producer] = {}
-    for seq, kind, name, site, devices, in_bufs, out_bufs in run.store.conn.execute(
-            "SELECT seq, kind, name, site, devices, in_bufs, out_bufs FROM ops WHERE error = '' "
-            "ORDER BY seq"):
-        ins, outs = ids(in_bufs), ids(out_bufs)
-        if kind == OP_DEVICE_PUT:
+    for op in queries.successful_ops(run.store):
+        ins, outs = ids(op.in_bufs), ids(op.out_bufs)
+        if op.kind == OP_DEVICE_PUT:
             for k, o in enumerate(outs):
-                out.setdefault(o, Producer(seq, kind, name, site, devices,
+                out.setdefault(o, Producer(op.seq, op.kind, op.name, op.site, op.devices,
                                            (ins[k],) if k < len(ins) else (0,)))
         else:
-            dev = devices.split(",")[0]
+            dev = op.devices.split(",")[0]
             for o in outs:
-                out.setdefault(o, Producer(seq, kind, name, site, dev, tuple(ins)))
+                out.setdefault(o, Producer(op.seq, op.kind, op.name, op.site, dev, tuple(ins)))
     return out
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.sources.xplane import TraceError, holds_trace
 from jaxplace_cli.store.layout import EVENTS, RunDirError, is_run_dir, read_manifest
-from jaxplace_cli.store.sqlite import StoreError, StoreReader
+from jaxplace_cli.store.reader import StoreError, StoreReader
 
 
 class InputError(JaxplaceError):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.store import queries
 
 
 @dataclass
@@ -74,7 +75,6 @@ class Summary:
 
 
 def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops: int = 5) -> Summary:
-    conn = run.store.conn
     sites = run.store.sites()
     totals = {k: KindTotal() for k in TRANSFER_KINDS}
     small = {k: KindTotal() for k in TRANSFER_KINDS}
@@ -88,31 +88,21 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
             small[kind] = KindTotal(count, nbytes)
         else:
             unknown[kind] = count
-    site_rows = conn.execute(
-        "SELECT site, kind, api, implicit, blocking, COUNT(*) AS n, SUM(bytes) AS b, "
-        "GROUP_CONCAT(DISTINCT src || '>' || dst) FROM transfers WHERE bytes >= ? "
-        "GROUP BY site, kind, api, implicit, blocking ORDER BY b DESC, n DESC LIMIT ?",
-        (min_bytes, top_sites),
-    ).fetchall()
     tsites = []
-    for sid, kind, api, implicit, blocking, n, b, routes in site_rows:
-        s = sites.get(sid)
-        tsites.append(TransferSite(kind, s.file if s else "?", s.line if s else 0,
-                                   s.function if s else "?", api, bool(implicit), bool(blocking),
-                                   n, b, sorted((routes or "").split(","))))
+    for t in queries.top_transfer_sites(run.store, min_bytes, top_sites):
+        s = sites.get(t.site)
+        tsites.append(TransferSite(t.kind, s.file if s else "?", s.line if s else 0,
+                                   s.function if s else "?", t.api, t.implicit, t.blocking,
+                                   t.count, t.bytes, t.routes))
     by_dev = []
-    for dev, n, ns in conn.execute(
-            "SELECT devices, COUNT(*), SUM(dur_ns) FROM ops WHERE error = '' GROUP BY devices ORDER BY devices"):
-        top = conn.execute(
-            "SELECT name, COUNT(*) AS c FROM ops WHERE devices = ? AND error = '' GROUP BY name "
-            "ORDER BY c DESC, name LIMIT ?", (dev, top_ops)).fetchall()
-        by_dev.append(DeviceOps(dev, n, ns or 0, [(name, c) for name, c in top]))
+    for d in queries.ops_per_devices(run.store):
+        top = queries.top_op_names(run.store, d.devices, top_ops)
+        by_dev.append(DeviceOps(d.devices, d.count, d.dur_ns or 0, [(name, c) for name, c in top]))
     ops_total = sum(d.count for d in by_dev)
-    errors = conn.execute("SELECT COUNT(*) FROM ops WHERE error != ''").fetchone()[0]
+    errors = queries.count_failed_ops(run.store)
     devices = [d["name"] for d in run.manifest.get("devices", [])]
     seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
-    routes = route_totals(conn.execute("SELECT kind, src, dst, bytes, blocking FROM transfers"),
-                          min_bytes)
+    routes = route_totals(queries.transfer_routes(run.store), min_bytes)
     return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,
                    devices + seen, routes)
 

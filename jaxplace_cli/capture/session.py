@@ -152,7 +152,7 @@ class Session:
             "exit_code": None,
         }
         write_manifest(self.run_dir, self.manifest)
-        from jaxplace_cli.store.sqlite import StoreWriter
+        from jaxplace_cli.store.writer import StoreWriter
         from jaxplace_cli.store.writer_process import open_writer
 
         try:
@@ -184,7 +184,7 @@ class Session:
         from jaxplace_cli.capture import jaxhooks as hooks
         from jaxplace_cli.capture.jaxhooks.trace_window import TraceWindow
         from jaxplace_cli.capture.recorder import Recorder
-        from jaxplace_cli.store.sqlite import BackgroundWriter
+        from jaxplace_cli.store.writer import BackgroundWriter
 
         self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
         self.recorder = Recorder()

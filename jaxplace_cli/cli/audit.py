@@ -92,7 +92,7 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
     from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
     from jaxplace_cli.model.sizes import parse_size
     from jaxplace_cli.report import EXTENSIONS, FORMATS
-    from jaxplace_cli.store.sqlite import StoreError
+    from jaxplace_cli.store.reader import StoreError
 
     fmt = format or (EXTENSIONS.get(output.suffix.lower(), "text") if output is not None
                      else ("rich" if sys.stdout.isatty() else "text"))

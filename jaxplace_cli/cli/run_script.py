@@ -125,7 +125,7 @@ def _print_run_summary(session) -> None:
     try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
         from jaxplace_cli.model.events import TRANSFER_KINDS
         from jaxplace_cli.store.layout import EVENTS
-        from jaxplace_cli.store.sqlite import StoreReader
+        from jaxplace_cli.store.reader import StoreReader
 
         reader = StoreReader(session.run_dir / EVENTS)
         try:

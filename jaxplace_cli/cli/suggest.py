@@ -72,7 +72,7 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
 
     from jaxplace_cli.analysis.run import InputError, analyse, open_run
     from jaxplace_cli.report.suggest_render import plan_json, render_plan, render_verification
-    from jaxplace_cli.store.sqlite import StoreError
+    from jaxplace_cli.store.reader import StoreError
     from jaxplace_cli.suggest.plan import make_plan
 
     try:

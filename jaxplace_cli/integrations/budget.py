@@ -88,7 +88,7 @@ def _recording():
     from jaxplace_cli.capture.jaxhooks import install, state
     from jaxplace_cli.capture.recorder import Recorder
     from jaxplace_cli.store.layout import EVENTS, MANIFEST_SCHEMA_VERSION, write_manifest
-    from jaxplace_cli.store.sqlite import StoreWriter
+    from jaxplace_cli.store.writer import StoreWriter
 
     rec = Recorder()
     rec._buf_ids = _BUF_IDS  # see _BUF_IDS

@@ -3,7 +3,7 @@
 Events are NamedTuples, not dataclasses, because the hooks create one per JAX dispatch on the
 user's hot path: a tuple is the cheapest object Python can build, and SQLite's
 ``executemany`` consumes tuples directly. The field order *is* the storage column order, so
-the SQLite schema (``store.py``) is generated from these definitions.
+the SQLite schema (``store/schema.py``) is generated from these definitions.
 
 Identities:
 - ``seq``: one global, monotonically increasing sequence number shared by ops and transfers,
@@ -35,6 +35,8 @@ OP_DEVICE_PUT = "device_put"
 OP_DEVICE_GET = "device_get"
 OP_SEGMENT = "segment"  # a piece of a jitted function placed on its own (--granularity op)
 OP_KINDS = (OP_JIT, OP_JNP, OP_METHOD, OP_PRIM, OP_DEVICE_PUT, OP_DEVICE_GET, OP_SEGMENT)
+# Ops that move data rather than compute: the balance and fwd/bwd rules skip them.
+TRANSFER_OPS = (OP_DEVICE_PUT, OP_DEVICE_GET)
 
 
 class Site(NamedTuple):
@@ -114,6 +116,29 @@ class Marker(NamedTuple):
     ts_ns: int
     kind: str
     value: str
+
+
+# Marker kinds with a structured value.
+MARKER_COMPILE = "compile"  # value: JSON written by capture/jaxhooks/compiles.py
+
+
+class CompileInfo(NamedTuple):
+    """One XLA compilation, decoded from a ``compile`` marker's JSON value (not a table: the
+    store keeps it as marker text, ``store.queries.compiles`` reads and checks it).
+
+    ``op_seq``/``op``/``site``/``signature`` describe the recorded op in flight when the
+    compile happened (0 / "" / 0 / () when none, e.g. a compile outside any hooked call);
+    ``signature`` is one string per argument leaf of that call (``float32[8,128] weak
+    @cpu:0``, ``numpy float32[8]``, ``int 3``), which the recompile rule diffs.
+    """
+
+    seq: int  # the marker's seq
+    fun: str  # the compiled function's name as JAX reports it
+    secs: float  # backend compile time, seconds (finite, >= 0)
+    op: str
+    op_seq: int
+    site: int
+    signature: tuple[str, ...]
 
 
 def device_label(device) -> str:

@@ -129,7 +129,7 @@ def _count_rows(path: Path) -> int:
     import sqlite3
     import urllib.parse
 
-    from jaxplace_cli.store.sqlite import TABLES
+    from jaxplace_cli.store.schema import TABLES
 
     uri = f"file:{urllib.parse.quote(os.fsencode(Path(path).absolute()))}?mode=ro"  # '?', '#' in names
     try:
@@ -145,7 +145,7 @@ def _count_rows(path: Path) -> int:
 def open_writer(path: Path):
     """A ``WriterProcess`` for ``path``; an in-process ``StoreWriter`` where no child Python can
     be started (an embedded interpreter, no ``sys.executable``, process limits)."""
-    from jaxplace_cli.store.sqlite import StoreWriter
+    from jaxplace_cli.store.writer import StoreWriter
 
     if sys.executable and os.path.exists(sys.executable):
         try:
@@ -162,7 +162,7 @@ def serve(path: str) -> None:
     import resource
 
     from jaxplace_cli.store.rows import finish_rows
-    from jaxplace_cli.store.sqlite import StoreWriter
+    from jaxplace_cli.store.writer import StoreWriter
 
     written = lost = 0
     error = ""

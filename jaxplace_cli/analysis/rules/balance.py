@@ -1,12 +1,12 @@
 """imbalance / idle-device over a recorded run (the judgement itself is analysis/balance.py)."""
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 
 from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
-from jaxplace_cli.analysis.rules.base import TRANSFER_OPS, container_seqs
+from jaxplace_cli.analysis.rules.base import container_seqs
+from jaxplace_cli.store import queries
 
 TIME_KIND = ("host-side dispatch time of the op kinds run on several devices (each op "
              "counted at its kind's median)")
@@ -23,39 +23,30 @@ def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
     ``shared_only``: only op names that ran on two or more devices — the work the program
     spreads over devices; a script that makes its data on one device and computes on another
     is not unbalanced, it is serial."""
-    conn = run.store.conn
-    compiling = set()
-    for (value,) in conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
-        try:
-            compiling.add(json.loads(value).get("op_seq"))
-        except ValueError:
-            pass
+    compiling = {c.op_seq for c in queries.compiles(run.store)}
     skip = container_seqs(run)
-    marks = ",".join("?" * len(TRANSFER_OPS))
-    rows = [r for r in conn.execute(
-        f"SELECT seq, devices, dur_ns, site, name FROM ops WHERE error = '' AND kind NOT IN ({marks})",
-        TRANSFER_OPS) if r[0] not in skip]
+    rows = [op for op in queries.compute_op_costs(run.store) if op.seq not in skip]
     where: dict[str, set] = defaultdict(set)
     durs: dict[str, list] = defaultdict(list)
     all_durs: dict[str, list] = defaultdict(list)
-    for seq, devices, dur, _, name in rows:
-        where[name].update(d for d in devices.split(",") if d)
-        all_durs[name].append(max(dur, 0))
-        if seq not in compiling:
-            durs[name].append(max(dur, 0))
+    for op in rows:
+        where[op.name].update(d for d in op.devices.split(",") if d)
+        all_durs[op.name].append(max(op.dur_ns, 0))
+        if op.seq not in compiling:
+            durs[op.name].append(max(op.dur_ns, 0))
     if shared_only:
-        rows = [r for r in rows if len(where[r[4]]) >= 2]
+        rows = [op for op in rows if len(where[op.name]) >= 2]
     typical = {n: int(statistics.median(durs[n] or all_durs[n])) for n in all_durs}
     loads: dict[str, DeviceLoad] = {}
-    for _, devices, _, sid, name in rows:
-        ns = typical[name]
-        for d in devices.split(","):
+    for op in rows:
+        ns = typical[op.name]
+        for d in op.devices.split(","):
             if not d:
                 continue
             load = loads.setdefault(d, DeviceLoad())
             load.ops += 1
             load.ns += ns
-            load.site_ns[sid] = load.site_ns.get(sid, 0) + ns
+            load.site_ns[op.site] = load.site_ns.get(op.site, 0) + ns
     for load in loads.values():
         if load.site_ns:
             load.top_site = max(load.site_ns.items(), key=lambda kv: (kv[1], -kv[0]))[0]
@@ -77,7 +68,6 @@ def imbalance(run, cfg):
 def idle_device(run, cfg):
     """Devices the program had but never ran an op on, while others did."""
     loads = run_loads(run)
-    copying = {d for row in run.store.conn.execute(
-        "SELECT DISTINCT src, dst FROM transfers") for d in row}
+    copying = queries.transfer_endpoints(run.store)
     return balance_findings(loads, _devices(run, loads), cfg, TIME_KIND, select=("idle-device",),
                             copying=copying)

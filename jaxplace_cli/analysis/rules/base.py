@@ -5,16 +5,13 @@ import bisect
 import statistics
 from dataclasses import dataclass, field
 
-from jaxplace_cli.model.events import OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT, OP_SEGMENT
+from jaxplace_cli.model.events import OP_JIT, OP_SEGMENT
 from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.store import queries
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES = (ERROR, WARNING, INFO)
 
-# Ops that move data rather than compute: the balance and fwd/bwd rules skip them.
-TRANSFER_OPS = (OP_DEVICE_PUT, OP_DEVICE_GET)
-# ``--granularity op`` records the pieces of a partitioned jit call with this kind
-# (placement/partition.py); the jit call itself is then only a container.
 
 
 @dataclass
@@ -78,17 +75,16 @@ def container_seqs(run) -> set[int]:
 
     Their work is recorded again as ``segment`` ops, which produce the call's outputs; the
     call's own row would count that work twice and place it on one device."""
-    conn = run.store.conn
     seg_outs: set[int] = set()
-    for (outs,) in conn.execute("SELECT out_bufs FROM ops WHERE kind = ? AND error = ''", (OP_SEGMENT,)):
-        seg_outs.update(ids(outs))
+    for op in queries.successful_ops_of_kind(run.store, OP_SEGMENT):
+        seg_outs.update(ids(op.out_bufs))
     if not seg_outs:
         return set()
     out = set()
-    for seq, outs in conn.execute("SELECT seq, out_bufs FROM ops WHERE kind = ? AND error = ''", (OP_JIT,)):
-        o = ids(outs)
+    for op in queries.successful_ops_of_kind(run.store, OP_JIT):
+        o = ids(op.out_bufs)
         if o and all(b in seg_outs for b in o):
-            out.add(seq)
+            out.add(op.seq)
     return out
 
 

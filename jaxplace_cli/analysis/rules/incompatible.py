@@ -5,6 +5,7 @@ import re
 
 from jaxplace_cli.analysis.lineage import origin, producers
 from jaxplace_cli.analysis.rules.base import ERROR, Finding, ids, short, site_of
+from jaxplace_cli.store import queries
 
 _ARG = re.compile(r"argument (\S+) of (\S+) with shape (\S+?) and with device ids \[([^\]]*)\] "
                   r"on platform (\w+)")
@@ -32,18 +33,17 @@ def incompatible_devices(run, cfg) -> list[Finding]:
     from; this rule matches each named argument to the recorded buffer and walks its lineage
     to say where it was created and where (and by what) it was committed to its device."""
     sites = run.store.sites()
-    rows = run.store.conn.execute(
-        "SELECT seq, name, site, in_bufs, error FROM ops WHERE error LIKE "
-        "'%incompatible devices%' ORDER BY seq").fetchall()
-    if not rows:
+    failed = queries.ops_failed_with(run.store, "incompatible devices")
+    if not failed:
         return []
     buffers = {b.buf: b for b in run.store.buffers()}
     prods = producers(run)
     out = []
-    for _seq, name, sid, in_bufs, error in rows:
-        file, line, _ = site_of(sites, sid)
-        bufs = [b for b in dict.fromkeys(ids(in_bufs)) if b in buffers]
-        named = _parse_args(error)
+    for op in failed:
+        name = op.name
+        file, line, _ = site_of(sites, op.site)
+        bufs = [b for b in dict.fromkeys(ids(op.in_bufs)) if b in buffers]
+        named = _parse_args(op.error)
         chosen: list[tuple[str, int]] = []
         used: set[int] = set()
         for arg, dtype, shape, dev in named:

@@ -11,6 +11,7 @@ from collections import Counter
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, RuleConfig
 from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.store import queries
 
 _SITE = re.compile(r" at (?P<file>.+):(?P<line>\d+): ")
 _OP = re.compile(r"failed for op (?P<op>\S+)")
@@ -18,8 +19,7 @@ _OP = re.compile(r"failed for op (?P<op>\S+)")
 
 def policy_fallback(run, cfg: RuleConfig) -> list[Finding]:
     """Ops the policy could not place, grouped by site and reason."""
-    rows = run.store.conn.execute("SELECT value FROM markers WHERE kind = 'policy-fallback' ORDER BY seq")
-    groups: Counter = Counter(str(value) for (value,) in rows)
+    groups: Counter = Counter(queries.marker_values(run.store, "policy-fallback"))
     out = []
     for message, n in groups.most_common():
         m = _SITE.search(message)
@@ -38,13 +38,11 @@ def policy_fallback(run, cfg: RuleConfig) -> list[Finding]:
 
 def placement_notes(run) -> list[str]:
     """One note per distinct policy substitution, plus a one-line summary of the placement."""
-    notes = [f"placement: {value}" for (value,) in run.store.conn.execute(
-        "SELECT DISTINCT value FROM markers WHERE kind = 'policy-note' ORDER BY value")]
+    notes = [f"placement: {value}" for value in queries.distinct_marker_values(run.store, "policy-note")]
     placement = run.manifest.get("placement")
     if placement:
-        placed = run.store.conn.execute("SELECT COUNT(*) FROM ops WHERE placed != '' AND placed != 'fallback'").fetchone()[0]
-        moves = run.store.conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers WHERE api LIKE '%moved by policy%'").fetchone()
+        placed = queries.count_placed_ops(run.store)
+        moves = queries.policy_moves(run.store)
         notes.insert(0, f"placement: policy {placement['policy']} placed {placed} ops "
                         f"(granularity {placement.get('granularity', 'unit')}); its moves: {moves[0]} "
                         f"transfers, {moves[1]} bytes; fallbacks: {placement.get('fallbacks', 0)}")

@@ -1,143 +1,25 @@
-"""The SQLite run store: schema from the event model, a buffered background writer, a reader.
+"""Reading the events store: open a database read-only, check it is one of ours, iterate events.
 
-Why SQLite: it is crash-safe (WAL: a SIGKILLed writer leaves a readable database holding
-every committed batch), queryable with plain SQL by users, and in the standard library.
-Why a background thread: the hooks only append tuples to deques; the thread takes them every
-``interval`` seconds and hands them to the writer — a child process (store_process.py) under
-``jaxplace run``, a ``StoreWriter`` in-process otherwise — so the dispatch path never waits
-on disk.
+Everything a reader gets may have been written by anyone (a run copied from elsewhere, a
+hand-edited file): the reader checks the magic, the schema version and every table's columns
+before an analysis sees a row, and never creates a file in the run directory. Named queries
+over a reader live in ``queries.py``.
 """
 from __future__ import annotations
 
 import os
 import sqlite3
-import threading
-import typing
 import urllib.parse
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import BufferEvent, Marker, OpEvent, Site, TransferEvent
-
-SCHEMA_VERSION = 1
-MAGIC = "jaxplace-events"
-
-# table name -> event type; column order = NamedTuple field order.
-TABLES: dict[str, type[NamedTuple]] = {
-    "sites": Site,
-    "ops": OpEvent,
-    "transfers": TransferEvent,
-    "buffers": BufferEvent,
-    "markers": Marker,
-}
-_SQL_TYPES = {int: "INTEGER", str: "TEXT", bool: "INTEGER"}
+from jaxplace_cli.store.schema import MAGIC, SCHEMA_VERSION, TABLES, columns
 
 
 class StoreError(JaxplaceError):
     """The events database is missing, corrupt, or from another schema version."""
-
-
-def _create_sql(name: str, cls: type[NamedTuple]) -> str:
-    hints = typing.get_type_hints(cls)
-    cols = [f"{name} {_SQL_TYPES[hints[name]]}" for name in cls._fields]
-    return f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(cols)})"
-
-
-def _columns(cls: type[NamedTuple]) -> list[tuple[str, str]]:
-    hints = typing.get_type_hints(cls)
-    return [(f, _SQL_TYPES[hints[f]]) for f in cls._fields]
-
-
-def _insert_sql(name: str, cls: type[NamedTuple]) -> str:
-    marks = ", ".join("?" * len(cls._fields))
-    return f"INSERT INTO {name} VALUES ({marks})"
-
-
-class StoreWriter:
-    """Owns the database connection; ``write(batches)`` is called from the writer thread only."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=OFF")  # SIGKILL-safe (the OS has the pages); only an OS crash can lose the tail
-        for name, cls in TABLES.items():
-            self.conn.execute(_create_sql(name, cls))
-        self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-            [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION))],
-        )
-        self._inserts = {name: _insert_sql(name, cls) for name, cls in TABLES.items()}
-        self.rows_written = 0
-
-    def write(self, batches: dict[str, list]) -> None:
-        if not any(batches.values()):
-            return
-        c = self.conn
-        c.execute("BEGIN")
-        try:
-            n = 0
-            for name, rows in batches.items():
-                if rows:
-                    c.executemany(self._inserts[name], rows)
-                    n += len(rows)
-            c.execute("COMMIT")
-            self.rows_written += n
-        except BaseException:
-            try:
-                c.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass  # SQLite already rolled back (disk full, I/O error): report the real error
-            raise
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-
-    def close(self) -> None:
-        try:
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            self.conn.close()
-
-
-class BackgroundWriter(threading.Thread):
-    """Drains a Recorder's buffers into a writer every ``interval`` seconds (``drain``:
-    ``Recorder.take`` for a ``WriterProcess``, ``Recorder.drain`` for a ``StoreWriter``).
-
-    A write failure (disk full, directory removed) never reaches the user's program: the
-    thread counts the rows it could not write (``lost_rows``) and keeps draining so memory
-    stays bounded; the run summary reports the loss.
-    """
-
-    def __init__(self, drain, writer, interval: float = 0.25):
-        super().__init__(name="jaxplace-writer", daemon=True)
-        self._drain = drain
-        self._writer = writer
-        self._interval = interval
-        self._stop_event = threading.Event()
-        self.lost_rows = 0
-        self.error: str = ""
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self._interval):
-            self.flush()
-        self.flush()
-
-    def flush(self) -> None:
-        batches = self._drain()
-        try:
-            self._writer.write(batches)
-        except Exception as exc:  # never propagate into the user's program
-            self.lost_rows += sum(len(v) for v in batches.values())
-            if not self.error:  # the first failure is the cause; later ones repeat it
-                self.error = f"{type(exc).__name__}: {exc}"
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout=30)
 
 
 class StoreReader:
@@ -187,7 +69,7 @@ class StoreReader:
                 cols = [(r[1], r[2].upper()) for r in self.conn.execute(f"PRAGMA table_info({name})")]
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"{self.path}: table {name} is unreadable ({exc})") from None
-            if cols != _columns(cls):
+            if cols != columns(cls):
                 raise StoreError(f"{self.path}: table {name} does not have the columns of events "
                                  f"schema version {SCHEMA_VERSION}; the run is corrupt or was not "
                                  "written by jaxplace")
@@ -199,7 +81,7 @@ class StoreReader:
         healthy audit does not pay for it."""
         problems = []
         for name, cls in TABLES.items():
-            for col, sql_type in _columns(cls):
+            for col, sql_type in columns(cls):
                 want = "integer" if sql_type == "INTEGER" else "text"
                 try:
                     n = self.conn.execute(f"SELECT count(*) FROM {name} WHERE typeof({col}) != ?",

@@ -1,0 +1,239 @@
+"""Named queries over a ``StoreReader``: every question the analyses ask of a run, in SQL.
+
+The store owns the SQL so that the rest of jaxplace speaks in model types: an analysis calls
+``successful_ops(store)`` and gets ``OpEvent``s, not a column list it must keep in step with
+the schema. Each function takes a ``StoreReader`` (its ``conn``) and returns events
+(``OpEvent``, ``TransferEvent``, ``CompileInfo``), a NamedTuple defined here, or a plain value;
+row order is stated where it matters. Large scans are iterators, so a 1M-row run is never
+held twice. A ``SELECT *`` row is an event as it is: the reader checked every table's columns
+against the schema when it opened the store. Where a consumer holds every row at once (the
+balance rules, a budget check) the query selects only the columns it needs, into a narrower
+NamedTuple (``OpCost``, ``TransferCost``), so the move to named fields costs no memory.
+
+The queries keep the exact SQL the analyses used before they moved here (``tests/
+test_golden_runs.py`` pins the audit output byte for byte), including which scans are ordered:
+the tables have no index on ``seq``, so ``ORDER BY seq`` sorts, and an unordered scan returns
+rows in the order they were written.
+
+Sections, one per consumer; a new query goes into its consumer's section.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterator, NamedTuple
+
+from jaxplace_cli.model.events import (
+    MARKER_COMPILE,
+    TRANSFER_OPS,
+    CompileInfo,
+    OpEvent,
+    TransferEvent,
+)
+
+
+def _events(store, cls, sql: str, params: tuple = ()) -> Iterator:
+    make = cls._make
+    for row in store.conn.execute(sql, params):
+        yield make(row)
+
+
+# -- analysis: summary, budgets, lineage, rules (balance, base, fwd_bwd, incompatible, placement)
+
+class SiteTotal(NamedTuple):
+    """Transfers of at least ``min_bytes`` grouped by where and how they happened."""
+
+    site: int
+    kind: str
+    api: str
+    implicit: bool
+    blocking: bool
+    count: int
+    bytes: int
+    routes: list[str]  # sorted "src>dst" of the group's routes
+
+
+class DevicesTotal(NamedTuple):
+    """Successful ops on one ``devices`` value (comma-joined, as ``OpEvent.devices``)."""
+
+    devices: str
+    count: int
+    dur_ns: int | None  # summed host dispatch time (None only for a damaged column)
+
+
+class OpCost(NamedTuple):
+    """What the balance rules weigh of an op (five columns: they hold every compute op)."""
+
+    seq: int
+    devices: str
+    dur_ns: int
+    site: int
+    name: str
+
+
+class TransferCost(NamedTuple):
+    """What a budget counts of a transfer (seven columns: a budget check holds every one)."""
+
+    seq: int
+    kind: str
+    bytes: int
+    site: int
+    api: str
+    blocking: bool
+    op_seq: int
+
+
+def successful_ops(store) -> Iterator[OpEvent]:
+    """Ops that did not raise, in seq order (the order the program dispatched them)."""
+    return _events(store, OpEvent, "SELECT * FROM ops WHERE error = '' ORDER BY seq")
+
+
+def successful_ops_of_kind(store, kind: str) -> Iterator[OpEvent]:
+    """Ops of one kind that did not raise, in storage order."""
+    return _events(store, OpEvent, "SELECT * FROM ops WHERE kind = ? AND error = ''", (kind,))
+
+
+def compute_op_costs(store) -> Iterator[OpCost]:
+    """Successful ops that compute (not device_put/device_get), in storage order."""
+    return _events(store, OpCost, "SELECT seq, devices, dur_ns, site, name FROM ops "
+                   f"WHERE error = '' AND kind NOT IN ({', '.join('?' * len(TRANSFER_OPS))})", TRANSFER_OPS)
+
+
+def ops_failed_with(store, text: str) -> list[OpEvent]:
+    """Ops whose error contains ``text`` (SQL ``LIKE``: ASCII case-insensitive; ``text`` is
+    ours, not user input, and holds no ``%``/``_``), in seq order."""
+    return list(_events(store, OpEvent, "SELECT * FROM ops WHERE error LIKE ? ORDER BY seq",
+                        (f"%{text}%",)))
+
+
+def has_backward_ops(store) -> bool:
+    """Whether any successful op is marked as backward pass (``OpEvent.backward``)."""
+    return store.conn.execute("SELECT 1 FROM ops WHERE backward = 1 AND error = '' LIMIT 1").fetchone() is not None
+
+
+def count_failed_ops(store) -> int:
+    return store.conn.execute("SELECT COUNT(*) FROM ops WHERE error != ''").fetchone()[0]
+
+
+def count_placed_ops(store) -> int:
+    """Ops a placement policy decided (``placed`` set, and not a fallback to JAX)."""
+    return store.conn.execute("SELECT COUNT(*) FROM ops WHERE placed != '' AND placed != 'fallback'").fetchone()[0]
+
+
+def ops_per_devices(store) -> list[DevicesTotal]:
+    """Successful ops and their dispatch time per ``devices`` value, ordered by it."""
+    return [DevicesTotal(*r) for r in store.conn.execute(
+        "SELECT devices, COUNT(*), SUM(dur_ns) FROM ops WHERE error = '' GROUP BY devices ORDER BY devices")]
+
+
+def top_op_names(store, devices: str, limit: int) -> list[tuple[str, int]]:
+    """(op name, count) of the successful ops on ``devices``, most frequent first (ties by name)."""
+    return store.conn.execute(
+        "SELECT name, COUNT(*) AS c FROM ops WHERE devices = ? AND error = '' GROUP BY name "
+        "ORDER BY c DESC, name LIMIT ?", (devices, limit)).fetchall()
+
+
+def transfer_costs(store) -> Iterator[TransferCost]:
+    """Every transfer, in seq order."""
+    return _events(store, TransferCost, "SELECT seq, kind, bytes, site, api, blocking, op_seq FROM transfers "
+                   "ORDER BY seq")
+
+
+def op_transfers(store, kind: str) -> Iterator[TransferEvent]:
+    """Transfers of ``kind`` caused by a recorded op (``op_seq != 0``), in storage order."""
+    return _events(store, TransferEvent, "SELECT * FROM transfers WHERE kind = ? AND op_seq != 0", (kind,))
+
+
+def transfer_routes(store) -> Iterator[tuple[str, str, str, int, bool]]:
+    """(kind, src, dst, bytes, blocking) of every transfer, in storage order: what
+    ``analysis.summary.route_totals`` folds (five columns, not events: it reads every row)."""
+    return iter(store.conn.execute("SELECT kind, src, dst, bytes, blocking FROM transfers"))
+
+
+def transfer_endpoints(store) -> set[str]:
+    """Every device (or ``host``) that sent or received a transfer."""
+    return {d for row in store.conn.execute("SELECT DISTINCT src, dst FROM transfers") for d in row}
+
+
+def top_transfer_sites(store, min_bytes: int, limit: int) -> list[SiteTotal]:
+    """The ``limit`` (site, kind, api, implicit, blocking) groups of transfers of at least
+    ``min_bytes`` that moved most bytes (then most transfers)."""
+    rows = store.conn.execute(
+        "SELECT site, kind, api, implicit, blocking, COUNT(*) AS n, SUM(bytes) AS b, "
+        "GROUP_CONCAT(DISTINCT src || '>' || dst) FROM transfers WHERE bytes >= ? "
+        "GROUP BY site, kind, api, implicit, blocking ORDER BY b DESC, n DESC LIMIT ?",
+        (min_bytes, limit)).fetchall()
+    return [SiteTotal(sid, kind, api, bool(implicit), bool(blocking), n, b, sorted((routes or "").split(",")))
+            for sid, kind, api, implicit, blocking, n, b, routes in rows]
+
+
+def policy_moves(store) -> tuple[int, int]:
+    """(count, bytes) of the transfers a placement policy caused (their api says so)."""
+    count, nbytes = store.conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers WHERE api LIKE '%moved by policy%'").fetchone()
+    return count, nbytes
+
+
+def marker_values(store, kind: str) -> list[str]:
+    """The values of the markers of ``kind``, in seq order."""
+    return [str(v) for (v,) in store.conn.execute(
+        "SELECT value FROM markers WHERE kind = ? ORDER BY seq", (kind,))]
+
+
+def distinct_marker_values(store, kind: str) -> list[str]:
+    """The distinct values of the markers of ``kind``, sorted (SQLite's text order)."""
+    return [str(v) for (v,) in store.conn.execute(
+        "SELECT DISTINCT value FROM markers WHERE kind = ? ORDER BY value", (kind,))]
+
+
+# -- compile markers: one reader for every consumer (balance, recompile, suggest) --------------
+
+_COMPILE_FIELDS = {  # JSON key -> (accepted types, default when absent)
+    "fun": (str, ""),
+    "secs": ((int, float), 0.0),
+    "op": (str, ""),
+    "op_seq": (int, 0),
+    "site": (int, 0),
+    "signature": (list, []),
+}
+
+
+def decode_compile(seq: int, value) -> CompileInfo | None:
+    """A ``compile`` marker's JSON value (capture/jaxhooks/compiles.py) as a ``CompileInfo``,
+    or None when it is not one: not JSON (or nested too deep to parse), not an object, or a
+    field of the wrong type (a bool is not a number, ``secs`` must be finite and >= 0, the
+    signature a list of strings). Absent fields take their defaults (a compile outside any
+    recorded op has only ``fun`` and ``secs``); unknown fields are ignored. The marker is
+    untrusted input: this never raises on its content."""
+    try:
+        info = json.loads(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not isinstance(info, dict):
+        return None
+    got = {}
+    for key, (types, default) in _COMPILE_FIELDS.items():
+        v = info.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, types):
+            return None
+        got[key] = v
+    try:
+        secs = float(got["secs"])
+    except OverflowError:  # an integer beyond any float
+        return None
+    sig = got["signature"]
+    if not (math.isfinite(secs) and secs >= 0) or not all(isinstance(s, str) for s in sig):
+        return None
+    return CompileInfo(seq, got["fun"], secs, got["op"], got["op_seq"], got["site"], tuple(sig))
+
+
+def compiles(store) -> list[CompileInfo]:
+    """Every well-formed compile marker of the run, in seq order; damaged ones are skipped
+    (``decode_compile`` says which are)."""
+    out = []
+    for seq, value in store.conn.execute(
+            "SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (MARKER_COMPILE,)):
+        info = decode_compile(seq, value)
+        if info is not None:
+            out.append(info)
+    return out

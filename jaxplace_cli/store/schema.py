@@ -1,0 +1,42 @@
+"""The SQLite schema, generated from the event model (model/events.py).
+
+One table per event type; its columns are the NamedTuple's fields, in order, so a row is the
+event (``executemany`` takes the tuples as they are, ``Event._make`` turns a ``SELECT *`` row
+back into one). The writer creates the tables from these definitions and the reader refuses a
+database whose tables do not match them.
+"""
+from __future__ import annotations
+
+import typing
+from typing import NamedTuple
+
+from jaxplace_cli.model.events import BufferEvent, Marker, OpEvent, Site, TransferEvent
+
+SCHEMA_VERSION = 1
+MAGIC = "jaxplace-events"
+
+# table name -> event type; column order = NamedTuple field order.
+TABLES: dict[str, type[NamedTuple]] = {
+    "sites": Site,
+    "ops": OpEvent,
+    "transfers": TransferEvent,
+    "buffers": BufferEvent,
+    "markers": Marker,
+}
+_SQL_TYPES = {int: "INTEGER", str: "TEXT", bool: "INTEGER"}
+
+
+def columns(cls: type[NamedTuple]) -> list[tuple[str, str]]:
+    """(column name, SQL type) of an event table, in storage order."""
+    hints = typing.get_type_hints(cls)
+    return [(f, _SQL_TYPES[hints[f]]) for f in cls._fields]
+
+
+def create_sql(name: str, cls: type[NamedTuple]) -> str:
+    cols = [f"{col} {sql_type}" for col, sql_type in columns(cls)]
+    return f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(cols)})"
+
+
+def insert_sql(name: str, cls: type[NamedTuple]) -> str:
+    marks = ", ".join("?" * len(cls._fields))
+    return f"INSERT INTO {name} VALUES ({marks})"
