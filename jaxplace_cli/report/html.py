@@ -46,12 +46,15 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
         _sites(result, timeline, sources), matrix(result), steps(result), ops(result), run_metadata(result),
         f'<footer>jaxplace {esc(__version__)} · one self-contained file: no network, no external '
         'script or style</footer>'])
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>jaxplace report · {esc(result.path)}</title><style>{css}</style></head>\n'
             f'<body>\n{body}\n<script type="application/json" id="jaxplace-data">'
             f'{script_json(payload(result, timeline))}</script>\n<script>{js}</script>\n</body></html>\n')
+    # ASCII only (non-ASCII text as character references): the page reads the same whatever
+    # encoding a tool assumes; the script and the JSON are ASCII already (\\u escapes)
+    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
 def _locations(result: AuditResult) -> set:
@@ -109,8 +112,9 @@ has it — <code>jaxplace view</code>). Arrows are transfers: <span class="k-h2d
 <span class="k-d2h">d2h</span> <span class="k-d2d">d2d</span>; dashed = implicit, thick = blocking.</p>
 <div class="toolbar"><button type="button" id="zoom-in">zoom in</button><button type="button" id="zoom-out">zoom out</button>
 <button type="button" id="zoom-reset">whole run</button><button type="button" id="clear-selection">clear selection</button>
-<span id="view-range"></span> <span id="selection" class="selection"></span>
+<span id="view-range"></span>
 <span class="hint">wheel: zoom · drag: pan · click a finding or site: its moments</span></div>
+<div id="selection" class="selection"></div>
 <div id="timeline-box" data-lanes="{len(tl.lanes)}" data-selected="0"><canvas id="timeline-canvas"></canvas>
 <div id="tooltip" class="tooltip" hidden></div></div></section>"""
 

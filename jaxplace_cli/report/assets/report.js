@@ -19,7 +19,7 @@
   function fmtNs(ns) {
     var a = Math.abs(ns);
     if (a < 1e3) return ns.toFixed(0) + ' ns';
-    if (a < 1e6) return (ns / 1e3).toFixed(1) + ' µs';
+    if (a < 1e6) return (ns / 1e3).toFixed(1) + ' \u00b5s';
     if (a < 1e9) return (ns / 1e6).toFixed(2) + ' ms';
     return (ns / 1e9).toFixed(3) + ' s';
   }
@@ -101,7 +101,7 @@
       ctx.restore();
       drawLabels(); drawAxis(w);
       var rng = document.getElementById('view-range');
-      if (rng) rng.textContent = fmtNs(view.v0) + ' – ' + fmtNs(view.v1) + ' of ' + fmtNs(span);
+      if (rng) rng.textContent = fmtNs(view.v0) + ' \u2013 ' + fmtNs(view.v1) + ' of ' + fmtNs(span);
     }
     function drawLabels() {
       ctx.fillStyle = '#ffffff'; ctx.fillRect(0, TOP, LABEL_W - 2, nl * LANE_H);
@@ -109,7 +109,7 @@
       for (var l = 0; l < nl; l++) {
         var hot = sel.devices.indexOf(lanes[l]) >= 0;
         ctx.fillStyle = hot ? '#c98c00' : '#1d2330';
-        ctx.fillText((hot ? '▶ ' : '') + lanes[l], 6, laneMid(l), LABEL_W - 10);
+        ctx.fillText((hot ? '\u25b6 ' : '') + lanes[l], 6, laneMid(l), LABEL_W - 10);
       }
       ctx.strokeStyle = '#d9dde4'; ctx.beginPath(); ctx.moveTo(LABEL_W - 0.5, 0); ctx.lineTo(LABEL_W - 0.5, H); ctx.stroke();
     }
@@ -239,7 +239,7 @@
       if (my < TOP && my >= 14 && nSteps) {
         for (var s = 0; s < nSteps; s++) if (stepStart[s] <= t && t <= stepEnd[s]) {
           return ['step ' + s + (TL.steps.labels[s] ? ': ' + TL.steps.labels[s] : '') + (s < TL.steps.warmup ? ' (warm-up)' : ''),
-            fmtNs(stepStart[s]) + ' – ' + fmtNs(stepEnd[s]) + ' (' + fmtNs(stepEnd[s] - stepStart[s]) + ')'];
+            fmtNs(stepStart[s]) + ' \u2013 ' + fmtNs(stepEnd[s]) + ' (' + fmtNs(stepEnd[s] - stepStart[s]) + ')'];
         }
         return null;
       }
@@ -254,7 +254,7 @@
       }
       if (best >= 0) {
         var f = R.flags[best];
-        return [TL.tkinds[R.kind[best]] + ' ' + fmtBytes(R.bytes[best]) + '  ' + lanes[R.src[best]] + ' → ' + lanes[R.dst[best]],
+        return [TL.tkinds[R.kind[best]] + ' ' + fmtBytes(R.bytes[best]) + '  ' + lanes[R.src[best]] + ' \u2192 ' + lanes[R.dst[best]],
           (f & 1 ? 'implicit' : 'explicit') + (f & 2 ? ', blocking (the host waited)' : ', not blocking'),
           'api: ' + TL.apis[R.api[best]], 'at ' + siteText(R.site[best]), 'time ' + fmtNs(R.ts[best])];
       }
@@ -280,9 +280,9 @@
         TL.buckets.routes.forEach(function (r) {
           if (r[0] !== lane && r[1] !== lane) return;
           var x = r[3].find(function (q) { return q[0] === b; });
-          if (x) moved.push(TL.tkinds[r[2]] + ' ' + lanes[r[0]] + '→' + lanes[r[1]] + ': ' + x[1] + ' (' + fmtBytes(x[2]) + ')');
+          if (x) moved.push(TL.tkinds[r[2]] + ' ' + lanes[r[0]] + '\u2192' + lanes[r[1]] + ': ' + x[1] + ' (' + fmtBytes(x[2]) + ')');
         });
-        return ['aggregated ' + fmtNs(b * TL.buckets.width) + ' – ' + fmtNs((b + 1) * TL.buckets.width) + ' on ' + lanes[lane],
+        return ['aggregated ' + fmtNs(b * TL.buckets.width) + ' \u2013 ' + fmtNs((b + 1) * TL.buckets.width) + ' on ' + lanes[lane],
           (row ? row[1] + ' ops, dispatch ' + fmtNs(row[2]) : 'no ops')].concat(moved.length ? moved : ['no transfers']);
       }
       return null;
@@ -376,7 +376,7 @@
       ctx.font = '11px system-ui, sans-serif'; ctx.fillStyle = '#5d6675'; ctx.textBaseline = 'middle';
       ctx.fillText(mode === 'bytes' ? fmtBytes(max) : String(max), 4, 10);
       ctx.fillText('0', 4, ph + 8);
-      ctx.fillText('step →  (' + n + ')', PAD_L, HGT - 8);
+      ctx.fillText('step \u2192  (' + n + ')', PAD_L, HGT - 8);
       var lastPx = -1;
       for (i = 0; i < n; i++) {
         var x = PAD_L + i * bw;
