@@ -69,6 +69,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
                       command=["jaxplace", *sys.argv[1:]])
     opts.devices = n_devices
     opts.trace_ops = trace_ops
+    opts.progress = not quiet
     try:
         session = Session(opts)
     except RunDirError as exc:

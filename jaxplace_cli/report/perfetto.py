@@ -33,7 +33,6 @@ def _us(ns: int) -> float:
 
 def events(result: AuditResult, tl):
     """Yield the trace's events (dicts), metadata first."""
-    # long: one pass per event family, in the order a reader wants them (metadata first)
     lanes = tl.lanes
     for i, lane in enumerate(lanes):
         yield {"ph": "M", "name": "process_name", "pid": i + 1, "tid": 0, "args": {"name": lane}}
