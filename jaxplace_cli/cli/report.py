@@ -63,17 +63,15 @@ def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 2
     """Audit ``path``, build its timeline, write the page to ``output``; returns its size."""
     import sqlite3
 
-    from jaxplace_cli.analysis import audit_run
-    from jaxplace_cli.analysis.findings import RULES, RuleConfig
-    from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
-    from jaxplace_cli.analysis.timeline import build_timeline
+    from jaxplace_cli.analysis.findings import RULES
+    from jaxplace_cli.analysis.run import InputError
     from jaxplace_cli.model.sizes import parse_size
     from jaxplace_cli.report import write_atomic
-    from jaxplace_cli.report.html import render
+    from jaxplace_cli.report.html import render_path
     from jaxplace_cli.store.sqlite import StoreError
 
     try:
-        cfg = RuleConfig(min_bytes=parse_size(min_bytes))
+        min_b = parse_size(min_bytes)
     except ValueError as exc:
         fail(f"--min-bytes: {exc}")
     for r in (rule or []) + (ignore or []):
@@ -81,26 +79,11 @@ def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 2
             fail(f"unknown rule {r!r}; rules are: {', '.join(RULES)}")
     with _stages(progress) as stage:
         try:
-            if classify_input(path) == "run":
-                from jaxplace_cli.suggest.top import attach_suggestion
-
-                run = open_run(path)
-                stage("auditing the run")
-                result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
-                                                                run, cfg.min_bytes))
-                stage("building the timeline")
-                timeline = analyse(run, lambda: build_timeline(run, result))
-            else:
-                from jaxplace_cli.analysis.trace_audit import audit_trace
-
-                stage("reading the trace")
-                result, timeline = audit_trace(path, cfg, top_sites=top, select=rule, ignore=ignore), None
+            text = render_path(path, min_b, top, rule, ignore, stage)
         except InputError as exc:
             fail(str(exc))
         except (sqlite3.DatabaseError, StoreError) as exc:
             fail(f"{path}: the events store is corrupt or unreadable ({exc}); no report written")
-        stage("writing the page")
-        text = render(result, timeline)
         try:
             write_atomic(output, text)
         except OSError as exc:

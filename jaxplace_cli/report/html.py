@@ -57,6 +57,36 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
     return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
+def render_path(path, min_bytes: int = 1024, top: int = 20, rule=None, ignore=None, stage=None) -> str:
+    """Audit what ``path`` holds — a run (with its timeline) or a jax.profiler trace — and
+    render the page. ``stage(text)`` is told each step (a progress display). Bad input raises
+    ``InputError`` (a corrupt store: ``sqlite3.DatabaseError``/``StoreError``); callers say it
+    in one line."""
+    from jaxplace_cli.analysis import audit_run
+    from jaxplace_cli.analysis.findings import RuleConfig
+    from jaxplace_cli.analysis.run import analyse, classify_input, open_run
+    from jaxplace_cli.analysis.timeline import build_timeline
+
+    stage = stage or (lambda text: None)
+    cfg = RuleConfig(min_bytes=min_bytes)
+    if classify_input(path) == "run":
+        from jaxplace_cli.suggest.top import attach_suggestion
+
+        run = open_run(path)
+        stage("auditing the run")
+        result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
+                                                        run, cfg.min_bytes))
+        stage("building the timeline")
+        timeline = analyse(run, lambda: build_timeline(run, result))
+    else:
+        from jaxplace_cli.analysis.trace_audit import audit_trace
+
+        stage("reading the trace")
+        result, timeline = audit_trace(path, cfg, top_sites=top, select=rule, ignore=ignore), None
+    stage("writing the page")
+    return render(result, timeline)
+
+
 def _locations(result: AuditResult) -> set:
     locs = {(t.file, t.line) for t in result.summary.sites}
     for f in result.findings:
