@@ -24,7 +24,7 @@ from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.model.events import HOST, TRANSFER_KINDS
 from jaxplace_cli.store import queries as q
 
-DETAIL_MAX = 200_000  # ops + transfers drawn one by one
+DETAIL_MAX = 150_000  # ops + transfers drawn one by one
 MOMENTS_CAP = 1_000  # moments kept per finding / top site when the run is bigger than that
 BUCKETS = 2_000  # time buckets of the aggregate view
 COMPILES_CAP = 5_000
