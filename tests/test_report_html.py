@@ -135,6 +135,8 @@ def test_input_text_never_becomes_markup(run_dir, chromium, tmp_path):
         c.execute("UPDATE sites SET file = ?, line = 2, function = ? WHERE id = 2",
                   (str(evil), "<script>document.title='pwned2'</script>"))
         c.execute("UPDATE sites SET file = ?, line = 1 WHERE id = 1", (str(secret),))
+        (tmp_path / "link.py").symlink_to(secret)  # a .py name for a file that is not one
+        c.execute("UPDATE sites SET file = ?, line = 1 WHERE id = 3", (str(tmp_path / "link.py"),))
         c.execute("UPDATE ops SET name = ? WHERE seq = 3", ("</script><script>document.title='pwned3'</script>",))
     text = _report(copy, tmp_path / "evil.html").read_text()
     assert "<img src=x" not in text and "<b>bold</b>" not in text and "hunter2" not in text
@@ -160,3 +162,16 @@ def test_audit_writes_the_same_page(run_dir, tmp_path):
     data = json.loads(text.split('id="jaxplace-data">', 1)[1].split("</script>", 1)[0])
     assert data["timeline"]["steps"]["n"] == STEPS
     assert data["stepchart"]["counts"]["h2d"] == [1] * STEPS  # one implicit upload per step
+
+
+def test_report_of_a_foreign_trace(chromium, tmp_path):
+    """A jax.profiler trace has no jaxplace events: the page says so instead of a timeline,
+    and still loads cleanly with the audit's matrix."""
+    from conftest import REPO
+
+    trace = REPO / "tests" / "data" / "foreign_traces" / "jax-rocm-mi300x-8gpu-conv-d2d"
+    page_file = _report(trace, tmp_path / "trace.html")
+    page = chromium.open(page_file.resolve().as_uri())
+    assert page.problems() == [] and len(page.requests()) == 1
+    assert "not a jaxplace run" in page.eval("document.getElementById('timeline').textContent")
+    assert page.eval("document.querySelectorAll('#matrix-totals tr[data-kind]').length") == 3

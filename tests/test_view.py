@@ -107,3 +107,13 @@ def test_view_without_a_trace_says_why(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("jaxplace: error: ") and "--trace" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_view_tensorboard_when_not_installed(run_dir):
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is not None:
+        pytest.skip("TensorBoard is installed here: --tensorboard would start it")
+    proc = jaxplace("view", run_dir, "--tensorboard")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("jaxplace: error: TensorBoard is not installed")

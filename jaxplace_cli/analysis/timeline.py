@@ -16,6 +16,7 @@ device execution time is in the run's ``jax.profiler`` trace window (``jaxplace 
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -230,6 +231,8 @@ def _compiles(conn, t0: int) -> dict:
             name, secs = str(v.get("fun", "?")), float(v.get("secs", 0) or 0)
         except (ValueError, AttributeError, TypeError):
             name, secs = "?", 0.0
+        if not math.isfinite(secs):  # a damaged marker; JSON (the page's data) has no NaN
+            secs = 0.0
         out["ts"].append(ts - t0)
         out["name"].append(name[:200])
         out["secs"].append(round(secs, 6))
@@ -278,7 +281,7 @@ def source_lines(locations) -> dict[tuple[str, int], str]:
     a run naming ``~/.ssh/id_rsa:1`` must not copy that line into a report someone shares."""
     out, cache = {}, {}
     for file, line in locations:
-        if not file or not isinstance(line, int) or line < 1 or not file.lower().endswith((".py", ".pyw")):
+        if not file or not isinstance(line, int) or line < 1 or not _is_python(file):
             continue
         if file not in cache:
             cache[file] = _read_lines(file)
@@ -286,6 +289,15 @@ def source_lines(locations) -> dict[tuple[str, int], str]:
         if lines is not None and line <= len(lines):
             out[(file, line)] = lines[line - 1].rstrip()[:400]
     return out
+
+
+def _is_python(file: str) -> bool:
+    """A ``.py``/``.pyw`` name that is still one once symlinks are resolved (a run may ship
+    ``x.py -> ~/.ssh/id_rsa`` and name it by a relative path)."""
+    try:
+        return all(p.lower().endswith((".py", ".pyw")) for p in (file, os.path.realpath(file)))
+    except (OSError, ValueError):
+        return False
 
 
 def _read_lines(file: str) -> list[str] | None:

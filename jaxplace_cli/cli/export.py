@@ -17,8 +17,9 @@ def export(
     min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are not findings' moments."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
 ) -> None:
-    """Export every op and transfer of a run as a Chrome trace (JSON) that ui.perfetto.dev and
-    chrome://tracing open: a process per device plus the host, ops as slices, transfers as
+    """Export every op and transfer of a run for Perfetto / chrome://tracing.
+
+    Chrome trace event JSON: a process per device plus the host, ops as slices, transfers as
     flow arrows between the processes, findings as instant events, steps as slices.
 
     Example: jaxplace export RUN --perfetto run.json.gz   (then open it at ui.perfetto.dev)

@@ -26,10 +26,12 @@ def report(
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rules (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
 ) -> None:
-    """Write the run as ONE self-contained HTML file: a device timeline (one lane per device and
-    the host; ops, transfer arrows, steps; zoom and pan), the transfer matrix, the verdict and
-    findings linked to their moments on the timeline, top sites with their source lines, a
-    per-step transfer chart and the run's metadata. No network: open it anywhere.
+    """Write the run as one self-contained HTML file: timeline, transfer matrix, findings.
+
+    The page: a device timeline (one lane per device and the host; ops, transfer arrows, steps;
+    zoom and pan), the transfer matrix, the verdict and findings linked to their moments on the
+    timeline, top sites with their source lines, a per-step transfer chart and the run's
+    metadata. No network: open it anywhere.
 
     Big runs are drawn with a level of detail (the page says which): every event of a
     window of steps, aggregates elsewhere.

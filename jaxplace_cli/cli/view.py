@@ -29,8 +29,10 @@ def view(
                              help="Port on 127.0.0.1 (0: any free port; a busy port falls back to a free one)."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Serve with TensorBoard instead of XProf (needs tensorboard)."),
 ) -> None:
-    """Open the run's jax.profiler trace window in XProf (trace viewer, op profile, memory),
-    served on 127.0.0.1 only; prints the URL; Ctrl-C stops it.
+    """Serve the run's jax.profiler trace in XProf, on 127.0.0.1 only.
+
+    XProf's trace viewer, op profile and memory tools over the run's trace window; prints the
+    URL; Ctrl-C stops it.
 
     For jaxplace's own timeline of every op and transfer: jaxplace report RUN -o report.html.
     """

@@ -365,6 +365,7 @@
     var ctx = canvas.getContext('2d'), kinds = S.kinds, n = 0, mode = 'bytes';
     kinds.forEach(function (k) { n = Math.max(n, (S.counts[k] || []).length); });
     var PAD_L = 70, PAD_B = 18, HGT = 180;
+    function total() { var s = 0; kinds.forEach(function (k) { (S.counts[k] || []).forEach(function (v) { s += v; }); }); return s; }
     function value(k, i) { return ((mode === 'bytes' ? S.bytes : S.counts)[k] || [])[i] || 0; }
     function draw() {
       var w = Math.max(200, box.clientWidth), dpr = window.devicePixelRatio || 1;
@@ -374,6 +375,10 @@
       for (var i = 0; i < n; i++) { var s = 0; kinds.forEach(function (k) { s += value(k, i); }); max = Math.max(max, s); }
       var pw = w - PAD_L - 6, bw = pw / Math.max(1, n), ph = HGT - PAD_B - 8;
       ctx.font = '11px system-ui, sans-serif'; ctx.fillStyle = '#5d6675'; ctx.textBaseline = 'middle';
+      if (max === 1 && !total()) {
+        ctx.fillText('no transfer of at least the audit\'s minimum size in any step', PAD_L, ph / 2);
+        return;
+      }
       ctx.fillText(mode === 'bytes' ? fmtBytes(max) : String(max), 4, 10);
       ctx.fillText('0', 4, ph + 8);
       ctx.fillText('step \u2192  (' + n + ')', PAD_L, HGT - 8);
