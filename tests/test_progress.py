@@ -79,3 +79,35 @@ def test_no_status_with_quiet(tmp_path):
     assert code == 0
     assert b"\x1b" not in out and b"jaxplace" not in out
     assert out.decode().replace("\r\n", "\n") == "".join(f"line {i}\n" for i in range(LINES)) + "done 31.0\n"
+
+
+def _pty(argv) -> tuple[int, bytes]:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=child_env(), close_fds=True)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return proc.wait(timeout=120), out
+
+
+def test_report_shows_its_stages_on_a_terminal(tmp_path):
+    code, _, _ = _run(tmp_path, "--quiet")
+    assert code == 0
+    code, out = _pty([sys.executable, "-m", "jaxplace_cli", "report", tmp_path / "run", "-o", tmp_path / "r.html"])
+    assert code == 0
+    # drawn when it starts and, last, when it stops (stages in between may pass within a refresh)
+    assert b"jaxplace: opening" in out and b"jaxplace: writing the page" in out
+    screen = pyte.Screen(COLS, ROWS)
+    pyte.ByteStream(screen).feed(out)
+    text = " ".join("".join(screen.display).split())  # (a long path wraps)
+    assert text == (f"jaxplace: report written to {tmp_path / 'r.html'} ({os.path.getsize(tmp_path / 'r.html') / 1024:.1f} "
+                    "KiB); open it in a browser")  # the progress line is gone: transient

@@ -111,10 +111,14 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         kind = classify_input(path)
         if kind == "run":
             run = open_run(path)
+            from jaxplace_cli.cli.report import BIG_RUN, stages
             from jaxplace_cli.suggest.top import attach_suggestion
 
-            result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
-                                                            run, cfg.min_bytes))
+            big = sys.stderr.isatty() and run.store.count("ops") + run.store.count("transfers") > BIG_RUN
+            with stages(big) as stage:  # a transient progress line on stderr for a big run
+                stage("auditing the run")
+                result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
+                                                                run, cfg.min_bytes))
         else:
             from jaxplace_cli.analysis.trace_audit import audit_trace
 

@@ -44,8 +44,11 @@ def report(
         print(f"jaxplace: report written to {out} ({human_bytes(size)}); open it in a browser", file=sys.stderr)
 
 
+BIG_RUN = 100_000  # ops + transfers: `audit` shows its progress line from this size on (~1 s here)
+
+
 @contextmanager
-def _stages(enabled: bool):
+def stages(enabled: bool):
     """``step(text)`` names the stage under way: a spinner, the stage and the elapsed time on
     stderr (a terminal only; transient: nothing is left behind)."""
     if not enabled:
@@ -79,7 +82,7 @@ def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 2
     for r in (rule or []) + (ignore or []):
         if r not in RULES:
             fail(f"unknown rule {r!r}; rules are: {', '.join(RULES)}")
-    with _stages(progress) as stage:
+    with stages(progress) as stage:
         try:
             text = render_path(path, min_b, top, rule, ignore, stage)
         except InputError as exc:
