@@ -32,7 +32,9 @@ def _us(ns: int) -> float:
 
 
 def events(result: AuditResult, tl):
-    """Yield the trace's events (dicts), metadata first."""
+    """Yield the trace's events, metadata first: dicts, except ops and transfers, which come as
+    their JSON text already (formatted here from pre-encoded names: ~4x faster than encoding
+    2M dicts of a 1M-event run one by one)."""
     lanes = tl.lanes
     for i, lane in enumerate(lanes):
         yield {"ph": "M", "name": "process_name", "pid": i + 1, "tid": 0, "args": {"name": lane}}
@@ -44,44 +46,61 @@ def events(result: AuditResult, tl):
     tids: dict[int, int] = {}
     for th in list(o["thread"]) + list(t["thread"]):
         tids.setdefault(th, FIRST_OP_TID + len(tids))
+    site_j = [_j(site_name(f, line) if f else "") for f, line, _ in tl.sites]
+    yield from _ops(tl, tids, site_j)
+    yield from _transfers(tl, site_j)
+    yield from _steps(tl)
+    yield from _compiles(tl)
+    yield from _findings(result, tl, tids)
+
+
+_j = json.JSONEncoder(ensure_ascii=True).encode
+
+
+def _ops(tl, tids: dict, site_j: list):
+    o = tl.ops
+    names, kinds = [_j(n) for n in tl.names], [_j(k) for k in tl.op_kinds]
+    placed = ["," + '"placed":' + _j(p) if p else "" for p in tl.op_placed]
+    errors = ["," + '"error":' + _j(e) if e else "" for e in tl.op_errors]
     named = set()
-    site_text = [site_name(f, line) if f else "" for f, line, _ in tl.sites]
-    for i in range(len(o["ts"])):
-        pid, tid = o["lane"][i] + 1, tids[o["thread"][i]]
+    for lane, thread, ts, dur, n, k, site, seq, pl, err in zip(o["lane"], o["thread"], o["ts"], o["dur"], o["name"],
+                                                                 o["kind"], o["site"], o["seq"], o["placed"], o["err"]):
+        pid, tid = lane + 1, tids[thread]
         if (pid, tid) not in named:
             named.add((pid, tid))
             yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                    "args": {"name": f"ops (python thread {tid - FIRST_OP_TID})"}}
-        args = {"kind": tl.op_kinds[o["kind"][i]], "site": site_text[o["site"][i]], "seq": o["seq"][i]}
-        if tl.op_placed[o["placed"][i]]:
-            args["placed"] = tl.op_placed[o["placed"][i]]
-        if tl.op_errors[o["err"][i]]:
-            args["error"] = tl.op_errors[o["err"][i]]
-        yield {"ph": "X", "name": tl.names[o["name"][i]], "cat": "op", "pid": pid, "tid": tid,
-               "ts": _us(o["ts"][i]), "dur": _us(o["dur"][i]), "args": args}
+        yield (f'{{"ph":"X","name":{names[n]},"cat":"op","pid":{pid},"tid":{tid},"ts":{ts / 1000!r},'
+               f'"dur":{dur / 1000!r},"args":{{"kind":{kinds[k]},"site":{site_j[site]},"seq":{seq}'
+               f'{placed[pl]}{errors[err]}}}}}')
+
+
+def _transfers(tl, site_j: list):
+    t, lanes = tl.transfers, [_j(x) for x in tl.lanes]
     kinds = ("h2d", "d2h", "d2d", "?")
+    apis = [_j(a) for a in tl.apis]
+    sizes: dict[int, str] = {}
     free: dict[int, int] = {}  # lane -> first ns free on its transfers thread
-    for i in range(len(t["ts"])):
-        src, dst, nbytes, flags = t["src"][i], t["dst"][i], t["bytes"][i], t["flags"][i]
-        kind = kinds[t["kind"][i]]
-        name = f"{kind} {human_bytes(nbytes)}"
-        args = {"kind": kind, "bytes": nbytes, "src": lanes[src], "dst": lanes[dst],
-                "implicit": bool(flags & 1), "blocking": bool(flags & 2), "api": tl.apis[t["api"][i]],
-                "site": site_text[t["site"][i]], "seq": t["seq"][i]}
-        at = {}
-        for lane in (src, dst):
-            ts = at[lane] = max(t["ts"][i], free.get(lane, 0))
-            free[lane] = ts + 1
-        for lane in dict.fromkeys((src, dst)):
-            yield {"ph": "X", "name": name, "cat": "transfer", "pid": lane + 1, "tid": TID_TRANSFERS,
-                   "ts": _us(at[lane]), "dur": 0.001, "args": args}
-        yield {"ph": "s", "id": i + 1, "name": "transfer", "cat": "transfer", "pid": src + 1,
-               "tid": TID_TRANSFERS, "ts": _us(at[src])}
-        yield {"ph": "f", "bp": "e", "id": i + 1, "name": "transfer", "cat": "transfer", "pid": dst + 1,
-               "tid": TID_TRANSFERS, "ts": _us(at[dst])}
-    yield from _steps(tl)
-    yield from _compiles(tl)
-    yield from _findings(result, tl, tids)
+    for i, (ts, src, dst, k, nbytes, flags, site, api, seq) in enumerate(zip(
+            t["ts"], t["src"], t["dst"], t["kind"], t["bytes"], t["flags"], t["site"], t["api"], t["seq"])):
+        kind = kinds[k]
+        size = sizes.get(nbytes)
+        if size is None:
+            size = sizes[nbytes] = human_bytes(nbytes)
+        args = (f'{{"kind":"{kind}","bytes":{nbytes},"src":{lanes[src]},"dst":{lanes[dst]},'
+                f'"implicit":{"true" if flags & 1 else "false"},"blocking":{"true" if flags & 2 else "false"},'
+                f'"api":{apis[api]},"site":{site_j[site]},"seq":{seq}}}')
+        at_src = max(ts, free.get(src, 0))
+        free[src] = at_src + 1
+        at_dst = at_src if dst == src else max(ts, free.get(dst, 0))
+        free[dst] = at_dst + 1
+        for lane, at in ((src, at_src), (dst, at_dst)) if src != dst else ((src, at_src),):
+            yield (f'{{"ph":"X","name":"{kind} {size}","cat":"transfer","pid":{lane + 1},"tid":{TID_TRANSFERS},'
+                   f'"ts":{at / 1000!r},"dur":0.001,"args":{args}}}')
+        yield (f'{{"ph":"s","id":{i + 1},"name":"transfer","cat":"transfer","pid":{src + 1},"tid":{TID_TRANSFERS},'
+               f'"ts":{at_src / 1000!r}}}')
+        yield (f'{{"ph":"f","bp":"e","id":{i + 1},"name":"transfer","cat":"transfer","pid":{dst + 1},'
+               f'"tid":{TID_TRANSFERS},"ts":{at_dst / 1000!r}}}')
 
 
 def _steps(tl):
@@ -126,7 +145,7 @@ def write(result: AuditResult, tl, fh) -> int:
     n = 0
     dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
     for ev in events(result, tl):
-        fh.write((",\n" if n else "") + dumps(ev))
+        fh.write((",\n" if n else "") + (ev if isinstance(ev, str) else dumps(ev)))
         n += 1
     fh.write("\n]}\n")
     return n
