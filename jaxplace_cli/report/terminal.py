@@ -111,9 +111,10 @@ def render(result: AuditResult, console: Console) -> None:
         from jaxplace_cli.model.safe import plain
 
         where = plain(result.path)
-        trace = (result.manifest.get("trace") or {}) if isinstance(result.manifest, dict) else {}
+        trace = result.manifest.get("trace") if isinstance(result.manifest, dict) else None
+        window = isinstance(trace, dict) and bool(trace.get("files"))
         console.print(Text(f"see it: jaxplace report {where} -o report.html"
-                           + (f"   (its jax.profiler window: jaxplace view {where})" if trace.get("files") else ""),
+                           + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
                            style="dim"))
 
 
