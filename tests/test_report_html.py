@@ -175,3 +175,15 @@ def test_report_of_a_foreign_trace(chromium, tmp_path):
     assert page.problems() == [] and len(page.requests()) == 1
     assert "not a jaxplace run" in page.eval("document.getElementById('timeline').textContent")
     assert page.eval("document.querySelectorAll('#matrix-totals tr[data-kind]').length") == 3
+
+
+def test_hand_edited_manifest_still_renders(run_dir, tmp_path):
+    """Manifest fields of unexpected types (a hand-edited run) are shown as what they are."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    m = json.loads((copy / "run.json").read_text())
+    m.update(command="not a list", argv=7, trace=[1, 2], cwd={"a": "<b>x</b>"})
+    m["hooks"]["installed"] = 5
+    (copy / "run.json").write_text(json.dumps(m))
+    text = _report(copy, tmp_path / "m.html").read_text()
+    assert "&lt;b&gt;x&lt;/b&gt;" in text and "<b>x</b>" not in text

@@ -103,8 +103,13 @@ def _dl(items) -> str:
     return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v not in (None, "", [])) + "</dl>"
 
 
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def run_metadata(result: AuditResult) -> str:
-    m = result.manifest or {}
+    """The manifest's facts; any field may be missing or of another type (a hand-edited run)."""
+    m = result.manifest if isinstance(result.manifest, dict) else {}
     ev = m.get("events", {}) if isinstance(m.get("events"), dict) else {}
     trace = m.get("trace", {}) if isinstance(m.get("trace"), dict) else {}
     hooks = m.get("hooks", {}) if isinstance(m.get("hooks"), dict) else {}
@@ -112,8 +117,8 @@ def run_metadata(result: AuditResult) -> str:
     dev_text = ", ".join(f"{d.get('name')} ({d.get('kind')})" for d in devices if isinstance(d, dict))
     placement = m.get("placement") if isinstance(m.get("placement"), dict) else None
     items = [
-        ("command", " ".join(map(str, m.get("command", []) or []))),
-        ("script", " ".join(map(str, m.get("argv", []) or []))),
+        ("command", " ".join(map(str, _list(m.get("command"))))),
+        ("script", " ".join(map(str, _list(m.get("argv"))))),
         ("working directory", m.get("cwd")),
         ("status", f"{m.get('status')} (exit {m.get('exit_code')})" + (f": {m['error']}" if m.get("error") else "")),
         ("started / ended", f"{m.get('started', '?')} / {m.get('ended', '?')}"),
@@ -124,8 +129,8 @@ def run_metadata(result: AuditResult) -> str:
         ("policy", m.get("policy")),
         ("placement", f"{placement.get('policy')}: {placement.get('decisions')} decisions, "
                       f"{placement.get('fallbacks')} fallbacks" if placement else ""),
-        ("hooks installed", ", ".join(map(str, hooks.get("installed", []) or []))),
-        ("hooks unavailable", ", ".join(map(str, hooks.get("unavailable", []) or []))),
+        ("hooks installed", ", ".join(map(str, _list(hooks.get("installed"))))),
+        ("hooks unavailable", ", ".join(map(str, _list(hooks.get("unavailable"))))),
         ("events", f"{ev.get('ops', '?')} ops, {ev.get('transfers', '?')} transfers, "
                    f"{ev.get('lost_rows', 0)} lost" if ev else ""),
         ("jax.profiler trace", f"{trace.get('mode')} ({trace.get('state')}, {trace.get('traced_ops', 0)} ops): "
