@@ -4,6 +4,7 @@ formed, slices on one thread nest, every flow has both ends and each end sits in
 its thread (else the viewer drops the arrow)."""
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 from collections import defaultdict
@@ -56,13 +57,25 @@ def check_chrome_trace(doc: dict) -> list[str]:
             if stack and b > stack[-1]:
                 problems.append(f"thread {key}: slice {a}-{b} overlaps its parent's end {stack[-1]}")
             stack.append(b)
+    # a slice encloses ts iff among the slices starting at or before ts one ends at or after it:
+    # sorted starts and a running maximum of ends answer that by bisection (1M-event exports)
+    index = {}
+    for key, spans in slices.items():
+        spans.sort()
+        ends, top = [], -1
+        for _, b in spans:
+            top = max(top, b)
+            ends.append(top)
+        index[key] = ([a for a, _ in spans], ends)
     for fid, ends in flows.items():
         phases = sorted(e["ph"] for e in ends)
         if phases != ["f", "s"]:
             problems.append(f"flow {fid}: ends {phases} (want one s and one f)")
             continue
         for e in ends:  # each end binds to a slice of its own thread that encloses it
-            if not any(a <= round(e["ts"] * 1000) <= b for a, b in slices[(e["pid"], e["tid"])]):
+            starts, reach = index.get((e["pid"], e["tid"]), ([], []))
+            i = bisect.bisect_right(starts, round(e["ts"] * 1000)) - 1
+            if i < 0 or reach[i] < round(e["ts"] * 1000):
                 problems.append(f"flow {fid}: its {e['ph']} end at {e['ts']} is in no slice of {e['pid']}/{e['tid']}")
     return problems
 
