@@ -46,7 +46,7 @@ P5_FIXTURE = REPO / "tests" / "data" / "foreign_traces" / "tf-gpu-v100-multiwork
 PY = sys.executable
 RESULT_PREFIX = "BENCH_RESULT "
 JSON_SCHEMA = 1
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9")
 
 
 @dataclass
@@ -108,6 +108,7 @@ TARGETS = {
     "P5": ("jaxplace audit of a foreign .xplane.pb vs from_file + 1 pass", "≤ ×1.5"),
     "P6": ("recorder throughput (events in store / script loop time)", "≥ 200k ev/s, none lost"),
     "P7": ("jaxplace audit of a 4 MiB TPU trace, huge core_details stat", "≤ 5 s"),
+    "P9": ("jaxplace report (one HTML file) of the 1M-event run", "≤ 10 s, ≤ 20 MB"),
 }
 FLAT_TOLERANCE_MB = 25.0  # P3: overhead at the long length may exceed the short one by this much
 
@@ -429,6 +430,29 @@ def p4_group(bench: Bench, run_dir: str | None) -> dict:
             "error": "" if good else last_line(audits[-1]["stderr_tail"] if audits else "")}
 
 
+def p9_group(bench: Bench, run_dir: str | None) -> dict:
+    """P9 (issue 16): `jaxplace report RUN -o FILE` of the long run: wall, peak RSS, file size."""
+    if not run_dir or not Path(run_dir, "events.sqlite").is_file():
+        return {"error": "no 1M-event run to report on (P3 failed)"}
+    info, reports = read_run(Path(run_dir)), []
+    for i in range(bench.sizes.audit_runs):
+        page = bench.tmp / f"report-{i}.html"
+        r = run_child([PY, "-m", "jaxplace_cli", "report", run_dir, "-o", str(page)], child_env(),
+                      bench.timeout, bench.tmp)
+        r["ok"] = r["exit_code"] == 0 and page.is_file()
+        r["mb"] = page.stat().st_size / 2**20 if r["ok"] else None
+        if not r["ok"]:
+            bench.errors.append(f"P9 report: exit {r['exit_code']}: {last_line(r['stderr_tail'])}")
+        bench.log(f"  report 1M run       {r['wall_s']:7.2f} s {r['rss_mb']:7.0f} MB"
+                  + (f"  file {r['mb']:.1f} MB" if r["ok"] else f"  FAILED: {last_line(r['stderr_tail'])}"))
+        reports.append(r)
+    good = [r for r in reports if r["ok"]]
+    return {"events": info.get("events_total"), "walls_s": [round(r["wall_s"], 3) for r in reports],
+            "median_wall_s": median([r["wall_s"] for r in good]), "median_rss_mb": median([r["rss_mb"] for r in good]),
+            "file_mb": max((r["mb"] for r in good), default=None),
+            "error": "" if good else last_line(reports[-1]["stderr_tail"] if reports else "")}
+
+
 def _is_json(path: Path) -> bool:
     try:
         json.loads(path.read_text())
@@ -574,6 +598,15 @@ def rows(res: dict) -> list[dict]:
         row("P7", "skipped", None)
     else:
         row("P7", *g["row"])
+    g = res.get("P9")
+    if g is None:
+        row("P9", "skipped", None)
+    elif not g.get("median_wall_s"):
+        row("P9", "n/a", False, None, g.get("error", ""))
+    else:
+        t, mb = g["median_wall_s"], g["file_mb"]
+        row("P9", f"{t:.2f} s, file {mb:.1f} MB, {g['median_rss_mb']:.0f} MB RSS", t <= 10 and mb <= 20, t,
+            f"{g['events']:,} events" if g.get("events") else "")
     return out
 
 
@@ -693,7 +726,7 @@ def main(argv=None) -> int:
     if only - set(ROW_IDS):
         ap.error(f"--only: unknown group(s) {', '.join(sorted(only - set(ROW_IDS)))}")
     want = lambda pid: not only or pid in only  # noqa: E731
-    need_p3 = want("P3") or want("P4") or want("P6")
+    need_p3 = want("P3") or want("P4") or want("P6") or want("P9")
 
     started = time.time()
     t_start = time.perf_counter()
@@ -726,6 +759,9 @@ def main(argv=None) -> int:
             if want("P4"):
                 bench.log("P4: jaxplace audit of the long run")
                 res["P4"] = p4_group(bench, p3.get("kept_run_dir"))
+            if want("P9"):
+                bench.log("P9: jaxplace report (HTML) of the long run")
+                res["P9"] = p9_group(bench, p3.get("kept_run_dir"))
         table = rows(res)
         if only:
             table = [r for r in table if r["id"] in only]

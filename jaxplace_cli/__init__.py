@@ -9,6 +9,8 @@ library API below is imported lazily.
 - ``OpInfo``, ``PolicyError``: what a policy callable receives, and what a failing policy raises.
 - ``budget(d2h=0, ...)``: fail a block (a test) that moves more than allowed; the pytest plugin
   offers the same as ``@pytest.mark.transfer_budget(...)``.
+- ``%load_ext jaxplace_cli`` in IPython/Jupyter: the ``%%jaxplace`` cell magic and
+  ``%jaxplace_audit`` (integrations/ipython.py; IPython is imported only then).
 """
 __version__ = "0.1.0"
 
@@ -22,6 +24,13 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+
+def load_ipython_extension(ip) -> None:
+    """``%load_ext jaxplace_cli``: registers ``%%jaxplace`` and ``%jaxplace_audit``."""
+    from jaxplace_cli.integrations.ipython import load
+
+    load(ip)
 
 
 def __getattr__(name):

@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
@@ -33,7 +33,7 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
         assert set(r) >= {"id", "what", "target", "measured", "value", "pass", "note"}
         assert r["measured"] and r["target"]
     groups = doc["groups"]
-    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5"}
+    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5", "P7", "P9"}
     # the workloads and their reference modes ran (a broken workload script shows up here)
     for pid in ("P1", "P2"):
         assert groups[pid]["configs"]["plain"]["ok"] == 1, groups[pid]["configs"]["plain"]
@@ -49,3 +49,4 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     # every 4 MiB core_details shape was audited (exit 0 or 2, no traceback)
     assert groups["P7"]["error"] == "" and groups["P7"]["median_wall_s"] is not None, groups["P7"]
     assert all(s["bytes"] >= 4 * 2**20 for k, s in groups["P7"]["shapes"].items() if "baseline" not in k)
+    assert groups["P9"]["file_mb"] > 0, groups["P9"]  # the HTML report of the long run was written

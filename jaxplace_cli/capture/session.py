@@ -41,6 +41,7 @@ class RunOptions:
     policy: str = "default"
     placer: object = None  # placement.engine.Placer, built (and validated) before the run
     command: list[str] = field(default_factory=list)
+    progress: bool = False  # a live status line on stderr when it is a terminal (capture/progress.py)
 
 
 def simulate_cpu_devices(n: int) -> None:
@@ -188,6 +189,10 @@ class Session:
 
         self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
         self.recorder = Recorder()
+        if self.opts.progress:  # before the writer thread binds recorder.take
+            from jaxplace_cli.capture.progress import LiveStatus
+
+            self.status = LiveStatus.start(self.recorder)
         from jaxplace_cli.store.writer_process import WriterProcess
 
         take = isinstance(self._writer, WriterProcess)  # the child formats the rows itself
@@ -262,6 +267,9 @@ class Session:
 
     def _finalize(self, outcome: Outcome) -> None:
         from jaxplace_cli.capture import jaxhooks as hooks
+
+        if getattr(self, "status", None) is not None:
+            self.status.stop()  # the terminal whole again before any traceback or summary
 
         if self.trace is not None:
             self.trace.close()

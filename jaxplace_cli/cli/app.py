@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from jaxplace_cli import __version__
-from jaxplace_cli.cli import audit, devices, diff, run, suggest
+from jaxplace_cli.cli import audit, devices, diff, export, report, run, suggest, view
 
 app = typer.Typer(
     add_completion=False,
@@ -49,3 +49,6 @@ app.command("audit")(audit.audit)
 app.command("devices")(devices.devices)
 app.command("suggest")(suggest.suggest)
 app.command("diff")(diff.diff)
+app.command("report")(report.report)
+app.command("export")(export.export)
+app.command("view")(view.view)

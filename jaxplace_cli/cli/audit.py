@@ -28,9 +28,9 @@ LIMIT_FLAGS = {
 def audit(
     path: Path = typer.Argument(..., help="A jaxplace run directory, a jax.profiler log dir, or a .xplane.pb file."),
     format: Optional[str] = typer.Option(None, "--format", "-f",
-                                         help="rich (default on a TTY), text, json, markdown, junit, sarif, github."),
+                                         help="rich (default on a TTY), text, json, markdown, junit, sarif, github, html."),
     output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Write the report to this file, atomically (format from the extension: .json .txt .md .xml .sarif)."),
+                                          help="Write the report to this file, atomically (format from the extension: .json .txt .md .xml .sarif .html)."),
     min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are counted apart (e.g. 0, 1KiB, \"1 MB\")."),
     top: int = typer.Option(20, "--top", min=1, help="How many transfer sites to list."),
     rule: Optional[List[str]] = typer.Option(None, "--rule", help="Only run these rules (repeatable)."),
@@ -111,10 +111,14 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         kind = classify_input(path)
         if kind == "run":
             run = open_run(path)
+            from jaxplace_cli.cli.report import BIG_RUN, stages
             from jaxplace_cli.suggest.top import attach_suggestion
 
-            result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
-                                                            run, cfg.min_bytes))
+            big = sys.stderr.isatty() and run.store.count("ops") + run.store.count("transfers") > BIG_RUN
+            with stages(big) as stage:  # a transient progress line on stderr for a big run
+                stage("auditing the run")
+                result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
+                                                                run, cfg.min_bytes))
         else:
             from jaxplace_cli.analysis.trace_audit import audit_trace
 

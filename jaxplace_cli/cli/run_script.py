@@ -69,6 +69,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
                       command=["jaxplace", *sys.argv[1:]])
     opts.devices = n_devices
     opts.trace_ops = trace_ops
+    opts.progress = not quiet
     try:
         session = Session(opts)
     except RunDirError as exc:
@@ -148,7 +149,8 @@ def _print_run_summary(session) -> None:
     if m.get("trace", {}).get("note"):
         print(f"jaxplace: {m['trace']['note']}", file=err)
     if getattr(session, "saved", True):
-        print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}", file=err)
+        print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}; "
+              f"see it: jaxplace report {session.run_dir} -o report.html", file=err)
     else:
         print(f"jaxplace: the run in {session.run_dir} is incomplete (its manifest could not be "
               f"written); `jaxplace audit` will say what it can read", file=err)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from jaxplace_cli.analysis import AuditResult
 
-FORMATS = ("rich", "text", "json", "markdown", "junit", "sarif", "github")
+FORMATS = ("rich", "text", "json", "markdown", "junit", "sarif", "github", "html")
 EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit",
-              ".sarif": "sarif"}
+              ".sarif": "sarif", ".html": "html", ".htm": "html"}
 
 
 def render_to_string(result: AuditResult, fmt: str) -> str:
-    if fmt in ("json", "markdown", "junit", "sarif", "github"):
+    if fmt in ("json", "markdown", "junit", "sarif", "github", "html"):
         import importlib
 
         module = importlib.import_module(f".{'json_report' if fmt == 'json' else fmt}", __name__)

@@ -107,6 +107,15 @@ def render(result: AuditResult, console: Console) -> None:
     else:
         console.print(Text("No findings.", style="green"))
     _suggestion(console, result)
+    if result.source == "run":
+        from jaxplace_cli.model.safe import plain
+
+        where = plain(result.path)
+        trace = result.manifest.get("trace") if isinstance(result.manifest, dict) else None
+        window = isinstance(trace, dict) and bool(trace.get("files"))
+        console.print(Text(f"see it: jaxplace report {where} -o report.html"
+                           + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
+                           style="dim"))
 
 
 def suggest_command(path: str, sg) -> str:

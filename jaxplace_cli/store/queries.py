@@ -15,7 +15,8 @@ test_golden_runs.py`` pins the audit output byte for byte), including which scan
 the tables have no index on ``seq``, so ``ORDER BY seq`` sorts, and an unordered scan returns
 rows in the order they were written.
 
-Sections, one per consumer; a new query goes into its consumer's section.
+Sections, one per consumer; a new query goes into its consumer's section (the timeline's
+queries are store/timeline.py).
 """
 from __future__ import annotations
 

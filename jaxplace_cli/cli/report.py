@@ -1,0 +1,96 @@
+"""`jaxplace report`: the run as one self-contained HTML page (timeline, matrix, findings).
+
+Same analysis as ``jaxplace audit`` (``audit -o x.html`` writes the same page); this command
+also shows a progress line on a terminal while a big run is read (a 1M-event run takes a few
+seconds: auditing, then the timeline, then writing).
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from jaxplace_cli.cli.common import fail
+
+
+def report(
+    path: Path = typer.Argument(..., help="A jaxplace run directory (a jax.profiler log dir or .xplane.pb: no timeline)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="The HTML file to write (default: ./<run name>.html), atomically."),
+    min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are counted apart."),
+    top: int = typer.Option(20, "--top", min=1, help="How many transfer sites to list."),
+    rule: Optional[List[str]] = typer.Option(None, "--rule", help="Only run these rules (repeatable)."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rules (repeatable)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
+) -> None:
+    """Write the run as one self-contained HTML file: timeline, transfer matrix, findings.
+
+    The page: a device timeline (one lane per device and the host; ops, transfer arrows, steps;
+    zoom and pan), the transfer matrix, the verdict and findings linked to their moments on the
+    timeline, top sites with their source lines, a per-step transfer chart and the run's
+    metadata. No network: open it anywhere.
+
+    Big runs are drawn with a level of detail (the page says which): every event of a
+    window of steps, aggregates elsewhere.
+    """
+    from jaxplace_cli.model.sizes import human_bytes
+
+    out = output if output is not None else Path(f"{Path(path).resolve().name or 'run'}.html")
+    size = write_report(path, out, min_bytes, top, rule, ignore, progress=not quiet and sys.stderr.isatty())
+    if not quiet:
+        print(f"jaxplace: report written to {out} ({human_bytes(size)}); open it in a browser", file=sys.stderr)
+
+
+BIG_RUN = 100_000  # ops + transfers: `audit` shows its progress line from this size on (~1 s here)
+
+
+@contextmanager
+def stages(enabled: bool):
+    """``step(text)`` names the stage under way: a spinner, the stage and the elapsed time on
+    stderr (a terminal only; transient: nothing is left behind)."""
+    if not enabled:
+        yield lambda text: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("jaxplace: {task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("opening", total=None)
+        yield lambda text: bar.update(task, description=text)
+
+
+def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 20, rule=None, ignore=None,
+                 progress: bool = False) -> int:
+    """Audit ``path``, build its timeline, write the page to ``output``; returns its size."""
+    import sqlite3
+
+    from jaxplace_cli.analysis.findings import RULES
+    from jaxplace_cli.analysis.run import InputError
+    from jaxplace_cli.model.sizes import parse_size
+    from jaxplace_cli.report import write_atomic
+    from jaxplace_cli.report.html import render_path
+    from jaxplace_cli.store import StoreError
+
+    try:
+        min_b = parse_size(min_bytes)
+    except ValueError as exc:
+        fail(f"--min-bytes: {exc}")
+    for r in (rule or []) + (ignore or []):
+        if r not in RULES:
+            fail(f"unknown rule {r!r}; rules are: {', '.join(RULES)}")
+    with stages(progress) as stage:
+        try:
+            text = render_path(path, min_b, top, rule, ignore, stage)
+        except InputError as exc:
+            fail(str(exc))
+        except (sqlite3.DatabaseError, StoreError) as exc:
+            fail(f"{path}: the events store is corrupt or unreadable ({exc}); no report written")
+        try:
+            write_atomic(output, text)
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}")
+    return len(text.encode())

@@ -1,0 +1,162 @@
+"""`jaxplace view`: the run's ``jax.profiler`` trace in XProf, served on 127.0.0.1 only.
+
+XProf's own entry point (``xprof --logdir``, ``xprof.server.start_server``) binds a wildcard
+address (``::`` / ``0.0.0.0``: every interface of the machine) and starts a gRPC worker
+service on ``0.0.0.0:50051``. This command uses neither: it loads XProf's profile plugin
+(``ProfilePluginLoader``) itself and serves the plugin's routes from a cheroot server bound
+to ``127.0.0.1`` — the only socket it opens — without the route that makes the server
+capture a profile from another address (``/capture_profile``). Ctrl-C stops it cleanly.
+
+``--tensorboard`` runs TensorBoard instead (when installed), with ``--host 127.0.0.1``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from jaxplace_cli.cli.common import fail
+
+HOST = "127.0.0.1"
+PREFIX = "/data/plugin/profile"
+BLOCKED = ("/capture_profile",)  # would make the server reach out to another address
+
+
+def view(
+    path: Path = typer.Argument(..., help="A jaxplace run directory (or a jax.profiler log dir)."),
+    port: int = typer.Option(8791, "--port", min=0, max=65535,
+                             help="Port on 127.0.0.1 (0: any free port; a busy port falls back to a free one)."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Serve with TensorBoard instead of XProf (needs tensorboard)."),
+) -> None:
+    """Serve the run's jax.profiler trace in XProf, on 127.0.0.1 only.
+
+    XProf's trace viewer, op profile and memory tools over the run's trace window; prints the
+    URL; Ctrl-C stops it.
+
+    For jaxplace's own timeline of every op and transfer: jaxplace report RUN -o report.html.
+    """
+    logdir = profile_logdir(path)
+    if tensorboard:
+        raise typer.Exit(_tensorboard(logdir, port))
+    server = xprof_server(logdir, port)
+    actual = server.bind_addr[1]
+    print(f"jaxplace: XProf for {path} at http://{HOST}:{actual}/  (listening on {HOST} only; "
+          "Ctrl-C to stop)", file=sys.stderr, flush=True)
+    _stop_on_signals()
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    print("jaxplace: XProf stopped", file=sys.stderr)
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM end ``serve()`` with a KeyboardInterrupt, even where the
+    shell started us with SIGINT ignored (a background job): the server is then stopped
+    cleanly (sockets closed, worker threads joined)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
+def profile_logdir(path: Path) -> Path:
+    """The directory XProf reads: it holds ``plugins/profile/<session>/*.xplane.pb``."""
+    path = Path(path)
+    if not path.exists():
+        fail(f"{path} does not exist; pass a run directory made by `jaxplace run`")
+    if path.is_file():
+        fail(f"{path} is a file; XProf reads a directory holding plugins/profile/<session>/*.xplane.pb "
+             "(a jaxplace run directory or a jax.profiler log dir)")
+    traces = sorted((path / "plugins" / "profile").glob("*/*.xplane.pb")) if (path / "plugins").is_dir() else []
+    if not traces:
+        fail(f"{path} holds no jax.profiler trace (plugins/profile/*/*.xplane.pb): the run was recorded "
+             "with --trace off, or the trace window did not open; rerun with --trace window (the "
+             f"default) or --trace full. jaxplace's own timeline: jaxplace report {path}")
+    return path.resolve()
+
+
+def make_app(plugin):
+    """WSGI app over the plugin's routes (as ``xprof.server.make_wsgi_app``, less ``BLOCKED``)."""
+    apps = {route: app for route, app in plugin.get_plugin_apps().items() if route not in BLOCKED}
+
+    def not_found(environ, start_response):
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"Not Found"]
+
+    def application(environ, start_response):
+        route = environ.get("PATH_INFO", "")
+        under = route == PREFIX or route.startswith(PREFIX + "/")
+        if under:
+            route = route[len(PREFIX):]
+        if route != "/" and route.endswith("/"):
+            route = route[:-1]
+        if route in apps:
+            handler = apps[route]
+        elif route in ("", "/") or (under and "." not in route.rsplit("/", 1)[-1] and route not in BLOCKED):
+            handler = plugin.default_handler  # a frontend route, e.g. /trace_viewer on reload
+        else:
+            handler = not_found
+        return handler(environ, start_response)
+
+    return application
+
+
+def xprof_server(logdir: Path, port: int):
+    """A cheroot server bound (not yet serving) to 127.0.0.1:``port`` with XProf's plugin."""
+    import logging
+
+    try:
+        from cheroot import wsgi
+        from xprof import profile_plugin_loader
+        from xprof.standalone import base_plugin, plugin_event_multiplexer
+    except ImportError as exc:
+        fail(f"XProf is not importable ({exc}); install it with: pip install xprof")
+    logging.getLogger("tensorboard.plugins.profile").setLevel(logging.WARNING)
+    context = base_plugin.TBContext(str(logdir), plugin_event_multiplexer.DataProvider(str(logdir)),
+                                    base_plugin.TBContext.Flags(False))
+    context.hide_capture_profile_button = True
+    context.enable_tab_name_label = False
+    context.src_prefix = None
+    plugin = profile_plugin_loader.ProfilePluginLoader().load(context)
+    if plugin is None:
+        fail("XProf's profile plugin could not be loaded (see the warning above)")
+    app = make_app(plugin)
+    for p in dict.fromkeys((port, 0)):
+        server = wsgi.Server((HOST, p), app)
+        try:
+            server.prepare()  # binds and listens
+            if p != port:
+                print(f"jaxplace: port {port} is busy; using {server.bind_addr[1]}", file=sys.stderr)
+            return server
+        except OSError as exc:
+            last = exc
+    fail(f"cannot listen on {HOST}: {last}")
+
+
+def _tensorboard(logdir: Path, port: int) -> int:
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("tensorboard") is None:
+        fail("TensorBoard is not installed (pip install tensorboard); without --tensorboard, "
+             "jaxplace view serves the trace with XProf")
+    argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", HOST,
+            "--port", str(port or 6006)]
+    print(f"jaxplace: TensorBoard at http://{HOST}:{port or 6006}/#profile  (Ctrl-C to stop)", file=sys.stderr)
+    proc = subprocess.Popen(argv)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 0

@@ -1,0 +1,223 @@
+"""The HTML report: ONE self-contained file — timeline, transfer matrix, findings, steps, run.
+
+No network: the page's Content-Security-Policy is ``default-src 'none'`` (inline script and
+style only), its script and style are jaxplace's own (``report/assets/``, inlined), and the
+data rides in the page as JSON. Everything that came from the run or a source file is
+untrusted (docs/security.md): HTML text goes through ``esc`` (control characters shown, then
+HTML-escaped), the JSON is escaped so it cannot close its ``<script>`` element, and the page's
+script writes data into the DOM with ``textContent`` only.
+
+The static sections (verdict, findings, sites, matrix, ops, run) are HTML written here, so
+they read without script; the timeline and the per-step chart are drawn by the script from
+the data (``report/html_data.py``).
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+from jaxplace_cli import __version__
+from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.model.paths import below, site_name
+from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.report.html_data import esc, payload, script_json
+from jaxplace_cli.report.html_tables import matrix, ops, run_metadata, steps
+
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+
+
+def render(result: AuditResult, timeline=None, sources: dict | None = None) -> str:
+    """The page. ``timeline``: ``analysis.timeline.Timeline`` (built here from the run when
+    None and the input is a run); ``sources``: (file, line) -> text (read here when None)."""
+    if timeline is None and result.source == "run":
+        from jaxplace_cli.analysis.run import analyse, open_run
+        from jaxplace_cli.analysis.timeline import build_timeline
+
+        run = open_run(result.path)
+        timeline = analyse(run, lambda: build_timeline(run, result))
+    if sources is None:
+        from jaxplace_cli.analysis.timeline import source_lines
+
+        sources = source_lines(_locations(result))
+    css = resources.files("jaxplace_cli.report").joinpath("assets/report.css").read_text()
+    js = resources.files("jaxplace_cli.report").joinpath("assets/report.js").read_text()
+    body = "\n".join([
+        _header(result), _verdict(result), _timeline(timeline), _findings(result, timeline, sources),
+        _sites(result, timeline, sources), matrix(result), steps(result), ops(result), run_metadata(result),
+        f'<footer>jaxplace {esc(__version__)} · one self-contained file: no network, no external '
+        'script or style</footer>'])
+    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>jaxplace report · {esc(result.path)}</title><style>{css}</style></head>\n'
+            f'<body>\n{body}\n<script type="application/json" id="jaxplace-data">'
+            f'{script_json(payload(result, timeline))}</script>\n<script>{js}</script>\n</body></html>\n')
+    # ASCII only (non-ASCII text as character references): the page reads the same whatever
+    # encoding a tool assumes; the script and the JSON are ASCII already (\\u escapes)
+    return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
+
+
+def render_path(path, min_bytes: int = 1024, top: int = 20, rule=None, ignore=None, stage=None) -> str:
+    """Audit what ``path`` holds — a run (with its timeline) or a jax.profiler trace — and
+    render the page. ``stage(text)`` is told each step (a progress display). Bad input raises
+    ``InputError`` (a corrupt store: ``sqlite3.DatabaseError``/``StoreError``); callers say it
+    in one line."""
+    from jaxplace_cli.analysis import audit_run
+    from jaxplace_cli.analysis.findings import RuleConfig
+    from jaxplace_cli.analysis.run import analyse, classify_input, open_run
+    from jaxplace_cli.analysis.timeline import build_timeline
+
+    stage = stage or (lambda text: None)
+    cfg = RuleConfig(min_bytes=min_bytes)
+    if classify_input(path) == "run":
+        from jaxplace_cli.suggest.top import attach_suggestion
+
+        run = open_run(path)
+        stage("auditing the run")
+        result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
+                                                        run, cfg.min_bytes))
+        stage("building the timeline")
+        timeline = analyse(run, lambda: build_timeline(run, result))
+    else:
+        from jaxplace_cli.analysis.trace_audit import audit_trace
+
+        stage("reading the trace")
+        result, timeline = audit_trace(path, cfg, top_sites=top, select=rule, ignore=ignore), None
+    stage("writing the page")
+    return render(result, timeline)
+
+
+def _locations(result: AuditResult) -> set:
+    locs = {(t.file, t.line) for t in result.summary.sites}
+    for f in result.findings:
+        locs.add((f.file, f.line))
+        locs.update((r.get("file"), r.get("line")) for r in f.related[:8] if isinstance(r, dict))
+    return locs
+
+
+def _header(result: AuditResult) -> str:
+    nav = " ".join(f'<a href="#{i}">{t}</a>' for i, t in (
+        ("verdict", "verdict"), ("timeline", "timeline"), ("findings", "findings"), ("sites", "sites"),
+        ("matrix", "matrix"), ("steps", "steps"), ("ops", "ops"), ("run", "run")))
+    return (f'<header><h1>jaxplace report</h1><div class="path">{esc(result.path)}</div>'
+            f'<nav>{nav}</nav></header>')
+
+
+def verdict_text(result: AuditResult) -> tuple[str, str]:
+    """(css class, sentence): a budget's verdict first, else the worst finding's severity."""
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    found = ", ".join(f"{n} {s}{'s' if n > 1 else ''}" for s, n in counts.items() if n)
+    if result.budget is not None and not result.budget.passed:
+        return "bad", f"budget FAILED ({len(result.budget.breaches)} breaches)" + (f"; findings: {found}" if found else "")
+    cls = "bad" if counts["error"] else "warn" if counts["warning"] else "good"
+    head = "budget passed; " if result.budget is not None else ""
+    return cls, head + (f"{len(result.findings)} findings: {found}" if result.findings else "no findings")
+
+
+def _verdict(result: AuditResult) -> str:
+    cls, text = verdict_text(result)
+    s = result.summary
+    moved = " · ".join(f"{k} {s.totals[k].count:,} ({human_bytes(s.totals[k].bytes)})" for k in TRANSFER_KINDS)
+    out = [f'<section id="verdict"><h2>Verdict</h2><p class="verdict {cls}" id="verdict-text">{esc(text)}</p>',
+           f'<p>transfers ≥ {esc(human_bytes(s.min_bytes))}: {esc(moved)} · {s.ops_total:,} ops on '
+           f'{len(s.devices)} devices</p>']
+    if result.budget is not None:
+        out += [f'<p class="breach">{esc(b.message)}</p>' for b in result.budget.breaches]
+    if result.suggestion is not None:
+        out.append(f'<p class="suggestion"><b>Suggestion:</b> {esc(result.suggestion.summary)}</p>')
+    out += [f'<p class="note">note: {esc(n)}</p>' for n in result.notes]
+    return "\n".join(out) + "</section>"
+
+
+def _timeline(tl) -> str:
+    if tl is None:
+        return ('<section id="timeline"><h2>Timeline</h2><p class="note">This input is a '
+                'jax.profiler trace, not a jaxplace run: jaxplace draws its timeline from a run\'s '
+                'own events. Open the trace itself with <code>jaxplace view</code>.</p></section>')
+    d = tl.detail
+    return f"""<section id="timeline"><h2>Timeline</h2>
+<p class="lod" id="lod-note">{esc(d.how)}. Bars are host-side dispatch of each op (device time is
+not recorded by jaxplace's hooks: JAX dispatches asynchronously; the run's jax.profiler trace window
+has it — <code>jaxplace view</code>). Arrows are transfers: <span class="k-h2d">h2d</span>
+<span class="k-d2h">d2h</span> <span class="k-d2d">d2d</span>; dashed = implicit, thick = blocking.</p>
+<div class="toolbar"><button type="button" id="zoom-in">zoom in</button><button type="button" id="zoom-out">zoom out</button>
+<button type="button" id="zoom-reset">whole run</button><button type="button" id="clear-selection">clear selection</button>
+<span id="view-range"></span>
+<span class="hint">wheel: zoom · drag: pan · click a finding or site: its moments</span></div>
+<div id="selection" class="selection"></div>
+<div id="timeline-box" data-lanes="{len(tl.lanes)}" data-selected="0"><canvas id="timeline-canvas"></canvas>
+<div id="tooltip" class="tooltip" hidden></div></div></section>"""
+
+
+def _source(sources: dict, file: str, line: int) -> str:
+    text = sources.get((file, line))
+    if text is None:
+        return ""
+    return f'<pre class="src"><span class="ln">{line}</span> {esc(text)}</pre>'
+
+
+def _moment_attr(tl, key: str) -> str:
+    if tl is None:
+        return ""
+    m = tl.moments.get(key, {})
+    return f' data-moment="{esc(key)}" data-moments="{m.get("total", 0)}" tabindex="0"'
+
+
+def _findings(result: AuditResult, tl, sources: dict) -> str:
+    out = [f'<section id="findings"><h2>Findings ({len(result.findings)})</h2>']
+    if not result.findings:
+        out.append('<p class="good">No findings.</p>')
+    groups: dict[str, list] = {}
+    for i, f in enumerate(result.findings):
+        groups.setdefault(f.rule, []).append((i, f))
+    for rule, items in groups.items():
+        out.append(f'<details open class="group"><summary><b>{esc(rule)}</b> · {len(items)} '
+                   f'finding{"s" if len(items) > 1 else ""}</summary>')
+        for i, f in items:
+            m = tl.moments.get(f"finding:{i}", {}) if tl is not None else {}
+            where = f' at <span class="site" title="{esc(f.file)}">{esc(site_name(f.file, f.line))}</span>' if f.file else ""
+            cost = _cost(f)
+            shown = (f'<span class="moments">{m.get("total", 0):,} moments on the timeline — click to select</span>'
+                     if m.get("total") else '<span class="moments">no single moment on the timeline</span>')
+            out.append(f'<div class="finding sev-{esc(f.severity)}" id="finding-{i}"{_moment_attr(tl, f"finding:{i}")}'
+                       f' data-devices="{esc(",".join(f.devices))}">'
+                       f'<div><span class="sev">{esc(f.severity)}</span> <b>{esc(f.rule)}</b>{where} {shown}</div>'
+                       f'<p>{esc(f.message)}</p>{_source(sources, f.file, f.line)}'
+                       + (f'<p class="cost">cost: {esc(cost)}</p>' if cost else "")
+                       + "".join(f'<div class="related">at {esc(site_name(r.get("file", ""), r.get("line", 0)))}: '
+                                 f'{esc(r.get("role", ""))}{_source(sources, r.get("file"), r.get("line"))}</div>'
+                                 for r in f.related[:8] if isinstance(r, dict))
+                       + (f'<p class="fix">fix: {esc(f.fix)}</p>' if f.fix else "") + "</div>")
+        out.append("</details>")
+    return "\n".join(out) + "</section>"
+
+
+def _cost(f) -> str:
+    parts = [f"{f.count:,}×"] if f.count else []
+    if f.bytes:
+        parts.append(human_bytes(f.bytes))
+    if f.time_ns:
+        parts.append(human_ns(f.time_ns))
+    if f.per_step:
+        p = f.per_step
+        parts.append(f"{p.get('median', 0):g}/step (min {p.get('min')}, max {p.get('max')}, {p.get('steps')} steps)")
+    return " · ".join(parts)
+
+
+def _sites(result: AuditResult, tl, sources: dict) -> str:
+    s = result.summary
+    out = [f'<section id="sites"><h2>Top transfer sites (≥ {esc(human_bytes(s.min_bytes))}, by bytes)</h2>']
+    if not s.sites:
+        return out[0] + '<p>No transfer of at least that size.</p></section>'
+    out.append('<table class="sites"><thead><tr><th>site</th><th>kind</th><th>count</th><th>bytes</th>'
+               '<th>how</th><th>api</th><th>routes</th><th>moments</th></tr></thead><tbody>')
+    for i, t in enumerate(s.sites):
+        how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
+        total = tl.moments.get(f"site:{i}", {}).get("total", 0) if tl is not None else 0
+        out.append(f'<tr class="site-row" id="site-{i}"{_moment_attr(tl, f"site:{i}")}>'
+                   f'<td><span class="site" title="{esc(t.file)}">{esc(below(t.file))}:{t.line}</span>'
+                   f'{_source(sources, t.file, t.line)}</td><td class="k-{esc(t.kind)}">{esc(t.kind)}</td>'
+                   f'<td class="num">{t.count:,}</td><td class="num">{esc(human_bytes(t.bytes))}</td>'
+                   f'<td>{esc(how)}</td><td>{esc(t.api)}</td><td>{esc(", ".join(t.routes))}</td>'
+                   f'<td class="num">{total:,}</td></tr>')
+    return "\n".join(out) + "</tbody></table></section>"
