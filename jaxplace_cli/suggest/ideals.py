@@ -94,21 +94,40 @@ def contiguity_classes(n: int, src, dst, color, backward) -> Lattice:
         cls = _first_order(scc[cls].astype(np.int64))
 
 
+def _dedupe(rows: np.ndarray):
+    """(first index of each distinct row, row -> its distinct index), distinct rows in order
+    of first appearance. A dict for the small levels most DAGs have (np.unique on rows costs
+    a sort of a structured view, ~0.5 ms even for two rows)."""
+    if rows.shape[0] > 512:
+        _, keep, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(keep, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return keep[order], rank[inv.ravel()]
+    seen: dict = {}
+    inv = np.empty(rows.shape[0], dtype=np.int64)
+    for i, row in enumerate(rows):
+        inv[i] = seen.setdefault(row.tobytes(), len(seen))
+    keep = np.zeros(len(seen), dtype=np.int64)
+    keep[inv[::-1]] = np.arange(rows.shape[0])[::-1]
+    return keep, inv
+
+
 def enumerate_ideals(lat: Lattice, limit: int = MAX_IDEALS) -> bool:
     """Fill ``lat.member``/``words``/``level``/``up`` with every ideal, by size (level s holds
     the ideals of s lattice nodes; row 0 is the empty set, the last row every node); ``up``
     pairs (ideal, ideal minus one of its maximal nodes). False when there are more than
     ``limit``."""
     c = lat.c
-    preds = sparse.csr_matrix((np.ones(len(lat.edges), dtype=np.float32),
-                               (lat.edges[:, 0], lat.edges[:, 1])), shape=(c, c))
+    preds_t = sparse.csr_matrix((np.ones(len(lat.edges), dtype=np.float32),
+                                 (lat.edges[:, 1], lat.edges[:, 0])), shape=(c, c))  # row v: v's predecessors
     level = np.zeros((1, c), dtype=bool)
     out = [level]
     starts = [0]
     up = []
     total = 1
     for _ in range(c):
-        missing = np.asarray(preds.T.dot((~level).T.astype(np.float32)).T) if lat.edges.size \
+        missing = np.asarray(preds_t.dot((~level).T.astype(np.float32)).T) if lat.edges.size \
             else np.zeros(level.shape, dtype=np.float32)
         addable = ~level & (missing == 0)
         r, v = np.nonzero(addable)
@@ -116,8 +135,8 @@ def enumerate_ideals(lat: Lattice, limit: int = MAX_IDEALS) -> bool:
             break
         nxt = level[r]
         nxt[np.arange(r.size), v] = True
-        _, keep, inv = np.unique(np.packbits(nxt, axis=1), axis=0, return_index=True, return_inverse=True)
-        up.append(np.stack([total + inv.ravel(), starts[-1] + r], axis=1))
+        keep, inv = _dedupe(np.packbits(nxt, axis=1))
+        up.append(np.stack([total + inv, starts[-1] + r], axis=1))
         level = nxt[keep]
         starts.append(total)
         total += level.shape[0]

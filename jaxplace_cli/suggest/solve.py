@@ -287,7 +287,7 @@ def solve_graph(g, objective: str, seed: int = 0, balance: float | None = None,
     return solve_partition(p, hint, seed, solver)
 
 
-def solve_stages(g) -> Solution:
+def solve_stages(g, max_ideals: int | None = None) -> Solution:
     """``throughput``: the exact optimum over contiguous stages (ideals, stages.py); when the
     DAG has too many ideals, the best split of one topological order, which is not claimed
     optimal in that model (its lower bound is the trivial one)."""
@@ -295,7 +295,7 @@ def solve_stages(g) -> Solution:
     from jaxplace_cli.suggest.pipeline import solve_throughput
     from jaxplace_cli.suggest.stages import MODEL, solve_ideals, trivial_bound
 
-    sol = solve_ideals(g)
+    sol = solve_ideals(g) if max_ideals is None else solve_ideals(g, max_ideals)
     if sol is not None:
         return sol
     t0 = time.perf_counter()

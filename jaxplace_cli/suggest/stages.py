@@ -291,14 +291,17 @@ def _chain_bound(tab: _Tables, st: _States) -> int:
             if indeg[w] == 0:
                 heapq.heappush(heap, w)
     chain = np.array(chain, dtype=np.int64)
+    hi_i, lo_i = np.tril_indices(chain.size, -1)  # every (later prefix, earlier prefix) pair
+    loads = tab.pair_loads(chain[hi_i], chain[lo_i], INF // 2)
+    start = np.concatenate([[0], np.cumsum(np.arange(chain.size))])
     dp = np.full((chain.size, st.size), INF, dtype=np.int64)
     dp[0] = 0
     for i in range(1, chain.size):
-        sub = chain[:i]
-        loads = tab.pair_loads(np.full(i, chain[i]), sub, INF // 2)
+        rows = slice(int(start[i]), int(start[i + 1]))
         vals = np.full(st.size, INF, dtype=np.int64)
         for t in range(len(st.has)):
-            vals[st.has[t]] = np.minimum(vals[st.has[t]], np.maximum(dp[:i][:, st.prev[t]], loads[t][:, None]).min(axis=0))
+            best = np.maximum(dp[:i][:, st.prev[t]], loads[t, rows][:, None]).min(axis=0)
+            vals[st.has[t]] = np.minimum(vals[st.has[t]], best)
         col = vals.reshape(st.shape)
         for ax in range(len(st.has)):
             np.minimum.accumulate(col, axis=ax, out=col)
