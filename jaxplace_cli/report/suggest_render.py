@@ -67,7 +67,7 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
     n_rules = len(plan.rules)
     if policy_path:
         out.append(f"policy: {policy_path} ({n_rules} rule{'s' if n_rules != 1 else ''} + [default] {plan.default})")
-        out.append("verify: " + shlex.join(plan.run_command(policy_path)))
+        out.append("verify: " + plan.verify_line(policy_path))
         out.append("        jaxplace audit <the new run directory>")
         script = plan.script[0] if plan.script else "SCRIPT"
         out.append(f"   or:  jaxplace suggest {shlex.quote(run_path)} -o {shlex.quote(policy_path)} --verify {shlex.quote(script)}")
