@@ -11,7 +11,8 @@ Rows (targets from issue 8):
   C  heuristics (multilevel with --balance, expansion without) vs the best known solution:
      median <= 1.10x, worst <= 1.5x, on fixture and synthetic graphs
   D  scale: 10k nodes < 1 s, 100k nodes < 5 s end to end (a synthetic 100k-op run dir)
-  E  throughput: the contiguous-pipeline optimum per fixture graph (exact DP), recorded
+  E  throughput: the optimum over contiguous stages (exact DP over the DAG's ideals) next to
+     the paper's own DP (bench/data/throughput_reference.json), max load and time
   F  makespan: never worse than the best single device or plain HEFT
 
 Fixture graphs: ../shared/fixtures/placement_graphs (or --fixtures DIR; tests/data has 3).
@@ -43,7 +44,6 @@ from jaxplace_cli.suggest.from_json import TIME_SCALE, load_graph_json  # noqa: 
 from jaxplace_cli.suggest.milp import MilpFailed, solve_milp  # noqa: E402
 from jaxplace_cli.suggest.mincut import two_devices  # noqa: E402
 from jaxplace_cli.suggest.model import TOTAL, TRANSFERS, Partition, balance_cap, feasible, merge_edges, partition_problem  # noqa: E402
-from jaxplace_cli.suggest.pipeline import solve_throughput  # noqa: E402
 from jaxplace_cli.suggest.schedule import Schedule, solve_makespan  # noqa: E402
 from jaxplace_cli.suggest.solve import solve_partition  # noqa: E402
 
@@ -323,18 +323,35 @@ def row_d(out):
         print(f"D  {name}: {t:.2f} s")
 
 
-def row_e(root, out):
+def row_e(root, quick, out):
+    """Throughput: ours (exact DP over ideals) next to the paper's program's optimum and time
+    (bench/data/throughput_reference.json, measured on this machine), every input."""
+    from jaxplace_cli.suggest.ideals import contiguous, stage_loads
+    from jaxplace_cli.suggest.solve import solve_stages
+
+    ref = json.loads((BENCH / "data" / "throughput_reference.json").read_text())["inputs"]
     rows = []
     for f in fixture_files(root, "throughput-inputs"):
-        g = load_graph_json(f, include_cpu=False)
-        sol, t = timed(solve_throughput, g)
-        rows.append({"graph": short(f), "nodes": g.n, "devices": g.k, "max_load_ms": sol.cost / TIME_SCALE,
-                     "total_compute_ms": int(g.unary[:, 0].sum()) / TIME_SCALE, "seconds": t})
+        key = "/".join(Path(f).parts[-2:])[:-5]
+        if quick and "inception" in key:
+            continue
+        g = load_graph_json(f)
+        sol, t = timed(solve_stages, g)
+        r = ref.get(key, {})
+        ok = contiguous(g, sol.assign) and int(stage_loads(g, sol.assign).max()) == sol.cost
+        rows.append({"graph": key, "nodes": g.n, "ours_max_load_ms": sol.cost / TIME_SCALE, "ours_seconds": t,
+                     "ours_optimal": sol.optimal, "ours_solver": sol.solver, "placement_in_model": ok,
+                     "paper_max_load_ms": r.get("max_load"), "paper_seconds": r.get("seconds"),
+                     "paper_seconds_earlier_run": r.get("seconds_earlier_run"), "paper_status": r.get("status")})
     out["E"] = rows
-    print("E  throughput (contiguous pipeline, exact DP): max per-device load")
+    print("E  throughput (max device load), ours (exact DP over ideals) vs the paper's dp.cpp on the same file")
     for r in rows:
-        print(f"   {r['graph']:<42} n={r['nodes']:<5} k={r['devices']}  optimum {r['max_load_ms']:.3f} ms "
-              f"(compute/k {r['total_compute_ms'] / r['devices']:.3f} ms)  {r['seconds'] * 1e3:.0f} ms")
+        paper = (f"{r['paper_max_load_ms']:.4f} ms in {r['paper_seconds']:.2f} s" if r["paper_max_load_ms"] is not None
+                 else str(r["paper_status"]))
+        ratio = (f"x{r['ours_max_load_ms'] / r['paper_max_load_ms']:.4f}" if r["paper_max_load_ms"] else "")
+        print(f"   {r['graph']:<36} ours {r['ours_max_load_ms']:.4f} ms in {r['ours_seconds']:.2f} s "
+              f"({'optimal' if r['ours_optimal'] else 'not proven'}{'' if r['placement_in_model'] else ', NOT IN MODEL'})"
+              f"  paper {paper} {ratio}")
 
 
 def row_f(root, quick, out):
@@ -374,7 +391,7 @@ def main() -> int:
     t0 = time.perf_counter()
     for key, fn in (("A", lambda: row_a(root, args.quick, out)), ("B", lambda: row_b(root, args.quick, out)),
                     ("C", lambda: row_c(root, args.quick, out)), ("D", lambda: row_d(out)),
-                    ("E", lambda: row_e(root, out)), ("F", lambda: row_f(root, args.quick, out))):
+                    ("E", lambda: row_e(root, args.quick, out)), ("F", lambda: row_f(root, args.quick, out))):
         if key in args.only:
             fn()
             sys.stdout.flush()

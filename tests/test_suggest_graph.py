@@ -77,7 +77,8 @@ def test_cli_graph_json_output(tmp_path, capsys):
                             "--format", "json", "-o", out)
     assert code == 0, err
     doc = json.loads(stdout)
-    assert doc["solver"] == "pipeline-dp" and doc["optimal"]
+    # the exact DP over ideals (issue 19); an optimality claim names its model
+    assert doc["solver"] == "ideal-dp" and doc["optimal"] and "ideals" in doc["model"]
     assert sorted(doc["devices"]) == [f"acc:{i}" for i in range(6)]
     assert sum(len(v) for v in doc["devices"].values()) == 32
     assert json.loads(out.read_text()) == doc

@@ -81,16 +81,16 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
         fail(str(exc))
     names = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
     try:
-        plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver))
+        policy_path = output if output is not None else (
+            Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml" if verify is not None else None)
+        plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver,
+                                              str(policy_path) if policy_path is not None else None))
     except InputError as exc:
         fail(str(exc))
     except (sqlite3.DatabaseError, StoreError) as exc:
         fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
     except ValueError as exc:
         fail(str(exc))  # how the solvers say a request cannot be met (the data is sound)
-    policy_path = output
-    if policy_path is None and verify is not None:
-        policy_path = Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml"
     if policy_path is not None:
         _write(policy_path, plan.policy_text)
     result = None

@@ -21,12 +21,14 @@ def cost_text(objective: str, value) -> str:
     return human_ns(int(value))
 
 
-def quality(sol: Solution, objective: str) -> str:
+def quality(sol: Solution, objective: str, cost=cost_text) -> str:
+    """How good the answer provably is, naming the model a claim holds in."""
+    model = f" in the model: {sol.model}" if sol.model else ""
     if sol.optimal:
-        return "optimal"
+        return "optimal" + model
     if sol.lower_bound is not None:
         gap = sol.gap
-        return f"lower bound {cost_text(objective, sol.lower_bound)} (gap {gap:.1%})"
+        return f"lower bound {cost(objective, sol.lower_bound)} (gap {gap:.1%}){model}"
     return "heuristic (no lower bound known)"
 
 
@@ -65,7 +67,7 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
     n_rules = len(plan.rules)
     if policy_path:
         out.append(f"policy: {policy_path} ({n_rules} rule{'s' if n_rules != 1 else ''} + [default] {plan.default})")
-        out.append("verify: " + shlex.join(plan.run_command(policy_path)))
+        out.append("verify: " + plan.verify_line(policy_path))
         out.append("        jaxplace audit <the new run directory>")
         script = plan.script[0] if plan.script else "SCRIPT"
         out.append(f"   or:  jaxplace suggest {shlex.quote(run_path)} -o {shlex.quote(policy_path)} --verify {shlex.quote(script)}")
@@ -119,13 +121,19 @@ def render_graph(path: str, g: Graph, sol: Solution, objective: str) -> str:
     a = sol.assign
     out = [f"jaxplace suggest --graph {path} · objective {objective}",
            f"graph: {g.n} nodes, {g.m} edges, devices {', '.join(g.devices)}",
-           f"solver: {sol.solver} — {quality(sol, objective)}; cost {_graph_cost(objective, sol.cost)}; "
+           f"solver: {sol.solver} — {quality(sol, objective, _graph_cost)}; cost {_graph_cost(objective, sol.cost)}; "
            f"{sol.seconds * 1e3:.1f} ms" + (f" ({'; '.join(sol.notes)})" if sol.notes else ""), ""]
-    rows = [("device", "nodes", "compute", "memory")]
+    loads = None
+    if objective == THROUGHPUT:
+        from jaxplace_cli.suggest.ideals import stage_loads
+
+        loads = stage_loads(g, a)
+    rows = [("device", "nodes", "compute", "memory") + (("load",) if loads is not None else ())]
     for d, name in enumerate(g.devices):
         on = a == d
         rows.append((name, str(int(on.sum())), _graph_cost(TOTAL, int(g.unary[on, d].sum())),
-                     human_bytes(int(g.mem[on].sum()))))
+                     human_bytes(int(g.mem[on].sum())))
+                    + ((_graph_cost(TOTAL, int(loads[d])),) if loads is not None else ()))
     out += _table(rows)
     return "\n".join(out) + "\n"
 
@@ -151,7 +159,7 @@ def plan_json(plan: Plan, policy_path: str | None, verification=None) -> dict:
 
     out = {"objective": plan.objective, "devices": list(plan.rg.graph.devices),
            "nodes": plan.rg.graph.n, "moved": int(len(plan.moved)),
-           "solver": {"name": sol.solver, "optimal": bool(sol.optimal), "cost": sol.cost,
+           "solver": {"name": sol.solver, "optimal": bool(sol.optimal), "model": sol.model, "cost": sol.cost,
                       "lower_bound": sol.lower_bound, "gap": sol.gap, "seconds": sol.seconds,
                       "notes": sol.notes},
            "recorded": traffic(plan.measured), "model_of_recorded": traffic(plan.baseline),
@@ -172,7 +180,7 @@ def graph_json(g: Graph, sol: Solution, objective: str) -> dict:
     out = placement_json(g, sol.assign, sol.cost if objective == THROUGHPUT else None)
     out.update({"objective": objective, "solver": sol.solver, "optimal": bool(sol.optimal),
                 "cost": sol.cost, "lower_bound": sol.lower_bound, "seconds": sol.seconds,
-                "notes": sol.notes, "unit": "1e-6 of the file's time unit"})
+                "model": sol.model, "notes": sol.notes, "unit": "1e-6 of the file's time unit"})
     if objective == MAKESPAN:
         out["makespan"] = sol.cost
     return out

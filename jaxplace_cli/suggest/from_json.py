@@ -11,7 +11,10 @@ Mapping, and why:
   and ``throughput``); ``size`` (bytes, present in the published files though not in the
   origin's README) weighs the ``transfers`` objective, falling back to ``cost`` when absent.
   All out-edges of a node carry the same value (the node's output).
-- ``colorClass``: same class => same device.
+- ``colorClass``: same class => same device; ``isBackwardNode`` -> ``backward`` (a training
+  graph's backward ops follow their class in a pipeline; only the forward part orders it).
+- the CPU is a *host* (``host``): in the throughput model it pays no transfer time, as in the
+  paper.
 - times (milliseconds in the published files) become integers in units of ``1 / TIME_SCALE``
   (nanoseconds), so solvers compare exactly; costs below that resolution round to 0.
 - node order: topological (Kahn's algorithm, lowest id first), which later solvers rely on.
@@ -73,6 +76,7 @@ def _build(data: dict, include_cpu: bool, accelerators: int | None) -> Graph:
     allowed = np.zeros((n, k), dtype=bool)
     mem = np.zeros(n, dtype=np.int64)
     color = np.full(n, -1, dtype=np.int64)
+    backward = np.zeros(n, dtype=bool)
     names = [""] * n
     for j, nd in enumerate(nodes):
         v = rank[j]
@@ -86,6 +90,7 @@ def _build(data: dict, include_cpu: bool, accelerators: int | None) -> Graph:
         if "colorClass" in nd:
             color[v] = int(nd["colorClass"])
         names[v] = str(nd.get("name", nd["id"]))
+        backward[v] = bool(nd.get("isBackwardNode", 0))
     if not allowed.any(axis=1).all():
         raise ValueError("an operator is supported on no device (no CPU in this setting)")
     src = np.array([rank[a] for a, _, _ in edges], dtype=np.int64)
@@ -97,8 +102,9 @@ def _build(data: dict, include_cpu: bool, accelerators: int | None) -> Graph:
     if cap is not None:
         big = np.iinfo(np.int64).max // 4
         mem_cap = np.array([int(cap)] * k_acc + ([big] if cpu else []), dtype=np.int64)
+    host = np.array([False] * k_acc + ([True] if cpu else []), dtype=bool)
     return Graph(devices, src, dst, nbytes, cost, src.copy(), unary, allowed, mem, color,
-                 mem_cap, names)
+                 mem_cap, names, backward, host)
 
 
 def _topological(n: int, edges, ids) -> list[int]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxplace_cli.model.events import D2D, D2H, H2D, OP_DEVICE_GET, OP_DEVICE_PUT, OP_JIT, OP_JNP, OP_METHOD, OP_PRIM
+from jaxplace_cli.store import run_graph as q
 from jaxplace_cli.suggest.model import Graph
 
 POLICY_KINDS = (OP_JIT, OP_JNP, OP_METHOD, OP_PRIM)  # what the placer consults a policy for
@@ -106,15 +107,12 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     cwd = manifest.get("cwd", "")
     sites = store.sites()
     all_devices = [d["name"] for d in manifest.get("devices", []) if "name" in d]
-    # plain tuples straight from SQL: at 100k ops, NamedTuple construction dominates
-    bufs = {b: (dev, nb, seq, site) for b, dev, nb, seq, site in
-            store.conn.execute("SELECT buf, device, bytes, seq, site FROM buffers")}
-    ops = store.conn.execute("SELECT seq, kind, name, devices, site, in_bufs, out_bufs, error, dur_ns "
-                             "FROM ops ORDER BY seq").fetchall()
-    for row in store.conn.execute("SELECT DISTINCT devices FROM ops"):
-        for d in (row[0] or "").split(","):  # devices the run used but the manifest did not list
-            if d and d not in all_devices:
-                all_devices.append(d)
+    bufs = q.suggest_buffers(store)
+    ops = q.suggest_ops(store)
+    all_devices += [d for d in q.suggest_op_devices(store) if d not in all_devices]
+    moves = defaultdict(list)  # op seq -> the device-to-device moves it caused
+    for op_seq, msrc, mdst, mbytes, mbuf in q.suggest_device_moves(store, D2D):
+        moves[op_seq].append((msrc, mdst, mbytes, mbuf))
     dev_index = {d: i for i, d in enumerate(all_devices)}
     choose = set(devices) if devices else set(all_devices)
     unknown = choose - set(all_devices)
@@ -134,6 +132,8 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     occ: dict = defaultdict(int)
     notes = []
     sharded = 0
+    last_out: dict = {}  # device index -> the last node whose result appeared there
+    color: dict = {}  # node -> node it must share a device with (data that follows data)
 
     site_cache: dict = {}
 
@@ -178,7 +178,7 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
         file, line, _ = site_of(sid)
         api = "jax.device_put" if kind == OP_DEVICE_PUT else f"{name} (moved by policy)"
         use = (file, line, api)
-        pending = []
+        pending, follow = [], []
         for b in _ints(in_bufs):
             if b == 0:
                 continue
@@ -187,11 +187,18 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
                 where = dev_index.get(info[0], -1) if info is not None else -1
                 if where < 0:
                     continue
-                producer[b] = add_node(info[2], SOURCE, "array", info[3], -1, False, where, where, 0)
-                mem[producer[b]] += max(info[1], 0)
+                origin = _origin(b, info, moves.get(seq, ()), producer, dev_index)
+                if origin[0] == "copy":  # a copy the placer made of a recorded array
+                    producer[b] = producer[origin[1]]
+                else:
+                    producer[b] = add_node(info[2], SOURCE, "array", info[3], -1, False, origin[1], -1, 0)
+                    mem[producer[b]] += max(info[1], 0)
+                    follow.append((producer[b], origin))
             pending.append(b)
         v = add_node(seq, kind, name, sid, occurrence if placeable else -1, placeable,
                      rec, pin, max(int(dur_ns), 0))
+        for node, (how, where) in follow:
+            _follow(node, how, where, v, last_out, pinned, color)
         by_seq[seq] = v
         for b in pending:
             info = bufs.get(b)
@@ -205,13 +212,13 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
                 producer[b] = v
                 info = bufs.get(b)
                 mem[v] += max(info[1], 0) if info is not None else 0
+                if info is not None and dev_index.get(info[0], -1) >= 0:
+                    last_out[dev_index[info[0]]] = v
     if sharded:
         notes.append(f"{sharded} op(s) with sharded results keep their placement")
 
     host = []
-    for tkind, src_dev, dst_dev, nb, api, sid, buf, op_seq in store.conn.execute(
-            "SELECT kind, src, dst, bytes, api, site, buf, op_seq FROM transfers WHERE kind IN (?, ?) "
-            "ORDER BY seq", (H2D, D2H)):
+    for tkind, src_dev, dst_dev, nb, api, sid, buf, op_seq in q.suggest_host_transfers(store, (H2D, D2H)):
         file, line, _ = site_of(sid)
         if tkind == H2D:
             node, device = by_seq.get(op_seq, -1), dst_dev
@@ -232,7 +239,7 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     comm = np.ceil(nb / bpn).astype(np.int64)
     g = Graph(tuple(all_devices), np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
               nb, comm, np.array(value, dtype=np.int64), unary, allowed, np.array(mem, dtype=np.int64),
-              names=[f"{nd.name}@{nd.file}:{nd.line}" for nd in nodes])
+              _colors(n, color), names=[f"{nd.name}@{nd.file}:{nd.line}" for nd in nodes])
     rg = RunGraph(g, nodes, host, np.array(recorded, dtype=np.int64), use_sites, bpn, retarget_puts, notes)
     rg.compile_ns, rg.compile_per_device = _compiles(store, by_seq, nodes, rg.recorded)
     return rg
@@ -241,18 +248,12 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
 def _compiles(store, by_seq: dict, nodes: list, recorded: np.ndarray):
     """Compile time per node (from the run's compile markers) and, per op name, the compile
     time of one device's worth (its total over the devices it compiled on)."""
-    import json
-
     part = np.zeros(len(nodes), dtype=np.int64)
     total: dict = defaultdict(int)
     where: dict = defaultdict(set)
-    for (value,) in store.conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
-        try:
-            info = json.loads(value)
-            v = by_seq.get(int(info.get("op_seq", -1)), -1)
-            ns = int(float(info.get("secs", 0)) * 1e9)
-        except (ValueError, TypeError, AttributeError):
-            continue
+    for op_seq, secs, _ in q.suggest_compiles(store):
+        v = by_seq.get(op_seq, -1)
+        ns = int(secs * 1e9)
         if v < 0 or ns <= 0:
             continue
         part[v] += ns
@@ -261,13 +262,55 @@ def _compiles(store, by_seq: dict, nodes: list, recorded: np.ndarray):
     return part, {name: t // max(len(where[name]), 1) for name, t in total.items()}
 
 
+def _origin(b: int, info, moves, producer: dict, dev_index: dict):
+    """Where an array without a recorded producer came from, seen at the op reading it:
+    ``("copy", buf)`` the placer's copy of recorded array ``buf`` (the op's move names it);
+    ``("moved", device)`` moved by the placer from ``device`` where an unrecorded op made it
+    (e.g. ``-x``, which no hook sees); ``("here", device)`` made where the op ran, with no
+    move (a library's internal op under the op's placement)."""
+    for msrc, mdst, mbytes, mbuf in moves:
+        if mdst == info[0] and mbytes == info[1]:
+            if mbuf and mbuf in producer:
+                return ("copy", mbuf)
+            return ("moved", dev_index.get(msrc, -1))
+    return ("here", dev_index.get(info[0], -1))
+
+
+def _follow(node: int, how: str, where: int, reader: int, last_out: dict, pinned: list, color: dict) -> None:
+    """Data made by an op no hook saw goes where its own inputs are: with the last recorded
+    result on the device it came from (JAX runs an op where its data is), or with the op
+    that read it when it was made there. Only then is it free to move with its data; an
+    array from elsewhere stays where it was ("where data must be")."""
+    if how == "here" and where >= 0:
+        color[node] = reader
+    elif how == "moved" and where in last_out:
+        color[node] = last_out[where]
+    else:
+        pinned[node] = where
+
+
+def _colors(n: int, color: dict) -> np.ndarray:
+    """Colour classes (suggest.model.Graph.color) from "shares a device with" links."""
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in color.items():
+        parent[find(a)] = find(b)
+    out = np.full(n, -1, dtype=np.int64)
+    linked = set(color) | set(color.values())
+    for v in linked:
+        out[v] = find(v)
+    return out
+
+
 def _bandwidth(store) -> float:
     """Bytes per nanosecond of explicit device-to-device puts in this run."""
-    row = store.conn.execute(
-        "SELECT SUM(t.bytes), SUM(o.dur_ns) FROM ops o JOIN "
-        "(SELECT op_seq, SUM(bytes) AS bytes FROM transfers WHERE kind = ? AND implicit = 0 GROUP BY op_seq) t "
-        "ON t.op_seq = o.seq WHERE o.kind = ?", (D2D, OP_DEVICE_PUT)).fetchone()
-    total, ns = row if row else (None, None)
+    total, ns = q.suggest_put_bandwidth(store, D2D, OP_DEVICE_PUT)
     if not total or not ns or total <= 0 or ns <= 0:
         return DEFAULT_BYTES_PER_NS
     return float(total) / float(ns)

@@ -27,7 +27,8 @@ class Graph:
     different devices; ``value[e]``: the value it carries (edges of one value share it);
     ``unary[v, d]``: compute time of ``v`` on device ``d``; ``allowed[v, d]``: ``v`` may run on
     ``d`` (pins and unsupported platforms); ``mem[v]``: bytes ``v`` keeps on its device;
-    ``color[v]``: nodes of one colour (>= 0) must share a device.
+    ``color[v]``: nodes of one colour (>= 0) must share a device. ``backward``/``host``: only
+    the ``throughput`` model reads them (stages.py).
     """
 
     devices: tuple
@@ -42,6 +43,8 @@ class Graph:
     color: np.ndarray = None
     mem_cap: np.ndarray = None  # per device, bytes; None = unlimited
     names: list = field(default_factory=list)
+    backward: np.ndarray = None  # per node: a backward (training) op, placed with its colour class
+    host: np.ndarray = None  # per device: holds the data, pays no transfer time (the paper's CPU)
 
     def __post_init__(self):
         n = self.unary.shape[0]
@@ -104,6 +107,7 @@ class Solution:
     optimal: bool = False
     seconds: float = 0.0
     notes: list = field(default_factory=list)
+    model: str = ""  # the problem ``optimal`` and ``lower_bound`` hold in (a claim names its model)
 
     @property
     def gap(self) -> float | None:

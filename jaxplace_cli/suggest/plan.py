@@ -38,6 +38,13 @@ class Plan:
         """Nodes the suggestion places elsewhere than where they ran."""
         return np.flatnonzero(self.solution.assign != self.rg.recorded)
 
+    def verify_line(self, policy_path: str | None) -> str:
+        """A command that works when pasted: in the recorded run's directory (the script
+        and the rules' file keys are relative to it), the policy by absolute path."""
+        policy = os.path.abspath(policy_path) if policy_path else "<this file>"
+        cmd = shlex.join(self.run_command("POLICY")).replace("POLICY", shlex.quote(policy) if policy_path else policy)
+        return (f"cd {shlex.quote(self.cwd)} && " if self.cwd else "") + cmd
+
     def run_command(self, policy_path: str, script: str | None = None, out: str | None = None) -> list[str]:
         """``jaxplace run`` arguments that replay the script under the suggested policy."""
         argv = list(self.script) or ["SCRIPT"]
@@ -54,7 +61,7 @@ class Plan:
 
 def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None, seed: int = 0,
               balance: float | None = None, mem_cap: int | None = None,
-              retarget_puts: bool = False, solver: str = "auto") -> Plan:
+              retarget_puts: bool = False, solver: str = "auto", policy_path: str | None = None) -> Plan:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     rg = build_run_graph(run, devices, retarget_puts)
@@ -69,17 +76,57 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     predicted = predict(rg, sol.assign)
     measured = measure(run)
     default, rules = policy_rules(rg, sol.assign)
+    _explain(rg, sol.assign, default, rules, predicted)
     manifest = run.manifest
     argv = list(manifest.get("argv", []))
     if manifest.get("target", {}).get("kind") == "module":
         argv = ["-m", *argv] if argv and argv[0] != "-m" else argv
     plan = Plan(objective, rg, sol, baseline, predicted, measured, default, rules, "", argv,
                 manifest.get("simulated_devices"), manifest.get("cwd", ""))
-    plan.policy_text = render_policy(default, rules, _header(plan, run))
+    plan.policy_text = render_policy(default, rules, _header(plan, run, policy_path))
     return plan
 
 
-def _header(plan: Plan, run) -> list[str]:
+def _explain(rg: RunGraph, assign, default: str, rules: list, predicted: Traffic, limit: int = 200) -> None:
+    """One line per rule: what it saves — the device-to-device traffic the prediction would
+    gain if the ops it names followed ``[default]`` instead."""
+    from jaxplace_cli.model.events import D2D
+    from jaxplace_cli.model.sizes import human_bytes
+
+    if len(rules) > limit:
+        return
+    devices = rg.graph.devices
+    d0 = devices.index(default)
+    a = np.asarray(assign, dtype=np.int64)
+    for rule in rules:
+        mine = [v for v, nd in enumerate(rg.nodes) if nd.placeable and devices[int(a[v])] == rule["device"]
+                and _matches(rule, nd)]
+        alt = a.copy()
+        alt[mine] = d0
+        other = predict(rg, alt)
+        n = other.count(D2D) - predicted.count(D2D)
+        b = other.bytes(D2D) - predicted.bytes(D2D)
+        rule["why"] = (f"{len(mine)} call(s) on {rule['device']}: saves {n} d2d ({human_bytes(max(b, 0))}) "
+                       f"against following [default]" if b > 0 else
+                       f"{len(mine)} call(s) on {rule['device']} (balance or compute time; no d2d saved)")
+
+
+def _matches(rule: dict, nd) -> bool:
+    import fnmatch
+
+    if "op" in rule and not any(fnmatch.fnmatchcase(nd.name, p) for p in rule["op"]):
+        return False
+    if "occurrence" in rule and nd.occurrence != rule["occurrence"]:
+        return False
+    if "site" in rule:
+        file, _, lines = rule["site"].rpartition(":")
+        lo, _, hi = lines.partition("-")
+        if not fnmatch.fnmatchcase(nd.file, file) or not int(lo) <= nd.line <= int(hi or lo):
+            return False
+    return True
+
+
+def _header(plan: Plan, run, policy_path: str | None = None) -> list[str]:
     s = plan.solution
     p = plan.predicted
     quality = "optimal" if s.optimal else (f"gap <= {s.gap:.1%} to its lower bound" if s.gap is not None
@@ -91,6 +138,6 @@ def _header(plan: Plan, run) -> list[str]:
         "predicted transfers: " + ", ".join(f"{k} {p.count(k)} ({p.bytes(k)} B)" for k in ("h2d", "d2d", "d2h")),
         f"{len(plan.moved)} of {plan.rg.graph.n} ops placed differently from the recorded run"
         + ("; device_put targets changed: apply those in the script" if plan.rg.retarget_puts else ""),
-        "verify: " + shlex.join(plan.run_command("THIS_FILE.toml")).replace("THIS_FILE.toml", "<this file>"),
+        "verify: " + plan.verify_line(policy_path),
         "",
     ]

@@ -33,6 +33,31 @@ def _pattern(text: str) -> str:
 
 
 def policy_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
+    """``(default device, rules)``, the shorter of two exact ways to write ``assign``: by op
+    family (one rule per device other than the default, listing the op names that go
+    there — valid when every op name goes to one device) or by site (below). Both place
+    every placeable op exactly where ``assign`` does; a one-device answer is ``[default]``."""
+    by_site = _site_rules(rg, assign)
+    by_op = _op_rules(rg, assign, by_site[0])
+    return by_op if by_op is not None and len(by_op[1]) <= len(by_site[1]) else by_site
+
+
+def _op_rules(rg: RunGraph, assign: np.ndarray, default: str):
+    devices = rg.graph.devices
+    where: dict = defaultdict(set)
+    for v, nd in enumerate(rg.nodes):
+        if nd.placeable:
+            where[nd.name].add(int(assign[v]))
+    if any(len(d) > 1 for d in where.values()):
+        return None
+    names: dict = defaultdict(list)
+    for name, d in sorted(where.items()):
+        if devices[next(iter(d))] != default:
+            names[next(iter(d))].append(_pattern(name))
+    return default, [{"op": ops, "device": devices[d]} for d, ops in sorted(names.items())]
+
+
+def _site_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
     """``(default device, rules)``; each rule a dict of matchers plus ``device``."""
     devices = rg.graph.devices
     a = np.asarray(assign, dtype=np.int64)
@@ -99,6 +124,8 @@ def render_policy(default: str, rules: list[dict], header: list[str]) -> str:
     lines = [f"# {h}" if h else "#" for h in header]
     lines += ["version = 1", ""]
     for r in rules:
+        if r.get("why"):
+            lines.append(f"# {r['why']}")
         lines.append("[[rule]]")
         for key in ("site", "function", "op", "occurrence", "device"):
             if key not in r:
@@ -111,5 +138,6 @@ def render_policy(default: str, rules: list[dict], header: list[str]) -> str:
             else:
                 lines.append(f"{key} = {_q(val)}")
         lines.append("")
-    lines += ["[default]", f"device = {_q(default)}", ""]
+    lines += ["# every op no rule names" + (" (all of them: one device moves nothing between devices)"
+                                            if not rules else ""), "[default]", f"device = {_q(default)}", ""]
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxplace_cli.model.events import D2D, TRANSFER_KINDS
+from jaxplace_cli.store import run_graph as q
 from jaxplace_cli.suggest.from_run import RunGraph
 
 
@@ -114,14 +115,11 @@ def measure(run, cwd: str | None = None) -> Traffic:
     cwd = run.manifest.get("cwd", "") if cwd is None else cwd
     sites = run.store.sites()
     out = Traffic()
-    rows = run.store.conn.execute(
-        "SELECT kind, site, api, COUNT(*), SUM(MAX(bytes, 0)) FROM transfers GROUP BY kind, site, api")
-    for kind, sid, api, n, b in rows:
+    for kind, sid, api, n, b in q.suggest_transfer_groups(run.store):
         s = sites.get(sid)
         label = f"{_rel(s.file, cwd)}:{s.line}" if s else "?:0"
         out.add(kind, label, _normal_api(api), int(b or 0), int(n))
-    row = run.store.conn.execute("SELECT COALESCE(SUM(dur_ns), 0) FROM ops WHERE error = ''").fetchone()
-    out.compute_ns = int(row[0])
+    out.compute_ns = q.suggest_op_time(run.store)
     return out
 
 

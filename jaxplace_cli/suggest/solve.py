@@ -266,13 +266,12 @@ def solve_graph(g, objective: str, seed: int = 0, balance: float | None = None,
     the answer is mapped back to every node."""
     from jaxplace_cli.suggest.coarsen import color_groups, contract
     from jaxplace_cli.suggest.model import MAKESPAN, THROUGHPUT, partition_problem
-    from jaxplace_cli.suggest.pipeline import solve_throughput
     from jaxplace_cli.suggest.schedule import solve_makespan
 
     if objective == MAKESPAN:
         return solve_makespan(g)
     if objective == THROUGHPUT:
-        return solve_throughput(g)
+        return solve_stages(g)
     p = partition_problem(g, objective, balance)
     if (g.color >= 0).any():
         groups = color_groups(g.color)
@@ -286,3 +285,23 @@ def solve_graph(g, objective: str, seed: int = 0, balance: float | None = None,
         sol.notes.insert(0, f"colour classes: {p.n} -> {q.n} nodes")
         return sol
     return solve_partition(p, hint, seed, solver)
+
+
+def solve_stages(g, max_ideals: int | None = None) -> Solution:
+    """``throughput``: the exact optimum over contiguous stages (ideals, stages.py); when the
+    DAG has too many ideals, the best split of one topological order, which is not claimed
+    optimal in that model (its lower bound is the trivial one)."""
+    from jaxplace_cli.suggest.ideals import stage_loads
+    from jaxplace_cli.suggest.pipeline import solve_throughput
+    from jaxplace_cli.suggest.stages import MODEL, solve_ideals, trivial_bound
+
+    sol = solve_ideals(g) if max_ideals is None else solve_ideals(g, max_ideals)
+    if sol is not None:
+        return sol
+    t0 = time.perf_counter()
+    order = solve_throughput(g)
+    value = int(stage_loads(g, order.assign).max())
+    return Solution(order.assign, value, "pipeline-dp (one topological order)", trivial_bound(g), False,
+                    time.perf_counter() - t0 + order.seconds,
+                    ["too many ideals for the exact DP: best split of the dispatch order instead"] + order.notes,
+                    MODEL)
