@@ -109,7 +109,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
         by_dev.append(DeviceOps(dev, n, ns or 0, [(name, c) for name, c in top]))
     ops_total = sum(d.count for d in by_dev)
     errors = conn.execute("SELECT COUNT(*) FROM ops WHERE error != ''").fetchone()[0]
-    devices = [d["name"] for d in run.manifest.get("devices", [])]
+    devices = run.manifest.device_names
     seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
     routes = route_totals(conn.execute("SELECT kind, src, dst, bytes, blocking FROM transfers"),
                           min_bytes)

@@ -61,11 +61,9 @@ def _anchor(result: AuditResult) -> tuple[str, int]:
     """Where a result without a user line points: the script the run ran (when it lies below
     the working directory), else what was audited (the run's run.json, or the trace file or
     directory)."""
-    m = result.manifest or {}
-    target = m.get("target") or {}
-    argv = m.get("argv") or []
-    if target.get("kind", "path") == "path" and argv:
-        script = os.path.join(m.get("cwd") or "", argv[0])
+    m = result.manifest
+    if m is not None and m.target.kind == "path" and m.argv:
+        script = os.path.join(m.cwd, m.argv[0])
         if _below_cwd(script) is not None and os.path.isfile(script):
             return os.path.abspath(script), 1
     path = os.path.abspath(result.path)

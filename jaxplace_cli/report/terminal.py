@@ -23,9 +23,9 @@ def render(result: AuditResult, console: Console) -> None:
     title = f"jaxplace audit · {plain(result.path)}"
     console.print(Text(title, style="bold"))
     if result.source == "run":
-        argv = rich(" ".join(m.get("argv", [])))
-        console.print(f"script: {argv}   status: {rich(m.get('status'))} (exit {rich(m.get('exit_code'))})   "
-                      f"policy: {rich(m.get('policy'))}   jax {rich(m.get('jax_version', '?'))}")
+        argv = rich(" ".join(m.argv))
+        console.print(f"script: {argv}   status: {rich(m.status)} (exit {rich(m.exit_code)})   "
+                      f"policy: {rich(m.policy)}   jax {rich(m.jax_version or '?')}")
     console.print(f"devices: {rich(', '.join(s.devices)) or 'none recorded'}")
     for note in result.notes:
         console.print(Text(f"note: {plain(note)}", style="dim"))

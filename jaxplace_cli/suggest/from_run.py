@@ -95,7 +95,9 @@ def _ints(text) -> list[int]:
         return []
     if isinstance(text, (tuple, list)):
         return [int(x) for x in text]
-    return [int(x) for x in str(text).split(",") if x]
+    from jaxplace_cli.analysis.rules.base import ids
+
+    return ids(str(text))  # DataError for a list that is not numbers (a damaged store)
 
 
 def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool = False) -> RunGraph:
@@ -103,9 +105,9 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     (default: every device the run saw)."""
     store = run.store
     manifest = run.manifest
-    cwd = manifest.get("cwd", "")
+    cwd = manifest.cwd
     sites = store.sites()
-    all_devices = [d["name"] for d in manifest.get("devices", []) if "name" in d]
+    all_devices = manifest.device_names
     # plain tuples straight from SQL: at 100k ops, NamedTuple construction dominates
     bufs = {b: (dev, nb, seq, site) for b, dev, nb, seq, site in
             store.conn.execute("SELECT buf, device, bytes, seq, site FROM buffers")}
@@ -241,18 +243,17 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
 def _compiles(store, by_seq: dict, nodes: list, recorded: np.ndarray):
     """Compile time per node (from the run's compile markers) and, per op name, the compile
     time of one device's worth (its total over the devices it compiled on)."""
-    import json
+    from jaxplace_cli.model.untrusted import compile_marker
 
     part = np.zeros(len(nodes), dtype=np.int64)
     total: dict = defaultdict(int)
     where: dict = defaultdict(set)
     for (value,) in store.conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
-        try:
-            info = json.loads(value)
-            v = by_seq.get(int(info.get("op_seq", -1)), -1)
-            ns = int(float(info.get("secs", 0)) * 1e9)
-        except (ValueError, TypeError, AttributeError):
+        info = compile_marker(value)  # None: not a marker jaxplace wrote (damaged store)
+        if info is None:
             continue
+        v = by_seq.get(info["op_seq"], -1)
+        ns = int(info["secs"] * 1e9)
         if v < 0 or ns <= 0:
             continue
         part[v] += ns

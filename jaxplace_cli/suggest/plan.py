@@ -70,11 +70,11 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     measured = measure(run)
     default, rules = policy_rules(rg, sol.assign)
     manifest = run.manifest
-    argv = list(manifest.get("argv", []))
-    if manifest.get("target", {}).get("kind") == "module":
+    argv = list(manifest.argv)
+    if manifest.target.kind == "module":
         argv = ["-m", *argv] if argv and argv[0] != "-m" else argv
     plan = Plan(objective, rg, sol, baseline, predicted, measured, default, rules, "", argv,
-                manifest.get("simulated_devices"), manifest.get("cwd", ""))
+                manifest.simulated_devices, manifest.cwd)
     plan.policy_text = render_policy(default, rules, _header(plan, run))
     return plan
 

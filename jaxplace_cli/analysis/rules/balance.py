@@ -1,12 +1,12 @@
 """imbalance / idle-device over a recorded run (the judgement itself is analysis/balance.py)."""
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 
 from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
 from jaxplace_cli.analysis.rules.base import TRANSFER_OPS, container_seqs
+from jaxplace_cli.model.untrusted import compile_marker
 
 TIME_KIND = ("host-side dispatch time of the op kinds run on several devices (each op "
              "counted at its kind's median)")
@@ -26,10 +26,9 @@ def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
     conn = run.store.conn
     compiling = set()
     for (value,) in conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
-        try:
-            compiling.add(json.loads(value).get("op_seq"))
-        except ValueError:
-            pass
+        info = compile_marker(value)
+        if info is not None:
+            compiling.add(info["op_seq"])
     skip = container_seqs(run)
     marks = ",".join("?" * len(TRANSFER_OPS))
     rows = [r for r in conn.execute(
@@ -63,7 +62,7 @@ def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
 
 
 def _devices(run, loads) -> list[str]:
-    devs = [d["name"] for d in run.manifest.get("devices", []) if "name" in d]
+    devs = run.manifest.device_names
     return devs + sorted(d for d in loads if d not in devs)
 
 

@@ -40,12 +40,12 @@ def placement_notes(run) -> list[str]:
     """One note per distinct policy substitution, plus a one-line summary of the placement."""
     notes = [f"placement: {value}" for (value,) in run.store.conn.execute(
         "SELECT DISTINCT value FROM markers WHERE kind = 'policy-note' ORDER BY value")]
-    placement = run.manifest.get("placement")
+    placement = run.manifest.placement
     if placement:
         placed = run.store.conn.execute("SELECT COUNT(*) FROM ops WHERE placed != '' AND placed != 'fallback'").fetchone()[0]
         moves = run.store.conn.execute(
             "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers WHERE api LIKE '%moved by policy%'").fetchone()
-        notes.insert(0, f"placement: policy {placement['policy']} placed {placed} ops "
-                        f"(granularity {placement.get('granularity', 'unit')}); its moves: {moves[0]} "
-                        f"transfers, {moves[1]} bytes; fallbacks: {placement.get('fallbacks', 0)}")
+        notes.insert(0, f"placement: policy {placement.policy} placed {placed} ops "
+                        f"(granularity {placement.granularity}); its moves: {moves[0]} "
+                        f"transfers, {moves[1]} bytes; fallbacks: {placement.fallbacks}")
     return notes
