@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
@@ -46,3 +46,8 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     assert checks and all(c["events_in_store"] is not None and c["events_expected"] > 0 for c in checks)
     assert groups["P4"]["events"] == checks[0]["events_in_store"]
     assert groups["P5"]["ref_median_wall_s"] is not None  # ProfileData.from_file reference ran
+    # P7: both ping-pong runs recorded and audited; by hand, n bounces of one array are n/2
+    # round trips of its first leg back (d1 -> d0 -> d1 ...: every move but the first returns)
+    p7 = groups["P7"]["runs"]
+    assert [r["bounces"] for r in p7] == [200, 800] and all(r["rss_mb"] for r in p7), p7
+    assert [r["pingpong_round_trips"] for r in p7] == [199, 799], p7
