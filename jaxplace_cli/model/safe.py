@@ -13,9 +13,9 @@ import re
 
 # C0 and C1 controls and DEL (\t and \n are handled per target), and the invisible Unicode
 # format characters that reorder or hide text on screen ("Trojan Source": bidi embeddings,
-# overrides and isolates; zero-width joiners/spaces; the BOM), and lone surrogates (JSON's
+# overrides and isolates; zero-width joiners/spaces; Unicode line separators; the BOM), and lone surrogates (JSON's
 # "\\ud800" decodes to one; writing it to a UTF-8 stream would raise)
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2028\u2029\u2060-\u2069\ufeff\ud800-\udfff]")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85]")
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
@@ -66,8 +66,9 @@ def code_span(text, table: bool = False) -> str:
 
 
 def xml(text) -> str:
-    """For XML (JUnit): characters XML 1.0 forbids removed (escaping ``<&`` is the writer's)."""
-    return _XML_ILLEGAL.sub("", str(text))
+    """For XML (JUnit): ``plain`` but keeping line breaks (a test's output has lines), then the
+    characters XML 1.0 forbids removed; escaping ``<&`` is the XML writer's."""
+    return _XML_ILLEGAL.sub("", plain(text, one_line=False))
 
 
 def comment(text) -> str:

@@ -38,10 +38,19 @@ def _below_cwd(path: str) -> str | None:
 def _uri(path: str, audited: bool = False) -> str | None:
     rel = _below_cwd(path)
     if rel is not None:
-        return urllib.parse.quote(rel)
+        return _quote(rel)
     if audited:  # the path the user named on the command line
-        return "file://" + urllib.parse.quote(os.path.abspath(path))
+        return "file://" + _quote(os.path.abspath(path))
     return None
+
+
+def _quote(path: str) -> str:
+    """A non-UTF-8 path (decoded by Python with surrogates) keeps its bytes; a lone surrogate
+    from JSON, which no byte gave, is written as its escape."""
+    try:
+        return urllib.parse.quote(path, errors="surrogateescape")
+    except UnicodeEncodeError:
+        return urllib.parse.quote(path, errors="backslashreplace")
 
 
 def _location(file: str, line: int, audited: bool = False) -> list:

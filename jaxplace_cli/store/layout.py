@@ -81,7 +81,7 @@ def read_manifest(path: Path) -> Manifest:
     if not isinstance(data, dict) or "schema_version" not in data:
         raise RunDirError(f"{file} is not a jaxplace manifest (no schema_version)")
     if data["schema_version"] != MANIFEST_SCHEMA_VERSION:
-        raise RunDirError(f"{file} has manifest schema version {_show(data['schema_version'])}; this "
+        raise RunDirError(f"{file} has manifest schema_version {_show(data['schema_version'])}; this "
                           f"jaxplace reads version {MANIFEST_SCHEMA_VERSION}")
     try:
         return Manifest.from_dict(data, str(file))
