@@ -96,6 +96,7 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     from jaxplace_cli.analysis.budgets import judge_run
     from jaxplace_cli.analysis.run import analyse, open_run
     from jaxplace_cli.model.errors import JaxplaceError
+    from jaxplace_cli.model.safe import plain
     from jaxplace_cli.report.budget import verdict_lines
 
     try:
@@ -113,7 +114,7 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
               + (" (the budget was also exceeded, see above)" if verdict else ""), file=sys.stderr)
         return 0
     if verdict == 0:
-        print(f"jaxplace: budget passed ({gate.source})", file=sys.stderr)
+        print(f"jaxplace: budget passed ({plain(gate.source)})", file=sys.stderr)
     return verdict
 
 

@@ -23,6 +23,7 @@ MANIFEST_SCHEMA_VERSION = 1
 STATUSES = ("running", "complete", "failed", "interrupted", "terminated")
 INT_RANGE = (-(2**63), 2**63 - 1)  # what SQLite and every reader can hold
 COUNT = {"min": 0}  # metadata of a field that counts something
+OPTIONAL_COUNT = {"min": 0, "omit_none": True}  # ... and is left out of run.json when unknown
 MAX_LIST = 1 << 20  # entries in one list field (devices, argv, hook names)
 
 
@@ -48,9 +49,9 @@ class Device:
 
 @dataclass
 class Writer:
-    kind: str = "thread"  # process | thread
-    pid: int | None = field(default=None, metadata=COUNT)
-    peak_rss_kb: int | None = field(default=None, metadata=COUNT)
+    kind: str = "thread"  # process | thread (a thread has no pid or peak of its own)
+    pid: int | None = field(default=None, metadata=OPTIONAL_COUNT)
+    peak_rss_kb: int | None = field(default=None, metadata=OPTIONAL_COUNT)
 
 
 @dataclass
@@ -131,7 +132,7 @@ class Manifest:
         return [d.name for d in self.devices]
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return _plain(self)
 
     @classmethod
     def from_dict(cls, data, where: str) -> Manifest:
@@ -142,6 +143,16 @@ class Manifest:
             if key not in data:
                 raise ManifestError(f"{where}: field {key!r} is missing; this is not a jaxplace manifest")
         return _build(cls, data, where, "")
+
+
+def _plain(value):
+    """``dataclasses.asdict``, leaving out ``omit_none`` fields that are None."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 # -- the checks: one generic walk over the dataclasses' type hints --------------------------

@@ -153,7 +153,7 @@ def parse_json(text: str, where: str, error: type[JaxplaceError] = UntrustedFile
         return json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
                           parse_constant=_parse_constant)
     except (ValueError, RecursionError) as exc:
-        raise error(f"{where} is not valid JSON: {_first_line(exc)}") from None
+        raise error(f"{where} is not readable JSON: {_first_line(exc)}") from None
 
 
 def load_json(path, what: str, limit: int, error: type[JaxplaceError] = UntrustedFileError,
