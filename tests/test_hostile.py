@@ -259,12 +259,14 @@ for _label, _stmt, _expect in [
     ("in_bufs 5,000 digits", "UPDATE ops SET in_bufs = '" + "9" * 5000 + "' WHERE seq = 7", (2,)),
     ("out_bufs not numbers", "UPDATE ops SET out_bufs = '1;DROP TABLE ops' WHERE seq = 3", (2,)),
     ("negative dispatch times", "UPDATE ops SET dur_ns = -5000000", (2,)),
-    ("compile marker nested 100k deep", "UPDATE markers SET value = '" + _deep(100_000) + "'", (0,)),
-    ("compile marker a list", "UPDATE markers SET value = '[1, 2]'", (0,)),
+    ("compile marker nested 100k deep", "UPDATE markers SET value = '" + _deep(100_000) + "'", (2,)),
+    ("compile marker not JSON", "UPDATE markers SET value = '{\"fun\": '", (2,)),
+    ("compile marker a list", "UPDATE markers SET value = '[1, 2]'", (2,)),
     ("compile marker of wrong types", "UPDATE markers SET value = "
-     "'{\"fun\": [1], \"secs\": \"NaN\", \"op_seq\": \"7\", \"signature\": {\"a\": 1}}'", (0,)),
+     "'{\"fun\": [1], \"secs\": \"NaN\", \"op_seq\": \"7\", \"signature\": {\"a\": 1}}'", (2,)),
     ("compile marker secs 1e999", "UPDATE markers SET value = '{\"fun\": \"jit(multiply)\", \"secs\": 1e999, "
-     "\"op_seq\": 7, \"signature\": []}'", (0,)),
+     "\"op_seq\": 7, \"signature\": []}'", (2,)),
+    ("compile marker without fields", "UPDATE markers SET value = '{}'", (0,)),
 ]:
     for _cmd in ("audit", "suggest"):
         case(f"{_cmd} store: {_label}", expect=_expect,

@@ -20,7 +20,7 @@ import stat
 import tomllib
 from pathlib import Path
 
-from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.model.errors import DataError, JaxplaceError
 
 KiB, MiB = 1 << 10, 1 << 20
 # Limits (docs/security.md lists them): far above any file jaxplace writes or a user types.
@@ -161,26 +161,20 @@ def load_json(path, what: str, limit: int, error: type[JaxplaceError] = Untruste
     return parse_json(read_text(path, what, limit, error), f"{what} {path}", error, max_depth)
 
 
-def parse_marker(value) -> dict | None:
-    """One JSON value of a store's markers table (a compile marker): a dict, or None when the
-    value is not one jaxplace could have written (too large, too deep, not an object)."""
-    if not isinstance(value, str) or len(value) > MAX_MARKER_BYTES:
-        return None
-    try:
-        data = parse_json(value, "marker")
-    except UntrustedFileError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def compile_marker(value) -> dict | None:
+def compile_marker(value) -> dict:
     """A ``compile`` marker's value (capture/jaxhooks/compiles.py) with the types the readers
     rely on: ``fun``/``op`` strings, ``op_seq``/``site`` integers, ``secs`` a finite number >= 0,
-    ``signature`` a list of strings; None for a value jaxplace could not have written (a
-    damaged or hostile store: the marker is skipped, as a marker that is not JSON always was)."""
-    info = parse_marker(value)
-    if info is None:
-        return None
+    ``signature`` a list of strings. A value jaxplace could not have written (over 1 MiB, not
+    JSON, nested deeper than 64, not an object, fields of other types) is a damaged or hostile
+    store: ``DataError`` (exit 2), never an internal error."""
+    if not isinstance(value, str) or len(value) > MAX_MARKER_BYTES:
+        raise DataError(f"markers: a compile marker is not text of at most {MAX_MARKER_BYTES:,} bytes")
+    try:
+        info = parse_json(value, "markers: a compile marker")
+    except UntrustedFileError as exc:
+        raise DataError(str(exc)) from None
+    if not isinstance(info, dict):
+        raise DataError("markers: a compile marker is not a JSON object")
     out = {"fun": info.get("fun", ""), "op": info.get("op", ""), "op_seq": info.get("op_seq", -1),
            "site": info.get("site", 0), "secs": info.get("secs", 0), "signature": info.get("signature", [])}
     if not (isinstance(out["fun"], str) and isinstance(out["op"], str)
@@ -188,7 +182,8 @@ def compile_marker(value) -> dict | None:
             and isinstance(out["secs"], (int, float)) and not isinstance(out["secs"], bool)
             and 0 <= out["secs"] < 1e9
             and isinstance(out["signature"], list) and all(isinstance(x, str) for x in out["signature"])):
-        return None
+        raise DataError("markers: a compile marker's fields have the wrong types (fun, op: text; op_seq, "
+                        "site: integers; secs: a number from 0; signature: a list of text)")
     return out
 
 

@@ -249,9 +249,7 @@ def _compiles(store, by_seq: dict, nodes: list, recorded: np.ndarray):
     total: dict = defaultdict(int)
     where: dict = defaultdict(set)
     for (value,) in store.conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
-        info = compile_marker(value)  # None: not a marker jaxplace wrote (damaged store)
-        if info is None:
-            continue
+        info = compile_marker(value)  # DataError: not a marker jaxplace wrote (damaged store)
         v = by_seq.get(info["op_seq"], -1)
         ns = int(info["secs"] * 1e9)
         if v < 0 or ns <= 0:

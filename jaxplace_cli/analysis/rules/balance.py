@@ -26,9 +26,7 @@ def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
     conn = run.store.conn
     compiling = set()
     for (value,) in conn.execute("SELECT value FROM markers WHERE kind = 'compile'"):
-        info = compile_marker(value)
-        if info is not None:
-            compiling.add(info["op_seq"])
+        compiling.add(compile_marker(value)["op_seq"])  # DataError: a damaged store
     skip = container_seqs(run)
     marks = ",".join("?" * len(TRANSFER_OPS))
     rows = [r for r in conn.execute(

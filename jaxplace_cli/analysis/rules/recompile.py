@@ -92,9 +92,7 @@ def recompile(run, cfg) -> list[Finding]:
         "SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,))}
     groups = defaultdict(list)  # key -> [(marker seq, info)]
     for _mseq, value in conn.execute("SELECT seq, value FROM markers WHERE kind = 'compile' ORDER BY seq"):
-        info = compile_marker(value)  # None: not a marker jaxplace wrote (damaged store)
-        if info is None:
-            continue
+        info = compile_marker(value)  # DataError: not a marker jaxplace wrote (damaged store)
         op = jit_ops.get(info.get("op_seq"))
         if op is None or info.get("fun") != op[0]:
             continue
