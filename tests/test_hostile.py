@@ -718,3 +718,43 @@ def test_pingpong_memory_grows_linearly(tmp_path):
         found.append(f.count)
     assert found == [2000 - 2, 8000 - 2]  # n - 1 moves, all but the first return
     assert peaks[1] < 6 * peaks[0], peaks
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                         max_size=4),
+                           max_leaves=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=JSON_VALUES, at_least=st.sampled_from([0, 1, 3, 64]))
+def test_json_depth_is_exact(value, at_least):
+    """The bracket count that guards every JSON reader (model/untrusted.py) is exact, whatever
+    brackets, quotes and backslashes the strings hold, however many levels it peels first."""
+    from jaxplace_cli.model.untrusted import json_depth
+
+    assert json_depth(json.dumps(value), at_least) == _depth(value)
+    assert json_depth(json.dumps(value, indent=1), at_least) == _depth(value)
+
+
+def test_manifest_round_trip_and_field_errors():
+    """What the session writes reads back equal; a field of the wrong type anywhere is named."""
+    from jaxplace_cli.model.manifest import Device, Events, Manifest, ManifestError, Placement, Trace, Writer
+
+    m = Manifest(status="complete", argv=["t.py", "--x"], exit_code=0, devices=[Device("cpu:0", "cpu", 0, "cpu")],
+                 events=Events(3, 2, 0, "", Writer("process", 12, 3400)), trace=Trace("window", "closed", 2.5, 100, 7),
+                 placement=Placement("rr", 5, 0, "unit", "raise", ["cpu:0", "cpu:1"]), follow_children=True)
+    assert Manifest.from_dict(json.loads(json.dumps(m.to_dict())), "run.json") == m
+    assert "pid" not in Manifest(status="complete").to_dict()["events"]["writer"]  # a thread writer
+    d = m.to_dict()
+    d["placement"]["devices"][1] = 7
+    with pytest.raises(ManifestError, match=r"'placement.devices\[1\]' must be a string, not the number 7"):
+        Manifest.from_dict(d, "run.json")
