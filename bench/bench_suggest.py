@@ -87,7 +87,8 @@ def program_partition(rng, n, k, balance=None, unary=False):
 def synthetic_run(path: Path, n: int, seed: int = 0) -> Path:
     """A run directory holding a 100k-op eager program recorded under rr-strict (2 devices)."""
     from jaxplace_cli.model.events import D2D, BufferEvent, OpEvent, Site, TransferEvent
-    from jaxplace_cli.store.layout import MANIFEST_SCHEMA_VERSION, write_manifest
+    from jaxplace_cli.model.manifest import Device, Manifest, Target
+    from jaxplace_cli.store.layout import write_manifest
     from jaxplace_cli.store.writer import StoreWriter
 
     rng = np.random.default_rng(seed)
@@ -120,9 +121,9 @@ def synthetic_run(path: Path, n: int, seed: int = 0) -> Path:
     writer = StoreWriter(path / "events.sqlite")
     writer.write({"sites": sites, "ops": ops, "buffers": bufs, "transfers": xfers, "markers": []})
     writer.close()
-    write_manifest(path, {"schema_version": MANIFEST_SCHEMA_VERSION, "status": "complete", "cwd": str(path),
-                          "argv": ["prog.py"], "devices": [{"name": d} for d in devices],
-                          "simulated_devices": 2, "policy": "rr-strict", "target": {"kind": "path"}})
+    write_manifest(path, Manifest(status="complete", cwd=str(path), argv=["prog.py"],
+                                  devices=[Device(d) for d in devices], simulated_devices=2,
+                                  policy="rr-strict", target=Target("path")))
     return path
 
 

@@ -46,7 +46,7 @@ P5_FIXTURE = REPO / "tests" / "data" / "foreign_traces" / "tf-gpu-v100-multiwork
 PY = sys.executable
 RESULT_PREFIX = "BENCH_RESULT "
 JSON_SCHEMA = 1
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10")
 
 
 @dataclass
@@ -74,6 +74,8 @@ class Sizes:
     p7_runs: int = 3  # P7: audits of each 4 MiB hostile TPU trace
     p3_trace_off_runs: int = 1  # P3: --trace off at the short length (what the trace window costs)
     p3_plain_short: bool = True  # measure plain at the short length too (else reuse the long one)
+    bounces: int = 16384  # P10: device-to-device moves of one array (target: audit <= 200 MB)
+    bounces_long: int = 65536  # P10: the longer ping-pong run (target: audit <= 400 MB)
 
 
 PROFILES = {
@@ -85,7 +87,7 @@ PROFILES = {
     "smoke": Sizes(pairs=1, steps=10, batch=8, width=64, ops=60, events=3000, events_short=1500,
                    wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1, p7_runs=1,
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path"),
-                   p3_plain_short=False, p3_trace_off_runs=0),
+                   p3_plain_short=False, p3_trace_off_runs=0, bounces=200, bounces_long=800),
 }
 
 # name -> (jaxplace run options or None for plain python, BENCH_MODE)
@@ -109,7 +111,9 @@ TARGETS = {
     "P6": ("recorder throughput (events in store / script loop time)", "≥ 200k ev/s, none lost"),
     "P7": ("jaxplace audit of a 4 MiB TPU trace, huge core_details stat", "≤ 5 s"),
     "P9": ("jaxplace report (one HTML file) of the 1M-event run", "≤ 10 s, ≤ 20 MB"),
+    "P10": ("peak RSS of jaxplace audit of ping-pong runs (16k and 64k bounces)", "≤ 200 MB and ≤ 400 MB"),
 }
+P10_TARGETS_MB = (200.0, 400.0)  # the short and the long ping-pong run
 FLAT_TOLERANCE_MB = 25.0  # P3: overhead at the long length may exceed the short one by this much
 
 
@@ -453,6 +457,42 @@ def p9_group(bench: Bench, run_dir: str | None) -> dict:
             "error": "" if good else last_line(reports[-1]["stderr_tail"] if reports else "")}
 
 
+def p10_group(bench: Bench) -> dict:
+    """Record one array bounced ``bounces`` and ``bounces_long`` times between two devices, then
+    audit each run (the whole audit, rules and suggestion, as ``jaxplace audit --format json``)
+    and take its peak RSS. The ping-pong rule follows the array's history along the data flow:
+    before histories were shared, this was quadratic (16k bounces: 1.06 GB; issue 15)."""
+    out = {"runs": []}
+    for n, target in zip((bench.sizes.bounces, bench.sizes.bounces_long), P10_TARGETS_MB):
+        run_dir = bench.tmp / f"p7-{n}"
+        rec = run_child([PY, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--devices", "2", "--out",
+                         str(run_dir), str(WORKLOADS / "pingpong_bounces.py"), "--bounces", str(n)],
+                        child_env(), bench.timeout, bench.tmp)
+        entry = {"bounces": n, "target_mb": target, "record_wall_s": round(rec["wall_s"], 2),
+                 "rss_mb": None, "wall_s": None, "pingpong_round_trips": None, "error": ""}
+        if rec["exit_code"] != 0:
+            entry["error"] = f"recording failed: {last_line(rec['stderr_tail'])}"
+        else:
+            info = read_run(run_dir)
+            entry["rows"] = info.get("rows")
+            a = run_child([PY, "-m", "jaxplace_cli", "audit", str(run_dir), "--format", "json"], child_env(),
+                          bench.timeout, bench.tmp)
+            if a["exit_code"] == 0 and _is_json(bench.tmp / "child.out"):
+                doc = json.loads((bench.tmp / "child.out").read_text())
+                entry.update(rss_mb=round(a["rss_mb"], 1), wall_s=round(a["wall_s"], 2),
+                             pingpong_round_trips=sum(f["count"] for f in doc["findings"] if f["rule"] == "pingpong"))
+            else:
+                entry["error"] = f"audit failed (exit {a['exit_code']}): {last_line(a['stderr_tail'])}"
+        if entry["error"]:
+            bench.errors.append(f"P10 {n} bounces: {entry['error']}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        bench.log(f"  {n:>6} bounces: record {entry['record_wall_s']:.1f} s; audit "
+                  + (f"{entry['wall_s']:.2f} s {entry['rss_mb']:.0f} MB (target ≤ {target:.0f} MB)"
+                     if entry["rss_mb"] is not None else f"FAILED: {entry['error']}"))
+        out["runs"].append(entry)
+    return out
+
+
 def _is_json(path: Path) -> bool:
     try:
         json.loads(path.read_text())
@@ -607,6 +647,17 @@ def rows(res: dict) -> list[dict]:
         t, mb = g["median_wall_s"], g["file_mb"]
         row("P9", f"{t:.2f} s, file {mb:.1f} MB, {g['median_rss_mb']:.0f} MB RSS", t <= 10 and mb <= 20, t,
             f"{g['events']:,} events" if g.get("events") else "")
+    g = res.get("P10")
+    if g is None:
+        row("P10", "skipped", None)
+    elif any(r["rss_mb"] is None for r in g["runs"]):
+        row("P10", "n/a", False, None, "; ".join(r["error"] for r in g["runs"] if r["error"]))
+    else:
+        rs = g["runs"]
+        row("P10", " and ".join(f"{r['rss_mb']:.0f} MB" for r in rs),
+            all(r["rss_mb"] <= r["target_mb"] for r in rs), rs[0]["rss_mb"],
+            "; ".join(f"{r['bounces']:,} bounces: audit {r['wall_s']:.1f} s, {r['pingpong_round_trips']:,} "
+                      f"round trips found" for r in rs))
     return out
 
 
@@ -751,6 +802,9 @@ def main(argv=None) -> int:
         if want("P7"):
             bench.log("P7: audit of 4 MiB TPU traces with a huge core_details stat")
             res["P7"] = p7_group(bench)
+        if want("P10"):
+            bench.log(f"P10: audit of ping-pong runs, {bench.sizes.bounces:,} and {bench.sizes.bounces_long:,} bounces")
+            res["P10"] = p10_group(bench)
         if need_p3:
             bench.log(f"P3/P6: {sizes.events:,} and {sizes.events_short:,} events, {sizes.threads} threads")
             p3 = p3_group(bench)

@@ -12,6 +12,7 @@ from jaxplace_cli.analysis.rules.placement import placement_notes
 from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.analysis.steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
 from jaxplace_cli.analysis.summary import Summary, summarize
+from jaxplace_cli.model.manifest import Manifest
 
 # Rules a jaxplace run cannot support, and why (the trace-only counterpart of NEEDS_RUN).
 NEEDS_TRACE = {
@@ -45,7 +46,7 @@ class TraceInput:
 class AuditResult:
     source: str  # "run" | "trace"
     path: str
-    manifest: dict
+    manifest: Manifest | None  # None for a foreign trace
     summary: Summary  # for a multi-host trace: all hosts merged (devices named host/device)
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
@@ -76,18 +77,19 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     """Summary, findings and steps of a run. The suggestion section is the suggest stage's
     (``suggest.top.attach_suggestion``), added by the command that wants it."""
     notes = []
-    status = run.manifest.get("status")
+    m = run.manifest
+    status = m.status
     if status == "running":
         notes.append("the run is incomplete: the recording process ended without finalising "
                      "(killed?); events up to its last flush are shown")
     elif status in ("failed", "interrupted", "terminated"):
         notes.append(f"the script ended with status {status} (exit code "
-                     f"{run.manifest.get('exit_code')}): {run.manifest.get('error', '')}".rstrip(": "))
-    lost = run.manifest.get("events", {}).get("lost_rows", 0)
+                     f"{m.exit_code}): {m.error}".rstrip(": "))
+    lost = m.events.lost_rows
     if lost:
         notes.append(f"{lost} events could not be written during the run "
-                     f"({run.manifest['events'].get('write_error', '')}); totals are lower bounds")
-    for h in run.manifest.get("hooks", {}).get("unavailable", []):
+                     f"({m.events.write_error}); totals are lower bounds")
+    for h in m.hooks.unavailable:
         notes.append(f"hook unavailable on this JAX version, not recorded: {h}")
     notes.extend(placement_notes(run))
     notes.extend(child_run_notes(run))
@@ -118,10 +120,9 @@ def child_run_notes(run: RunData) -> list[str]:
         except RunDirError:
             notes.append(f"child process run {d} is unreadable")
             continue
-        ev = m.get("events", {})
-        argv = " ".join(str(a) for a in m.get("argv", []))[:80]
-        notes.append(f"child process {d.name} ({argv}; {m.get('status')}): {ev.get('ops', '?')} ops, "
-                     f"{ev.get('transfers', '?')} transfers; audit it with: jaxplace audit {d}")
+        argv = " ".join(m.argv)[:80]
+        notes.append(f"child process {d.name} ({argv}; {m.status}): {m.events.ops} ops, "
+                     f"{m.events.transfers} transfers; audit it with: jaxplace audit {d}")
     if len(dirs) > 20:
         notes.append(f"... and {len(dirs) - 20} more child process runs in {root}")
     return notes

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import D2H, TRANSFER_KINDS
 from jaxplace_cli.model.paths import file_name, site_name
-from jaxplace_cli.model.sizes import human_bytes, parse_size
+from jaxplace_cli.model.sizes import MAX_SIZE, human_bytes, parse_size
+from jaxplace_cli.model.untrusted import load_toml
 from jaxplace_cli.store import queries
 
 KIND_KEYS = ("count", "bytes", "count_per_step", "bytes_per_step")
@@ -68,25 +68,23 @@ def _int(value, key: str, where: str, size: bool = False) -> int:
         if size:
             return parse_size(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{value!r} is not a non-negative integer")
+            raise ValueError(f"{_show(value)} is not a non-negative integer")
+        if value > MAX_SIZE:
+            raise ValueError(f"a {value.bit_length()}-bit number is larger than any count (at most {MAX_SIZE:,})")
         return value
     except ValueError as exc:
         raise BudgetError(f"{where}: {key}: {exc}") from None
 
 
+def _show(value) -> str:
+    text = repr(value) if not isinstance(value, int) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def load_budget(path: str | Path) -> Budget:
+    """A budget file, read bounded (a regular file of at most 1 MiB: model/untrusted.py)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise BudgetError(f"budget file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BudgetError(f"budget file {path} cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BudgetError(f"budget file {path} is not valid TOML: {exc}") from None
-    except RecursionError:  # tomllib recurses into nested arrays and inline tables
-        raise BudgetError(f"budget file {path} is not valid TOML: nested too deeply") from None
-    return budget_from_dict(data, str(path))
+    return budget_from_dict(load_toml(path, "budget file", BudgetError), str(path))
 
 
 def budget_from_dict(data: dict, where: str) -> Budget:

@@ -6,7 +6,6 @@ differ between machines, lines and APIs do not.
 """
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,8 @@ from pathlib import Path
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.model.sizes import MAX_SIZE
+from jaxplace_cli.model.untrusted import MAX_BASELINE_BYTES, load_json
 from jaxplace_cli.store.reader import StoreError
 
 
@@ -66,12 +67,10 @@ class Diff:
 def load_side(path: Path, min_bytes: int) -> dict:
     path = Path(path)
     if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise DiffInputError(f"{path} is not a saved audit (JSON): {exc}") from None
+        data = load_json(path, "saved audit", MAX_BASELINE_BYTES, DiffInputError)
         if not isinstance(data, dict) or data.get("schema_version") != 1 or "transfers" not in data:
             raise DiffInputError(f"{path} is not a `jaxplace audit --format json` file of schema version 1")
+        check_saved_audit(data, str(path))
         return data
     from jaxplace_cli.analysis import audit_run
     from jaxplace_cli.analysis.document import to_dict
@@ -88,6 +87,48 @@ def load_side(path: Path, min_bytes: int) -> dict:
         raise DiffInputError(str(exc)) from None
     except (sqlite3.DatabaseError, StoreError) as exc:
         raise DiffInputError(f"{path}: the events store is corrupt or unreadable ({exc})") from None
+
+
+def check_saved_audit(data: dict, where: str) -> None:
+    """The fields ``compare`` reads, with their types and ranges: a saved audit is input (a
+    baseline from a pull request). A missing ``totals``, a count that is text, a negative or
+    absurd size is one line naming the field (NaN and Infinity never parse: model/untrusted.py),
+    never a silently passed ``--fail-on-increase``."""
+    t = _field(data, "transfers", dict, where)
+    _count(t.get("min_bytes", 0), "transfers.min_bytes", where)
+    totals = _field(t, "totals", dict, where, "transfers.")
+    for kind, v in totals.items():
+        name = f"transfers.totals.{kind}"
+        if not isinstance(v, dict):
+            raise DiffInputError(f"{where}: field {name!r} must be an object with count and bytes")
+        for key in ("count", "bytes"):
+            _count(v.get(key, 0), f"{name}.{key}", where)
+    for i, s in enumerate(_field(t, "sites", list, where, "transfers.")):
+        name = f"transfers.sites[{i}]"
+        if not isinstance(s, dict):
+            raise DiffInputError(f"{where}: field {name!r} must be an object")
+        for key, kind in (("file", str), ("kind", str), ("api", str), ("line", int),
+                          ("count", int), ("bytes", int)):
+            if key not in s:
+                raise DiffInputError(f"{where}: field {name}.{key!r} is missing")
+            if kind is int:
+                _count(s[key], f"{name}.{key}", where)
+            elif not isinstance(s[key], str):
+                raise DiffInputError(f"{where}: field '{name}.{key}' must be a string")
+
+
+def _field(obj: dict, key: str, kind: type, where: str, prefix: str = ""):
+    if key not in obj:
+        raise DiffInputError(f"{where}: field '{prefix}{key}' is missing; not a saved `jaxplace audit --format json`")
+    if not isinstance(obj[key], kind):
+        raise DiffInputError(f"{where}: field '{prefix}{key}' must be {'an object' if kind is dict else 'a list'}")
+    return obj[key]
+
+
+def _count(value, name: str, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+        shown = repr(value)[:40]
+        raise DiffInputError(f"{where}: field {name!r} must be an integer from 0 to {MAX_SIZE:,}, not {shown}")
 
 
 def _site_key(s: dict) -> str:

@@ -21,11 +21,11 @@ def to_dict(result: AuditResult) -> dict:
         "source": result.source,
         "path": result.path,
         "run": {
-            "status": m.get("status"),
-            "exit_code": m.get("exit_code"),
-            "argv": m.get("argv", []),
-            "policy": m.get("policy"),
-            "jax_version": m.get("jax_version"),
+            "status": m.status if m else None,
+            "exit_code": m.exit_code if m else None,
+            "argv": m.argv if m else [],
+            "policy": m.policy if m else None,
+            "jax_version": m.jax_version if m else None,
         },
         "devices": s.devices,
         "ops": {

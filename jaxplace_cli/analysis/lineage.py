@@ -48,10 +48,12 @@ def producers(run) -> dict[int, Producer]:
             for k, o in enumerate(outs):
                 out.setdefault(o, Producer(op.seq, op.kind, op.name, op.site, op.devices,
                                            (ins[k],) if k < len(ins) else (0,)))
-        else:
-            dev = op.devices.split(",")[0]
+        elif outs:
+            # one Producer shared by every output: a copy of the inputs per output would cost
+            # outputs x inputs (a jit call of 1,000 parameters returning 1,000 arrays: 1M)
+            p = Producer(op.seq, op.kind, op.name, op.site, op.devices.split(",")[0], tuple(ins))
             for o in outs:
-                out.setdefault(o, Producer(op.seq, op.kind, op.name, op.site, dev, tuple(ins)))
+                out.setdefault(o, p)
     return out
 
 

@@ -6,12 +6,15 @@ Foreign traces (a ``jax.profiler`` log dir or a single ``.xplane.pb``) are read 
 """
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.model.errors import DataError, JaxplaceError
+from jaxplace_cli.model.manifest import Manifest
 from jaxplace_cli.sources.xplane import TraceError, holds_trace
 from jaxplace_cli.store.layout import EVENTS, RunDirError, is_run_dir, read_manifest
+from jaxplace_cli.store.queries import negative_durations
 from jaxplace_cli.store.reader import StoreError, StoreReader
 
 
@@ -22,12 +25,12 @@ class InputError(JaxplaceError):
 @dataclass
 class RunData:
     path: Path
-    manifest: dict
+    manifest: Manifest
     store: StoreReader
 
     @property
     def complete(self) -> bool:
-        return self.manifest.get("status") in ("complete", "failed", "interrupted", "terminated")
+        return self.manifest.complete
 
 
 def open_run(path: Path) -> RunData:
@@ -37,6 +40,15 @@ def open_run(path: Path) -> RunData:
         store = StoreReader(path / EVENTS)
     except (RunDirError, StoreError) as exc:
         raise InputError(str(exc)) from None
+    try:
+        negative = negative_durations(store.conn)
+    except sqlite3.DatabaseError:
+        negative = 0  # a store damaged past its header: the analysis says so when it reads it
+    if negative:
+        store.close()
+        raise InputError(f"{path / EVENTS}: ops.dur_ns holds {negative:,} negative durations (jaxplace "
+                         "measures them on a monotonic clock); the store is damaged or was not "
+                         "written by jaxplace")
     return RunData(path, manifest, store)
 
 
@@ -73,6 +85,8 @@ def analyse(run: RunData, fn):
     ``ValueError`` saying a request cannot be met). The type scan runs only on failure."""
     try:
         return fn()
+    except DataError as exc:  # a value jaxplace could not have written, found by the analysis
+        raise InputError(f"{run.path / EVENTS}: {exc}; the run cannot be audited") from None
     except DATA_ERRORS as exc:
         problems = run.store.type_errors()
         if not problems:

@@ -100,7 +100,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
         by_dev.append(DeviceOps(d.devices, d.count, d.dur_ns or 0, [(name, c) for name, c in top]))
     ops_total = sum(d.count for d in by_dev)
     errors = queries.count_failed_ops(run.store)
-    devices = [d["name"] for d in run.manifest.get("devices", [])]
+    devices = run.manifest.device_names
     seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
     routes = route_totals(queries.transfer_routes(run.store), min_bytes)
     return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,

@@ -95,6 +95,11 @@ def audit_trace(path, cfg: RuleConfig, top_sites: int = 20, run: str | None = No
         traces = [read_trace(f) for f in files]
     except TraceError as exc:
         raise InputError(str(exc)) from None
+    # a negative execution time can only come from a damaged or hand-made trace: counted as 0
+    # and said (a note), never printed as "-5.0 ms" nor subtracted from a device's load
+    negative = [d for t in traces for d, ns in t.device_op_ns.items() if ns < 0]
+    for t in traces:
+        t.device_op_ns.update({d: 0 for d, ns in t.device_op_ns.items() if ns < 0})
     chosen_run = files[0].parent.name if runs and files[0].parent.name in runs else None
     multi = len(traces) > 1
     hosts = [HostSummary(t.host, str(t.path), summarize_trace(t, cfg.min_bytes), t.source,
@@ -121,6 +126,9 @@ def audit_trace(path, cfg: RuleConfig, top_sites: int = 20, run: str | None = No
                      f"(choose with --run: {', '.join(runs)})")
     for h in hosts:
         notes += [f"{h.host}: {n}" if multi else n for n in h.notes]
+    if negative:
+        notes.append(f"the trace gives {len(negative)} device(s) a negative execution time "
+                     f"({', '.join(sorted(set(negative))[:4])}); counted as 0: the file is damaged")
     unknown = sum(merged.unknown_size.values())
     if unknown:
         notes.append(f"{unknown} transfers have no size in this trace: they are counted under "
@@ -136,7 +144,7 @@ def audit_trace(path, cfg: RuleConfig, top_sites: int = 20, run: str | None = No
     notes.append("op time per device is device execution time from the trace (not host "
                  "dispatch time as for a jaxplace run)")
     return AuditResult(
-        "trace", str(path), {}, merged, sort_findings(findings), notes,
+        "trace", str(path), None, merged, sort_findings(findings), notes,
         hosts=hosts,
         rules_checked=[r for r in rules if r not in unsupported],
         rules_unsupported=unsupported,

@@ -67,7 +67,7 @@ def _record_child(root: Path, record: str) -> None:
     opts = RunOptions("child", target, argv[1:], root / str(os.getpid()), trace="off", record=record,
                       command=orig)
     session = Session(opts)
-    session.manifest["parent_pid"] = os.getppid()
+    session.manifest.parent_pid = os.getppid()
     session.start()
     # The exit code is not visible from atexit; the manifest says so rather than guess.
     atexit.register(session.finalize, Outcome("complete", None, "child process: exit code not recorded"))

@@ -24,7 +24,8 @@ from pathlib import Path
 from jaxplace_cli import __version__
 from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
-from jaxplace_cli.store.layout import EVENTS, MANIFEST_SCHEMA_VERSION, RunDirError, create_run_dir, write_manifest
+from jaxplace_cli.model.manifest import Device, Events, Hooks, Manifest, Placement, Target, Trace, Writer
+from jaxplace_cli.store.layout import EVENTS, RunDirError, create_run_dir, write_manifest
 
 
 @dataclass
@@ -135,23 +136,12 @@ class Session:
     def __init__(self, opts: RunOptions):
         self.opts = opts
         self.run_dir = create_run_dir(opts.out)
-        self.manifest: dict = {
-            "schema_version": MANIFEST_SCHEMA_VERSION,
-            "tool": "jaxplace",
-            "tool_version": __version__,
-            "target": {"kind": opts.kind, "name": opts.target},
-            "argv": [opts.target, *opts.args],
-            "command": opts.command,
-            "cwd": os.getcwd(),
-            "python": platform.python_version(),
-            "host": platform.node(),
-            "pid": os.getpid(),
-            "policy": opts.policy,
-            "simulated_devices": opts.devices,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "status": "running",
-            "exit_code": None,
-        }
+        self.manifest = Manifest(
+            tool_version=__version__, target=Target(opts.kind, opts.target),
+            argv=[opts.target, *opts.args], command=opts.command, cwd=os.getcwd(),
+            python=platform.python_version(), host=platform.node(), pid=os.getpid(),
+            policy=opts.policy, simulated_devices=opts.devices,
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="running", exit_code=None)
         write_manifest(self.run_dir, self.manifest)
         from jaxplace_cli.store.writer import StoreWriter
         from jaxplace_cli.store.writer_process import open_writer
@@ -187,7 +177,7 @@ class Session:
         from jaxplace_cli.capture.recorder import Recorder
         from jaxplace_cli.store.writer import BackgroundWriter
 
-        self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
+        self.manifest.jax_version, self.manifest.jaxlib_version = jax.__version__, jaxlib.__version__
         self.recorder = Recorder()
         if self.opts.progress:  # before the writer thread binds recorder.take
             from jaxplace_cli.capture.progress import LiveStatus
@@ -199,7 +189,7 @@ class Session:
         self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer)
         self._bg.start()
         self.hook_report = hooks.install(self.recorder, self.opts.record)
-        self.manifest["record"] = self.opts.record
+        self.manifest.record = self.opts.record
         for name, reason in self.hook_report.failed:
             self.recorder.marker("hook-unavailable", f"{name}: {reason}")
         if self.opts.placer is not None:
@@ -209,8 +199,8 @@ class Session:
             active.placing = True
         self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds, self.opts.trace_ops)
         self.trace.arm()
-        self.manifest["hooks"] = {"installed": self.hook_report.installed,
-                                  "unavailable": [f"{n}: {r}" for n, r in self.hook_report.failed]}
+        self.manifest.hooks = Hooks(self.hook_report.installed,
+                                    [f"{n}: {r}" for n, r in self.hook_report.failed])
         write_manifest(self.run_dir, self.manifest)
 
     def _install_sigterm(self) -> None:
@@ -278,9 +268,8 @@ class Session:
 
         placer, active.placer = active.placer, None
         if placer is not None:
-            self.manifest["placement"] = {"policy": placer.policy.label, "decisions": placer.decisions,
-                                          "fallbacks": placer.fallbacks, "granularity": placer.granularity,
-                                          "on_error": placer.on_error, "devices": placer.device_names}
+            self.manifest.placement = Placement(placer.policy.label, placer.decisions, placer.fallbacks,
+                                                placer.granularity, placer.on_error, placer.device_names)
         if self._bg is not None:
             self._bg.stop()
         lost = self._bg.lost_rows if self._bg else 0
@@ -299,25 +288,16 @@ class Session:
             write_error = (f"the run directory {self.run_dir} (or its {EVENTS}) was removed or "
                            f"replaced while the script ran; nothing recorded could be kept")
         rec = self.recorder
-        self.manifest.update(
-            status=outcome.status,
-            exit_code=outcome.exit_code,
-            error=outcome.error,
-            ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            devices=_devices_manifest(),
-            events={"ops": rec.counts["ops"] if rec else 0,
-                    "transfers": rec.counts["transfers"] if rec else 0,
-                    "lost_rows": lost,
-                    "write_error": write_error,
-                    "writer": _writer_manifest(writer)},
-            trace={"mode": self.trace.mode if self.trace else "off",
-                   "state": self.trace.state if self.trace else "off",
-                   "seconds": self.opts.trace_seconds,
-                   "max_ops": self.opts.trace_ops,
-                   "traced_ops": self.trace.traced_ops if self.trace else 0,
-                   "files": self.trace.files() if self.trace else [],
-                   "note": self.trace.note if self.trace else ""},
-        )
+        m = self.manifest
+        m.status, m.exit_code, m.error = outcome.status, outcome.exit_code, outcome.error
+        m.ended = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        m.devices = [Device(**d) for d in _devices_manifest()]
+        m.events = Events(rec.counts["ops"] if rec else 0, rec.counts["transfers"] if rec else 0,
+                          lost, write_error, Writer(**_writer_manifest(writer)))
+        m.trace = Trace(self.trace.mode if self.trace else "off", self.trace.state if self.trace else "off",
+                        self.opts.trace_seconds, self.opts.trace_ops,
+                        self.trace.traced_ops if self.trace else 0,
+                        self.trace.files() if self.trace else [], self.trace.note if self.trace else "")
         try:
             write_manifest(self.run_dir, self.manifest)
             self.saved = True

@@ -11,5 +11,8 @@ EXIT_USAGE = 2
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print one line saying what is wrong and exit (2 = usage error)."""
-    print(f"jaxplace: error: {message}", file=sys.stderr, flush=True)
+    from jaxplace_cli.model.safe import plain
+
+    # messages quote input (paths, keys, values): one line, no control characters
+    print(f"jaxplace: error: {plain(message)}", file=sys.stderr, flush=True)
     raise SystemExit(code)

@@ -26,6 +26,7 @@ def diff(
 ) -> None:
     """Per-kind and per-site deltas, new sites and vanished sites."""
     from jaxplace_cli.analysis.diff import DiffInputError, compare, increases_over, load_side, to_dict
+    from jaxplace_cli.model.safe import plain
     from jaxplace_cli.model.sizes import parse_size
     from jaxplace_cli.report.diff_render import EXTENSIONS, FORMATS, RENDERERS
 
@@ -56,6 +57,6 @@ def diff(
         except OSError as exc:
             fail(f"cannot write {output}: {exc.strerror or exc}")
     for sentence in failures:
-        print(f"jaxplace: diff: {sentence}", file=sys.stderr)
+        print(f"jaxplace: diff: {plain(sentence)}", file=sys.stderr)
     if failures:
         raise typer.Exit(1)

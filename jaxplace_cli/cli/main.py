@@ -1,7 +1,8 @@
 """The ``jaxplace`` entry point: each command parses, calls library code, renders.
 
 Usage errors (missing script, bad directory, bad option) print one line prefixed with
-``jaxplace:`` and exit 2; jaxplace never shows its own traceback.
+``jaxplace:`` and exit 2; jaxplace never shows its own traceback. Error text quotes input, so
+it passes ``safe.plain``: one line, control characters shown, never sent.
 
 ``jaxplace run ...`` is parsed by argparse (cli/run.py), never typer: importing typer costs
 ~0.3 s here (it imports pydantic), wall time added to every recorded script. Every other
@@ -14,6 +15,7 @@ import sys
 from typing import Optional
 
 from jaxplace_cli.model.errors import EXIT_INTERNAL, EXIT_USAGE, JaxplaceError
+from jaxplace_cli.model.safe import plain
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -48,7 +50,7 @@ def _guarded(fn) -> None:
         print("jaxplace: interrupted", file=sys.stderr)
         sys.exit(130)
     except JaxplaceError as exc:  # bad input or usage: one line, the error's own exit code
-        print(f"jaxplace: error: {exc}", file=sys.stderr)
+        print(f"jaxplace: error: {plain(exc)}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         name = type(exc).__name__
@@ -59,10 +61,10 @@ def _guarded(fn) -> None:
             sys.exit(130)
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             lines = (exc.format_message() or name).splitlines()
-            print(f"jaxplace: error: {lines[0] if lines else name}", file=sys.stderr)
+            print(f"jaxplace: error: {plain(lines[0] if lines else name)}", file=sys.stderr)
             sys.exit(exc.exit_code if exc.exit_code not in (0, 1) else EXIT_USAGE)
         if os.environ.get("JAXPLACE_DEBUG"):
             raise
-        print(f"jaxplace: internal error: {name}: {exc} "
+        print(f"jaxplace: internal error: {name}: {plain(exc)} "
               "(set JAXPLACE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         sys.exit(EXIT_INTERNAL)

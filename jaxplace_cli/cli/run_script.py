@@ -78,7 +78,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
         from jaxplace_cli.capture.child import child_environment
 
         child_environment(session.run_dir, record)
-        session.manifest["follow_children"] = True
+        session.manifest.follow_children = True
     outcome = session.run()
     outcome.finish()
     if not quiet:
@@ -97,6 +97,7 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     from jaxplace_cli.analysis.budgets import judge_run
     from jaxplace_cli.analysis.run import analyse, open_run
     from jaxplace_cli.model.errors import JaxplaceError
+    from jaxplace_cli.model.safe import plain
     from jaxplace_cli.report.budget import verdict_lines
 
     try:
@@ -114,15 +115,16 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
               + (" (the budget was also exceeded, see above)" if verdict else ""), file=sys.stderr)
         return 0
     if verdict == 0:
-        print(f"jaxplace: budget passed ({gate.source})", file=sys.stderr)
+        print(f"jaxplace: budget passed ({plain(gate.source)})", file=sys.stderr)
     return verdict
 
 
 def _print_run_summary(session) -> None:
+    from jaxplace_cli.model.safe import plain
     from jaxplace_cli.model.sizes import human_bytes
 
     m = session.manifest
-    ev = m.get("events", {})
+    ev = m.events
     try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
         from jaxplace_cli.model.events import TRANSFER_KINDS
         from jaxplace_cli.store.layout import EVENTS
@@ -138,16 +140,16 @@ def _print_run_summary(session) -> None:
             reader.close()
         kinds = ", ".join(f"{k} {c} ({human_bytes(b)})" for k, (c, b) in totals.items())
     except Exception:
-        kinds = f"{ev.get('transfers', 0)} transfers"
+        kinds = f"{ev.transfers} transfers"
     err = sys.stderr
-    print(f"jaxplace: {m.get('status')} (exit {m.get('exit_code')}): recorded {ev.get('ops', 0):,} ops, "
+    print(f"jaxplace: {m.status} (exit {m.exit_code}): recorded {ev.ops:,} ops, "
           f"transfers ≥1 KiB: {kinds}", file=err)
-    if ev.get("lost_rows"):
-        print(f"jaxplace: warning: {ev['lost_rows']} events were lost: {ev.get('write_error')}", file=err)
-    for h in m.get("hooks", {}).get("unavailable", []):
-        print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {h}", file=err)
-    if m.get("trace", {}).get("note"):
-        print(f"jaxplace: {m['trace']['note']}", file=err)
+    if ev.lost_rows:
+        print(f"jaxplace: warning: {ev.lost_rows} events were lost: {plain(ev.write_error)}", file=err)
+    for h in m.hooks.unavailable:
+        print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {plain(h)}", file=err)
+    if m.trace is not None and m.trace.note:
+        print(f"jaxplace: {plain(m.trace.note)}", file=err)
     if getattr(session, "saved", True):
         print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}; "
               f"see it: jaxplace report {session.run_dir} -o report.html", file=err)

@@ -87,7 +87,8 @@ def _recording():
     an outer ``jaxplace run``) are borrowed: only the active recorder is swapped and restored."""
     from jaxplace_cli.capture.jaxhooks import install, state
     from jaxplace_cli.capture.recorder import Recorder
-    from jaxplace_cli.store.layout import EVENTS, MANIFEST_SCHEMA_VERSION, write_manifest
+    from jaxplace_cli.model.manifest import Manifest
+    from jaxplace_cli.store.layout import EVENTS, write_manifest
     from jaxplace_cli.store.writer import StoreWriter
 
     rec = Recorder()
@@ -117,8 +118,7 @@ def _recording():
         writer = StoreWriter(run_dir / EVENTS)
         writer.write(rec.drain())
         writer.close()
-        write_manifest(run_dir, {"schema_version": MANIFEST_SCHEMA_VERSION, "status": "complete",
-                                 "exit_code": 0, "argv": ["pytest"], "policy": "default"})
+        write_manifest(run_dir, Manifest(status="complete", exit_code=0, argv=["pytest"]))
         holder["dir"] = run_dir
         holder["tmp"] = tmp
 

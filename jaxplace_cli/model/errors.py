@@ -15,3 +15,9 @@ class JaxplaceError(Exception):
     """A problem jaxplace explains in one line: bad input, a bad option, a failed check."""
 
     exit_code = EXIT_USAGE
+
+
+class DataError(JaxplaceError):
+    """A value in a run's store that jaxplace could not have written (a buffer id list that is
+    not numbers, a negative duration): the store is damaged or hostile (exit code 2). Raised
+    deep in an analysis, which does not know the file; ``analysis.run.analyse`` names it."""

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls and DEL; \t and \n are handled per target
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 and C1 controls and DEL (\t and \n are handled per target), and the invisible Unicode
+# format characters that reorder or hide text on screen ("Trojan Source": bidi embeddings,
+# overrides and isolates; zero-width joiners/spaces; Unicode line separators; the BOM), and lone surrogates (JSON's
+# "\\ud800" decodes to one; writing it to a UTF-8 stream would raise)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2028\u2029\u2060-\u2069\ufeff\ud800-\udfff]")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x85]")
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 
 def _visible(m: re.Match) -> str:
-    return f"\\x{ord(m.group()):02x}"
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 def plain(text, one_line: bool = True) -> str:
@@ -38,25 +42,33 @@ def rich(text, one_line: bool = True) -> str:
 
 
 def markdown(text) -> str:
-    """For a Markdown table cell or line: one line, no raw HTML, table pipes and emphasis and
-    backticks escaped (a path with backticks and newlines cannot end the table)."""
+    """For a Markdown table cell or line: one line, no raw HTML or entities, no links, and
+    table pipes, emphasis and backticks escaped (a path with backticks and newlines cannot end
+    the table). An ``_`` between letters or digits is left alone: GFM never reads it as
+    emphasis, and ``device_put`` stays readable in the source."""
     text = plain(text)
-    return re.sub(r"([\\`*_{}\[\]<>|#!~])", r"\\\1", text)
+    text = re.sub(r"([\\`*\[\]<|#~&])", r"\\\1", text)
+    return re.sub(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", r"\\_", text)
 
 
-def code_span(text) -> str:
+def code_span(text, table: bool = False) -> str:
     """``text`` as a Markdown code span that input cannot close: the fence is one backtick
-    longer than the longest run of backticks inside."""
+    longer than the longest run of backticks inside. In a table cell (``table``) a ``|``
+    would still end the cell (GFM splits rows before it reads code spans): it is escaped,
+    which GFM shows as a plain ``|`` inside the span."""
     text = plain(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    if table:
+        text = text.replace("|", "\\|")
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def xml(text) -> str:
-    """For XML (JUnit): characters XML 1.0 forbids removed (escaping ``<&`` is the writer's)."""
-    return _XML_ILLEGAL.sub("", str(text))
+    """For XML (JUnit): ``plain`` but keeping line breaks (a test's output has lines), then the
+    characters XML 1.0 forbids removed; escaping ``<&`` is the XML writer's."""
+    return _XML_ILLEGAL.sub("", plain(text, one_line=False))
 
 
 def comment(text) -> str:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxplace_cli.model.sizes import parse_size
+from jaxplace_cli.model.untrusted import load_toml
 from jaxplace_cli.placement.devices import check_name
 from jaxplace_cli.placement.errors import PolicyLoadError
 from jaxplace_cli.placement.opinfo import OpInfo, canonical
@@ -16,7 +16,8 @@ MATCHERS = ("op", "kind", "site", "function", "pass", "dtype", "shape", "min_byt
 TARGETS = ("device", "devices")
 KINDS = ("jit", "jnp", "method", "prim", "eqn")
 PASSES = ("forward", "backward", "any")
-_SITE = re.compile(r"^(?P<file>[^:]+):(?P<start>\d+)(?:-(?P<end>\d+))?$")
+# line numbers of at most 10 ASCII digits: a 5,000-digit one would not even convert to an int
+_SITE = re.compile(r"^(?P<file>[^:]+):(?P<start>[0-9]{1,10})(?:-(?P<end>[0-9]{1,10}))?$")
 JAX_DECIDES = "jax"
 
 
@@ -104,16 +105,8 @@ def _targets(table: dict, where: str, aliases: dict) -> tuple[list[str], bool]:
 
 def parse_rules(path: str | Path) -> RuleSet:
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise PolicyLoadError(f"policy file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyLoadError(f"policy file {path} cannot be read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyLoadError(f"policy file {path} is not valid TOML: {exc}") from None
-    except RecursionError:  # tomllib recurses into nested arrays and inline tables
-        raise PolicyLoadError(f"policy file {path} is not valid TOML: nested too deeply") from None
+    # bounded: a regular file of at most 1 MiB (model/untrusted.py); a FIFO or /dev/zero is refused
+    data = load_toml(path, "policy file", PolicyLoadError)
     unknown = set(data) - {"version", "rule", "default", "aliases"}
     if unknown:
         raise PolicyLoadError(f"{path}: unknown top-level key {sorted(unknown)[0]!r} "
@@ -160,7 +153,8 @@ def _parse_rule(index: int, table, where: str, aliases: dict) -> Rule:
     if "site" in table:
         m = _SITE.match(str(table["site"]))
         if not m:
-            raise PolicyLoadError(f"{where}: site {table['site']!r} must look like \"train.py:31\" or \"train.py:31-33\"")
+            raise PolicyLoadError(f"{where}: site {str(table['site'])[:60]!r} must look like \"train.py:31\" or "
+                                  "\"train.py:31-33\"")
         start = int(m.group("start"))
         rule.site_file, rule.site_lines = m.group("file"), (start, int(m.group("end") or start))
     if "function" in table:

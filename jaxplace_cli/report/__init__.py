@@ -28,8 +28,10 @@ def render_to_string(result: AuditResult, fmt: str) -> str:
 
     buf = io.StringIO()
     rich = fmt == "rich"
+    # emoji=False: a ':name:' in a path from the input stays text (markup is escaped by the
+    # renderer, model/safe.py)
     console = Console(file=buf, force_terminal=rich, no_color=not rich, width=120 if not rich else None,
-                      highlight=False, soft_wrap=not rich)
+                      highlight=False, soft_wrap=not rich, emoji=False)
     render(result, console)
     return buf.getvalue()
 

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from jaxplace_cli.model.paths import below as _rel
+from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes
 
 
 def verdict_lines(verdict) -> list[str]:
     """One ``jaxplace: budget: ...`` line per breach: what always reaches the CI log."""
-    return [f"jaxplace: budget: {br.message}" for br in verdict.breaches] if verdict is not None else []
+    return [f"jaxplace: budget: {plain(br.message)}" for br in verdict.breaches] if verdict is not None else []
 
 
 def failure_text(breaches, result) -> str:
-    lines = [breaches_sentence(b) for b in breaches]
+    lines = [plain(breaches_sentence(b)) for b in breaches]
     out = "\n".join(lines)
     if result.summary.sites:
         out += "\n\nTop transfer sites:\n" + "\n".join(
-            f"  {_rel(s.file)}:{s.line} {s.kind} x{s.count} {human_bytes(s.bytes)} {s.api}"
+            plain(f"  {_rel(s.file)}:{s.line} {s.kind} x{s.count} {human_bytes(s.bytes)} {s.api}")
             for s in result.summary.sites[:5])
     return out
 

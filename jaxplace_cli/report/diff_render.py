@@ -1,12 +1,16 @@
 """Renderers for `jaxplace diff`: a Diff -> text, markdown, GitHub annotations or JUnit XML
 (json is ``diff.to_dict``). Like the audit renderers they only present; ``failures`` are the
-``--fail-on-increase`` sentences, already decided by ``diff.increases_over``."""
+``--fail-on-increase`` sentences, already decided by ``diff.increases_over``. Every string
+that came from a side (paths, site keys, notes) passes the ``model.safe`` function of its
+target."""
 from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
 
 from jaxplace_cli.analysis.diff import Diff
+from jaxplace_cli.model.safe import code_span, plain, xml
+from jaxplace_cli.model.safe import markdown as md
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.github import _line as _annotation
 
@@ -25,22 +29,22 @@ def _changed(d: Diff):
 
 
 def text(d: Diff, failures: list[str]) -> str:
-    out = [f"jaxplace diff  {d.base}  ->  {d.new}"]
+    out = [f"jaxplace diff  {plain(d.base)}  ->  {plain(d.new)}"]
     for k in d.kinds:
         out.append(f"  {k.kind}: {k.base_count} -> {k.new_count} transfers, "
                    f"{human_bytes(k.base_bytes)} -> {human_bytes(k.new_bytes)}{_pct(k.bytes_pct)}")
     for s in _changed(d):
-        out.append(f"  [{s.status}] {s.key}: {s.base_count} -> {s.new_count} transfers, "
+        out.append(f"  [{s.status}] {plain(s.key)}: {s.base_count} -> {s.new_count} transfers, "
                    f"{human_bytes(s.base_bytes)} -> {human_bytes(s.new_bytes)}")
     if not _changed(d):
         out.append("  no site changed")
-    out += [f"  note: {n}" for n in d.notes]
+    out += [f"  note: {plain(n)}" for n in d.notes]
     return "\n".join(out) + "\n"
 
 
 def markdown(d: Diff, failures: list[str]) -> str:
-    out = [f"## jaxplace diff: `{d.base}` → `{d.new}`", ""]
-    out += [f"- :x: {f}" for f in failures] + ([""] if failures else [])
+    out = [f"## jaxplace diff: {code_span(d.base)} → {code_span(d.new)}", ""]
+    out += [f"- :x: {md(f)}" for f in failures] + ([""] if failures else [])
     out += ["| kind | count | bytes | change |", "|---|---:|---:|---:|"]
     for k in d.kinds:
         out.append(f"| {k.kind} | {k.base_count:,} → {k.new_count:,} | "
@@ -49,11 +53,11 @@ def markdown(d: Diff, failures: list[str]) -> str:
     if changed:
         out += ["", "| site | status | count | bytes |", "|---|---|---:|---:|"]
         for s in changed[:30]:
-            out.append(f"| `{s.key}` | {s.status} | {s.base_count:,} → {s.new_count:,} | "
+            out.append(f"| {code_span(s.key, table=True)} | {s.status} | {s.base_count:,} → {s.new_count:,} | "
                        f"{human_bytes(s.base_bytes)} → {human_bytes(s.new_bytes)} |")
         if len(changed) > 30:
             out.append(f"| … and {len(changed) - 30} more | | | |")
-    out += [""] + [f"> {n}" for n in d.notes] if d.notes else []
+    out += [""] + [f"> {md(n)}" for n in d.notes] if d.notes else []
     return "\n".join(out) + "\n"
 
 
@@ -79,12 +83,12 @@ def junit(d: Diff, failures: list[str]) -> str:
         mine = [f for f in failures if f.startswith(f"{k.kind} ")]
         if mine:
             n_failed += 1
-            fail = ET.SubElement(case, "failure", message=mine[0], type="increase")
-            fail.text = "\n".join(mine)
+            fail = ET.SubElement(case, "failure", message=xml(mine[0]), type="increase")
+            fail.text = xml("\n".join(mine))
         out = ET.SubElement(case, "system-out")
-        out.text = (f"{k.base_count} -> {k.new_count} transfers, {k.base_bytes:,} -> {k.new_bytes:,} bytes"
-                    + os.linesep.join([""] + [f"[{s.status}] {s.key}" for s in _changed(d)
-                                              if f" {k.kind} " in s.key]))
+        out.text = xml(f"{k.base_count} -> {k.new_count} transfers, {k.base_bytes:,} -> {k.new_bytes:,} bytes"
+                       + os.linesep.join([""] + [f"[{s.status}] {s.key}" for s in _changed(d)
+                                                 if f" {k.kind} " in s.key]))
     suite.set("failures", str(n_failed))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -5,12 +5,16 @@ import os
 
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.paths import below
+from jaxplace_cli.model.safe import plain
 
 _CMD = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def _escape(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's data: one line (``plain``: no control characters, so no escape
+    sequence reaches the CI log and no line break starts a command of its own), ``%`` and
+    line breaks encoded as the runner expects."""
+    return plain(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _prop(text: str) -> str:

@@ -109,7 +109,8 @@ def _list(value) -> list:
 
 def run_metadata(result: AuditResult) -> str:
     """The manifest's facts; any field may be missing or of another type (a hand-edited run)."""
-    m = result.manifest if isinstance(result.manifest, dict) else {}
+    m = result.manifest.to_dict() if hasattr(result.manifest, "to_dict") else result.manifest
+    m = m if isinstance(m, dict) else {}
     ev = m.get("events", {}) if isinstance(m.get("events"), dict) else {}
     trace = m.get("trace", {}) if isinstance(m.get("trace"), dict) else {}
     hooks = m.get("hooks", {}) if isinstance(m.get("hooks"), dict) else {}

@@ -1,13 +1,15 @@
 """Plain-text and JSON renderings of a plan, a verification and a graph solution.
 
 Plain text (not rich tables) on purpose: the output is diffed by users and tests, and
-piping it must not change it.
+piping it must not change it. Device names, sites, argv and paths come from the run: every line
+passes ``safe.plain`` (``_lines``), so none can carry a control character to the terminal.
 """
 from __future__ import annotations
 
 import shlex
 
 from jaxplace_cli.model.events import D2D, TRANSFER_KINDS
+from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes, human_ns
 from jaxplace_cli.suggest.model import MAKESPAN, THROUGHPUT, TOTAL, TRANSFERS, Graph, Solution
 from jaxplace_cli.suggest.plan import Plan
@@ -79,7 +81,7 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
                    "device_put, so apply those moves in the script:")
         out += [f"  {site}: device_put to {new} instead of {old} ({n} call{'s' if n > 1 else ''})"
                 for (site, old, new), n in retargeted_puts(plan)]
-    return "\n".join(out) + "\n"
+    return _lines(out)
 
 
 def retargeted_puts(plan: Plan) -> list:
@@ -101,7 +103,7 @@ def render_verification(v, plan: Plan) -> str:
     out = ["", f"verification: {shlex.join(['jaxplace', *v.command[3:]])}"]
     if not v.ok:
         out.append(f"  could not verify: {v.error}")
-        return "\n".join(out) + "\n"
+        return _lines(out)
     rows = [("kind", "site", "predicted", "measured", "")]
     for kind, site, p, m in v.rows:
         rows.append((kind, "(all)" if site == "*" else site, _nb(p), _nb(m), "ok" if p == m else "DIFFERENT"))
@@ -114,7 +116,7 @@ def render_verification(v, plan: Plan) -> str:
     out.append("  result: transfers match the prediction exactly" if v.match
                else "  result: measured transfers DIFFER from the prediction")
     out.append(f"  new run: {v.run_dir}")
-    return "\n".join(out) + "\n"
+    return _lines(out)
 
 
 def render_graph(path: str, g: Graph, sol: Solution, objective: str) -> str:
@@ -135,7 +137,12 @@ def render_graph(path: str, g: Graph, sol: Solution, objective: str) -> str:
                      human_bytes(int(g.mem[on].sum())))
                     + ((_graph_cost(TOTAL, int(loads[d])),) if loads is not None else ()))
     out += _table(rows)
-    return "\n".join(out) + "\n"
+    return _lines(out)
+
+
+def _lines(out: list[str]) -> str:
+    """The lines of a rendering, each one line of safe text."""
+    return "".join(plain(line) + "\n" for line in out)
 
 
 def _graph_cost(objective: str, value) -> str:

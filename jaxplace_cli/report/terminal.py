@@ -7,26 +7,28 @@ from rich.text import Text
 
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.paths import below
+from jaxplace_cli.model.safe import plain, rich
 from jaxplace_cli.model.sizes import human_bytes, human_ns
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-_short = below
+def _short(path) -> str:
+    return plain(below(path))
 
 
 def render(result: AuditResult, console: Console) -> None:
     s = result.summary
     m = result.manifest
-    title = f"jaxplace audit · {result.path}"
+    title = f"jaxplace audit · {plain(result.path)}"
     console.print(Text(title, style="bold"))
     if result.source == "run":
-        argv = " ".join(m.get("argv", []))
-        console.print(f"script: {argv}   status: {m.get('status')} (exit {m.get('exit_code')})   "
-                      f"policy: {m.get('policy')}   jax {m.get('jax_version', '?')}")
-    console.print(f"devices: {', '.join(s.devices) or 'none recorded'}")
+        argv = rich(" ".join(m.argv))
+        console.print(f"script: {argv}   status: {rich(m.status)} (exit {rich(m.exit_code)})   "
+                      f"policy: {rich(m.policy)}   jax {rich(m.jax_version or '?')}")
+    console.print(f"devices: {rich(', '.join(s.devices)) or 'none recorded'}")
     for note in result.notes:
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(f"note: {plain(note)}", style="dim"))
 
     t = Table(title=f"Transfers (≥ {human_bytes(s.min_bytes)}; smaller counted apart)",
               title_justify="left")
@@ -37,7 +39,7 @@ def render(result: AuditResult, console: Console) -> None:
     t.add_column("size unknown", justify="right")
     for kind, tot in s.totals.items():
         sm = s.small[kind]
-        t.add_row(kind, f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
+        t.add_row(rich(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
                   f"{sm.count:,} · {human_bytes(sm.bytes)}", f"{s.unknown_size.get(kind, 0):,}")
     console.print(t)
     _offload(console, s)
@@ -57,62 +59,60 @@ def render(result: AuditResult, console: Console) -> None:
                           overflow="fold" if col == "api" else "ellipsis")
         for site in s.sites:
             how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
-            st.add_row(f"{_short(site.file)}:{site.line}", site.kind, f"{site.count:,}",
-                       human_bytes(site.bytes), how, site.api,
-                       *(() if narrow else (", ".join(site.routes),)))
+            st.add_row(rich(f"{_short(site.file)}:{site.line}"), rich(site.kind), f"{site.count:,}",
+                       human_bytes(site.bytes), how, rich(site.api),
+                       *(() if narrow else (rich(", ".join(site.routes)),)))
         console.print(st)
 
     _ops_table(console, s, "Ops per device")
 
     info = result.steps
     if info is not None and info.steps:
-        stt = Table(title=f"Per step, steady state ({len(info.steps)} steps by {info.method}: {info.detail}; "
+        stt = Table(title=f"Per step, steady state ({len(info.steps)} steps by {rich(info.method)}: {rich(info.detail)}; "
                     f"first {info.warmup} excluded as warm-up)", title_justify="left")
         for col in ("kind", "count min/median/max", "bytes min/median/max"):
             stt.add_column(col)
         for kind, st in result.step_transfers.items():
             d = st.summary(info.warmup)
-            stt.add_row(kind, f"{d['min']}/{d['median']:g}/{d['max']}",
+            stt.add_row(rich(kind), f"{d['min']}/{d['median']:g}/{d['max']}",
                         f"{human_bytes(d['bytes_min'])}/{human_bytes(int(d['bytes_median']))}/{human_bytes(d['bytes_max'])}")
         console.print(stt)
     elif info is not None:
-        console.print(Text(f"steps: none detected ({info.detail})", style="dim"))
+        console.print(Text(f"steps: none detected ({plain(info.detail)})", style="dim"))
 
     if len(result.hosts) > 1:
         _hosts(console, result)
 
     if result.budget is not None:
         b = result.budget
-        console.print(Text(f"Budget {'passed' if b.passed else 'FAILED'} ({b.source}, "
+        console.print(Text(f"Budget {'passed' if b.passed else 'FAILED'} ({plain(b.source)}, "
                            f"{len(b.limits)} limits)", style="bold green" if b.passed else "bold red"))
         for br in b.breaches:
-            console.print(Text(f"    {br.message}", style="red"))
+            console.print(Text(f"    {plain(br.message)}", style="red"))
 
     if result.findings:
         console.print(Text(f"Findings ({len(result.findings)})", style="bold"))
         for f in result.findings:
             where = f"{_short(f.file)}:{f.line}" if f.file else ""
-            console.print(Text.assemble((f"[{f.severity}] ", _SEVERITY_STYLE.get(f.severity, "")),
-                                        (f"{f.rule} ", "bold"), (where, "underline")))
-            console.print(Text(f"    {f.message}"))
+            console.print(Text.assemble((f"[{plain(f.severity)}] ", _SEVERITY_STYLE.get(f.severity, "")),
+                                        (f"{plain(f.rule)} ", "bold"), (where, "underline")))
+            console.print(Text(f"    {plain(f.message)}"))
             cost = _cost(f)
             if cost:
                 console.print(Text(f"    cost: {cost}", style="dim"))
             for r in f.related[:8]:
-                console.print(Text(f"    at {_short(r['file'])}:{r['line']}: {r['role']}", style="dim"))
+                console.print(Text(f"    at {_short(r['file'])}:{r['line']}: {plain(r['role'])}", style="dim"))
             if len(f.related) > 8:
                 console.print(Text(f"    ... and {len(f.related) - 8} more sites", style="dim"))
             if f.fix:
-                console.print(Text(f"    fix: {f.fix}", style="green"))
+                console.print(Text(f"    fix: {plain(f.fix)}", style="green"))
     else:
         console.print(Text("No findings.", style="green"))
     _suggestion(console, result)
     if result.source == "run":
-        from jaxplace_cli.model.safe import plain
-
         where = plain(result.path)
-        trace = result.manifest.get("trace") if isinstance(result.manifest, dict) else None
-        window = isinstance(trace, dict) and bool(trace.get("files"))
+        trace = getattr(result.manifest, "trace", None)
+        window = trace is not None and bool(trace.files)
         console.print(Text(f"see it: jaxplace report {where} -o report.html"
                            + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
                            style="dim"))
@@ -130,8 +130,8 @@ def _suggestion(console: Console, result: AuditResult) -> None:
     sg = result.suggestion
     if sg is not None:
         console.print(Text("Suggestion", style="bold"))
-        console.print(Text(f"    {sg.summary}"))
-        console.print(Text(f"    try: {suggest_command(result.path, sg)}", style="green"))
+        console.print(Text(f"    {plain(sg.summary)}"))
+        console.print(Text(f"    try: {plain(suggest_command(result.path, sg))}", style="green"))
 
 
 def _cost(f) -> str:
@@ -158,8 +158,8 @@ def _ops_table(console: Console, s, title: str) -> None:
     ot.add_column("most frequent")
     for d in s.ops_by_device:
         ns = d.device_ns if device_time else d.dispatch_ns
-        ot.add_row(d.device, f"{d.count:,}", human_ns(ns or 0),
-                   Text(", ".join(f"{n}×{c}" for n, c in d.top)))
+        ot.add_row(rich(d.device), f"{d.count:,}", human_ns(ns or 0),
+                   Text(plain(", ".join(f"{n}×{c}" for n, c in d.top))))
     console.print(ot)
 
 
@@ -171,7 +171,7 @@ def _routes(console: Console, s) -> None:
     for col in ("kind", "route", "count", "bytes", "small (<min)", "size unknown", "blocking"):
         rt.add_column(col, justify="left" if col in ("kind", "route") else "right")
     for r in s.routes:
-        rt.add_row(r.kind, f"{r.src} → {r.dst}", f"{r.count:,}", human_bytes(r.bytes),
+        rt.add_row(rich(r.kind), rich(f"{r.src} → {r.dst}"), f"{r.count:,}", human_bytes(r.bytes),
                    f"{r.small_count:,} · {human_bytes(r.small_bytes)}", f"{r.unknown_size:,}",
                    f"{r.blocking:,}")
     console.print(rt)
@@ -188,7 +188,7 @@ def _offload(console: Console, s) -> None:
     for kind, tot in s.offload.items():
         if not tot.count and not s.offload_unknown_size.get(kind, 0) and kind == "d2d":
             continue  # offload is host memory <-> device; d2d only if a source ever reports it
-        ot.add_row(kind, f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
+        ot.add_row(rich(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
                    f"{s.offload_unknown_size.get(kind, 0):,}")
     console.print(ot)
 
@@ -203,7 +203,7 @@ def _hosts(console: Console, result: AuditResult) -> None:
         cells = [f"{hs.totals[k].count + hs.small[k].count:,} · "
                  f"{human_bytes(hs.totals[k].bytes + hs.small[k].bytes)}" for k in ("h2d", "d2h", "d2d")]
         ns = sum(d.device_ns or 0 for d in hs.ops_by_device)
-        ht.add_row(h.host, str(len(hs.devices)), *cells, f"{sum(hs.unknown_size.values()):,}",
+        ht.add_row(rich(h.host), str(len(hs.devices)), *cells, f"{sum(hs.unknown_size.values()):,}",
                    f"{hs.ops_total:,}", human_ns(ns),
                    "" if h.step_count is None else str(h.step_count))
     console.print(ht)

@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.model.manifest import MANIFEST_SCHEMA_VERSION, Manifest, ManifestError
+from jaxplace_cli.model.untrusted import MAX_MANIFEST_BYTES, load_json
 
 MANIFEST = "run.json"
 EVENTS = "events.sqlite"
 CHILDREN = "children"  # <run>/children/<pid>/: runs of child processes (--follow-children)
-MANIFEST_SCHEMA_VERSION = 1
 
 
 class RunDirError(JaxplaceError):
@@ -58,29 +59,39 @@ def create_run_dir(path: Path) -> Path:
     return path
 
 
-def write_manifest(path: Path, manifest: dict) -> None:
+def write_manifest(path: Path, manifest: Manifest) -> None:
     """Write ``run.json`` atomically (a reader never sees half a manifest)."""
     path = Path(path)
     tmp = path / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path / MANIFEST)
 
 
-def read_manifest(path: Path) -> dict:
+def read_manifest(path: Path) -> Manifest:
+    """``run.json`` of ``path``, bounded (``model/untrusted.py``) and checked field by field
+    (``model/manifest.py``): every way it can be wrong is one ``RunDirError`` line."""
     file = Path(path) / MANIFEST
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(file):
         raise RunDirError(f"{path} is not a jaxplace run (no {MANIFEST}); pass a directory "
-                          "made by `jaxplace run` or a jax.profiler trace") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"{file} is unreadable or corrupt ({exc}); the run cannot be audited") from None
+                          "made by `jaxplace run` or a jax.profiler trace")
+    try:
+        data = load_json(file, "manifest", MAX_MANIFEST_BYTES, RunDirError)
+    except RunDirError as exc:
+        raise RunDirError(f"{exc}; the manifest is unreadable or corrupt, the run cannot be audited") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise RunDirError(f"{file} is not a jaxplace manifest (no schema_version)")
     if data["schema_version"] != MANIFEST_SCHEMA_VERSION:
-        raise RunDirError(f"{file} has manifest schema version {data['schema_version']}; this "
+        raise RunDirError(f"{file} has manifest schema_version {_show(data['schema_version'])}; this "
                           f"jaxplace reads version {MANIFEST_SCHEMA_VERSION}")
-    return data
+    try:
+        return Manifest.from_dict(data, str(file))
+    except ManifestError as exc:
+        raise RunDirError(str(exc)) from None
+
+
+def _show(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def is_run_dir(path: Path) -> bool:

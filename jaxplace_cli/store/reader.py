@@ -8,7 +8,9 @@ over a reader live in ``queries.py``.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Iterator
@@ -34,18 +36,25 @@ class StoreReader:
             # unencoded 'run?x/events.sqlite' would open, even create, 'run' read-write).
             # A finished run has no -wal data (the writer checkpoints it away): open it as
             # immutable, so reading creates no -wal/-shm files in the run directory (and
-            # works on read-only media). A live or killed run's -wal holds data: read it.
-            live = os.path.exists(str(self.path) + "-wal") and os.path.getsize(str(self.path) + "-wal") > 0
-            uri = (f"file:{urllib.parse.quote(os.fsencode(self.path.absolute()))}?mode=ro"
-                   + ("" if live else "&immutable=1"))
-            self.conn = sqlite3.connect(uri, uri=True)
+            # works on read-only media). A live or killed run's -wal holds data, and SQLite
+            # cannot read a WAL without writing a -shm next to it: read a private copy (the
+            # audit never writes into what it reads).
+            self._copy = None
+            wal = str(self.path) + "-wal"
+            target, mode = self.path.absolute(), "?mode=ro&immutable=1"
+            if os.path.isfile(wal) and os.path.getsize(wal) > 0:
+                self._copy = tempfile.TemporaryDirectory(prefix="jaxplace-store-")
+                target, mode = Path(self._copy.name) / "events.sqlite", ""
+                shutil.copyfile(self.path, target)
+                shutil.copyfile(wal, str(target) + "-wal")
+            self.conn = sqlite3.connect(f"file:{urllib.parse.quote(os.fsencode(target))}{mode}", uri=True)
             # Only real tables are read: a hostile file could define 'ops' as a view (an
             # endless recursive query) and the audit would never finish.
             kinds = dict(self.conn.execute("SELECT name, type FROM sqlite_master").fetchall())
             meta = {}
             if kinds.get("meta") == "table":
                 meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
-        except (sqlite3.DatabaseError, ValueError) as exc:
+        except (sqlite3.DatabaseError, ValueError, OSError) as exc:
             raise StoreError(
                 f"{self.path} is not a readable jaxplace events database ({exc}); "
                 "the run may be corrupt"
@@ -132,4 +141,6 @@ class StoreReader:
 
     def close(self) -> None:
         self.conn.close()
+        if self._copy is not None:
+            self._copy.cleanup()
 

@@ -22,15 +22,16 @@ Mapping, and why:
 from __future__ import annotations
 
 import heapq
-import json
 from pathlib import Path
 
 import numpy as np
 
 from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.model.untrusted import MAX_GRAPH_BYTES, load_json
 from jaxplace_cli.suggest.model import Graph
 
 TIME_SCALE = 10**6
+MAX_DEVICES = 1024  # accelerators of a graph: the solvers allocate nodes x devices
 
 
 class GraphFileError(JaxplaceError):
@@ -43,17 +44,13 @@ def _ticks(x) -> int:
 
 def load_graph_json(path, include_cpu: bool = True, accelerators: int | None = None) -> Graph:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GraphFileError(f"graph file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GraphFileError(f"graph file {path} is not readable JSON: {exc}") from None
+    # bounded (model/untrusted.py): a regular file of at most 64 MiB, JSON at most 64 deep
+    data = load_json(path, "graph file", MAX_GRAPH_BYTES, GraphFileError)
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("edges"), list):
         raise GraphFileError(f"{path}: expected an object with 'nodes' and 'edges' lists")
     try:
         return _build(data, include_cpu, accelerators)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # OverflowError: "1e400" ms
         raise GraphFileError(f"{path}: malformed graph ({type(exc).__name__}: {exc})") from None
 
 
@@ -68,6 +65,8 @@ def _build(data: dict, include_cpu: bool, accelerators: int | None) -> Graph:
     order = _topological(len(nodes), [(a, b) for a, b, _ in edges], ids)
     rank = {old: new for new, old in enumerate(order)}
     k_acc = int(accelerators if accelerators is not None else data.get("maxFPGAs", 1))
+    if not 0 <= k_acc <= MAX_DEVICES:
+        raise ValueError(f"{k_acc} accelerators (at most {MAX_DEVICES})")
     cpu = include_cpu and int(data.get("maxCPUs", 0)) > 0
     devices = tuple(f"acc:{i}" for i in range(k_acc)) + (("cpu:0",) if cpu else ())
     k = len(devices)

@@ -96,7 +96,9 @@ def _ints(text) -> list[int]:
         return []
     if isinstance(text, (tuple, list)):
         return [int(x) for x in text]
-    return [int(x) for x in str(text).split(",") if x]
+    from jaxplace_cli.analysis.rules.base import ids
+
+    return ids(str(text))  # DataError for a list that is not numbers (a damaged store)
 
 
 def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool = False) -> RunGraph:
@@ -104,9 +106,9 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     (default: every device the run saw)."""
     store = run.store
     manifest = run.manifest
-    cwd = manifest.get("cwd", "")
+    cwd = manifest.cwd
     sites = store.sites()
-    all_devices = [d["name"] for d in manifest.get("devices", []) if "name" in d]
+    all_devices = manifest.device_names
     bufs = q.suggest_buffers(store)
     ops = q.suggest_ops(store)
     all_devices += [d for d in q.suggest_op_devices(store) if d not in all_devices]

@@ -78,11 +78,11 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     default, rules = policy_rules(rg, sol.assign)
     _explain(rg, sol.assign, default, rules, predicted)
     manifest = run.manifest
-    argv = list(manifest.get("argv", []))
-    if manifest.get("target", {}).get("kind") == "module":
+    argv = list(manifest.argv)
+    if manifest.target.kind == "module":
         argv = ["-m", *argv] if argv and argv[0] != "-m" else argv
     plan = Plan(objective, rg, sol, baseline, predicted, measured, default, rules, "", argv,
-                manifest.get("simulated_devices"), manifest.get("cwd", ""))
+                manifest.simulated_devices, manifest.cwd)
     plan.policy_text = render_policy(default, rules, _header(plan, run, policy_path))
     return plan
 

@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from jaxplace_cli.model.safe import comment
 from jaxplace_cli.suggest.from_run import RunGraph
 
 _GLOB = str.maketrans({"[": "[[]", "*": "[*]", "?": "[?]"})
@@ -121,7 +122,9 @@ def _range_rule(file, run, devices, default) -> list[dict]:
 
 
 def render_policy(default: str, rules: list[dict], header: list[str]) -> str:
-    lines = [f"# {h}" if h else "#" for h in header]
+    # the header quotes the run (its argv in the `verify:` line): each entry stays one comment
+    # line, so a newline in an argument cannot end the comment and add rules to the file
+    lines = [f"# {comment(h)}" if h else "#" for h in header]
     lines += ["version = 1", ""]
     for r in rules:
         if r.get("why"):

@@ -112,7 +112,7 @@ def measure(run, cwd: str | None = None) -> Traffic:
     """The transfers a recorded run actually made, keyed like a prediction."""
     from jaxplace_cli.suggest.from_run import _rel
 
-    cwd = run.manifest.get("cwd", "") if cwd is None else cwd
+    cwd = run.manifest.cwd if cwd is None else cwd
     sites = run.store.sites()
     out = Traffic()
     for kind, sid, api, n, b in q.suggest_transfer_groups(run.store):

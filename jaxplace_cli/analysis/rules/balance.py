@@ -54,7 +54,7 @@ def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
 
 
 def _devices(run, loads) -> list[str]:
-    devs = [d["name"] for d in run.manifest.get("devices", []) if "name" in d]
+    devs = run.manifest.device_names
     return devs + sorted(d for d in loads if d not in devs)
 
 

@@ -5,6 +5,7 @@ import bisect
 import statistics
 from dataclasses import dataclass, field
 
+from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import OP_JIT, OP_SEGMENT
 from jaxplace_cli.model.paths import site_name
 from jaxplace_cli.store import queries
@@ -62,7 +63,10 @@ def short(file: str, line: int | None = None) -> str:
 
 def ids(text: str) -> list[int]:
     """The comma-joined buffer ids of an op row as ints (0 = not an array)."""
-    return [int(x) for x in text.split(",") if x] if text else []
+    try:
+        return [int(x) for x in text.split(",") if x] if text else []
+    except ValueError:  # not numbers, or more than 4,300 digits: not written by jaxplace
+        raise DataError(f"ops: a buffer id list holds {text[:40]!r}, not comma-separated integers") from None
 
 
 def related(sites: dict, sid: int, role: str) -> dict:

@@ -39,11 +39,11 @@ def policy_fallback(run, cfg: RuleConfig) -> list[Finding]:
 def placement_notes(run) -> list[str]:
     """One note per distinct policy substitution, plus a one-line summary of the placement."""
     notes = [f"placement: {value}" for value in queries.distinct_marker_values(run.store, "policy-note")]
-    placement = run.manifest.get("placement")
+    placement = run.manifest.placement
     if placement:
         placed = queries.count_placed_ops(run.store)
         moves = queries.policy_moves(run.store)
-        notes.insert(0, f"placement: policy {placement['policy']} placed {placed} ops "
-                        f"(granularity {placement.get('granularity', 'unit')}); its moves: {moves[0]} "
-                        f"transfers, {moves[1]} bytes; fallbacks: {placement.get('fallbacks', 0)}")
+        notes.insert(0, f"placement: policy {placement.policy} placed {placed} ops "
+                        f"(granularity {placement.granularity}); its moves: {moves[0]} "
+                        f"transfers, {moves[1]} bytes; fallbacks: {placement.fallbacks}")
     return notes

@@ -1,12 +1,12 @@
 """recompile: a jitted function compiled again and again, and what changed each time."""
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, related, site_of
 from jaxplace_cli.model.events import OP_JIT
+from jaxplace_cli.model.untrusted import compile_marker
 
 _PY_SCALARS = {"int", "float", "bool", "complex"}  # weakly typed when traced
 _ARRAY = re.compile(r"^(numpy )?(\w+)\[([\d,]*)\]( weak)?(?: @(.+))?$")
@@ -92,10 +92,7 @@ def recompile(run, cfg) -> list[Finding]:
         "SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,))}
     groups = defaultdict(list)  # key -> [(marker seq, info)]
     for _mseq, value in conn.execute("SELECT seq, value FROM markers WHERE kind = 'compile' ORDER BY seq"):
-        try:
-            info = json.loads(value)
-        except ValueError:
-            continue
+        info = compile_marker(value)  # DataError: not a marker jaxplace wrote (damaged store)
         op = jit_ops.get(info.get("op_seq"))
         if op is None or info.get("fun") != op[0]:
             continue

@@ -32,7 +32,7 @@ elif when == "finalize":
     real_write = session.write_manifest
 
     def write_manifest(path, manifest):
-        if manifest.get("status") != "running":
+        if manifest.status != "running":
             os.kill(os.getpid(), sig)
             for _ in range(1000):
                 pass
