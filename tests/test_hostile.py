@@ -633,6 +633,8 @@ def test_every_audit_format_keeps_input_inert(clean_result, s):
 
     result = _inject(clean_result, s)
     for fmt in FORMATS:
+        if fmt == "html":  # reads the run's store itself: tests/test_report_html.py feeds it hostile text
+            continue
         text = render_to_string(result, fmt)
         shown = SGR.sub("", text) if fmt == "rich" else text
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e\u2028\ud800-\udfff]", shown), (fmt, shown)

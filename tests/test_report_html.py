@@ -177,13 +177,16 @@ def test_report_of_a_foreign_trace(chromium, tmp_path):
     assert page.eval("document.querySelectorAll('#matrix-totals tr[data-kind]').length") == 3
 
 
-def test_hand_edited_manifest_still_renders(run_dir, tmp_path):
-    """Manifest fields of unexpected types (a hand-edited run) are shown as what they are."""
+def test_hand_edited_manifest_is_one_line_or_escaped(run_dir, tmp_path):
+    """A manifest field of the wrong type (a hand-edited run) is one line naming it, exit 2
+    (model/manifest.py checks every field); markup in a text field reaches the page escaped."""
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     m = json.loads((copy / "run.json").read_text())
-    m.update(command="not a list", argv=7, trace=[1, 2], cwd={"a": "<b>x</b>"})
-    m["hooks"]["installed"] = 5
-    (copy / "run.json").write_text(json.dumps(m))
+    (copy / "run.json").write_text(json.dumps({**m, "argv": 7}))
+    proc = jaxplace("report", copy, "-o", tmp_path / "bad.html")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "'argv'" in proc.stderr, proc.stderr
+    assert not (tmp_path / "bad.html").exists()
+    (copy / "run.json").write_text(json.dumps({**m, "cwd": "<b>x</b>", "error": "<script>alert(1)</script>"}))
     text = _report(copy, tmp_path / "m.html").read_text()
-    assert "&lt;b&gt;x&lt;/b&gt;" in text and "<b>x</b>" not in text
+    assert "&lt;b&gt;x&lt;/b&gt;" in text and "<b>x</b>" not in text and "<script>alert" not in text

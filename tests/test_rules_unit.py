@@ -220,11 +220,7 @@ def test_imbalance_and_idle_device_weigh_ops_by_typical_time(tmp_path):
         r.op(seq, "f", "cpu:1", outs=[seq], site=light, dur=1000)
     r.op(seq + 1, "iota", "cpu:0", outs=[99], site=busy)  # ran on one device only: not shared work
     r.xfer(seq + 2, D2D, "cpu:0", "cpu:2", 16, light, "jax.device_put", buf=98)  # cpu:2 only copies
-    # damaged compile markers are skipped, not a crash
-    r.marker(5000, "compile", "{not json")
-    r.marker(5001, "compile", "[1, 2]")
-    r.marker(5002, "compile", json.dumps({"fun": "f", "op_seq": 7, "secs": "slow"}))
-    run = r.open(tmp_path / "run")
+    run = r.open(tmp_path / "run")  # (damaged compile markers: test_compiles_reads_...)
 
     (f,) = imbalance(run, CFG)
     # "f" ran on both devices. Typical time: the median of the calls that did not compile
@@ -275,7 +271,6 @@ def test_recompile_names_what_changed(tmp_path):
         if k != 2:
             r.compile(seq + 1, "step", seq, call, [f"float32[{n}] @cpu:0", "int 2"])
     r.compile(50, "other", 10, call, [])  # another function compiled during the call: not "step"
-    r.marker(51, "compile", "{not json")
     run = r.open(tmp_path / "run")
     (f,) = recompile(run, CFG)
     # 3 compiles > threshold 2, 0.25 s each; two changes of arg 0's shape
@@ -289,7 +284,9 @@ def test_recompile_names_what_changed(tmp_path):
     assert b.message == "recompiles were limited to 1 but the run had 2 (step compiled 3 times at train.py:15)"
 
 
-def test_compiles_reads_every_well_formed_marker_and_skips_damaged_ones(tmp_path):
+def test_compiles_reads_every_well_formed_marker_and_refuses_damaged_ones(tmp_path):
+    from jaxplace_cli.model.errors import DataError
+
     r = Rows()
     r.compile(1, "f", 7, 3, ["float32[8]"])
     r.marker(2, "compile", json.dumps({"fun": "jit_g", "secs": 1}))  # outside any op: defaults
@@ -297,13 +294,14 @@ def test_compiles_reads_every_well_formed_marker_and_skips_damaged_ones(tmp_path
            '{"secs": -1}', '{"secs": NaN}', '{"secs": Infinity}', '{"secs": 1e999}', '{"op_seq": 1.5}',
            '{"op_seq": "7"}', '{"site": null}', '{"signature": "f32"}', '{"signature": [1]}',
            '{"secs": 1' + "0" * 400 + "}", "[" * 100_000 + "]" * 100_000]
-    for k, v in enumerate(bad):
-        r.marker(10 + k, "compile", v)
     r.marker(1000, "step-begin", json.dumps({"fun": "f"}))  # another kind
     got = queries.compiles(r.open(tmp_path / "run").store)
     assert got == [CompileInfo(1, "f", 0.25, "f", 7, 3, ("float32[8]",)),
                    CompileInfo(2, "jit_g", 1.0, "", 0, 0, ())]
     assert all(queries.decode_compile(0, v) is None for v in bad)
+    r.marker(10, "compile", bad[2])  # one damaged marker: the store was altered, exit 2
+    with pytest.raises(DataError, match="seq 10"):
+        queries.compiles(r.open(tmp_path / "run2").store)
 
 
 # -- host syncs and budgets ------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     """Write ``run.json`` atomically (a reader never sees half a manifest)."""
     path = Path(path)
     tmp = path / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True) + "\n")
+    data = manifest.to_dict() if hasattr(manifest, "to_dict") else manifest  # tests write dicts
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path / MANIFEST)
 
 

@@ -24,6 +24,7 @@ import json
 import math
 from typing import Iterator, NamedTuple
 
+from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import (
     MARKER_COMPILE,
     TRANSFER_OPS,
@@ -229,14 +230,17 @@ def decode_compile(seq: int, value) -> CompileInfo | None:
 
 
 def compiles(store) -> list[CompileInfo]:
-    """Every well-formed compile marker of the run, in seq order; damaged ones are skipped
-    (``decode_compile`` says which are)."""
+    """Every compile marker of the run, in seq order. A marker jaxplace could not have written
+    (``decode_compile`` says which) is a damaged or hostile store: ``DataError`` (exit 2), so an
+    audit never quietly drops compiles (issue 15)."""
     out = []
     for seq, value in store.conn.execute(
             "SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (MARKER_COMPILE,)):
         info = decode_compile(seq, value)
-        if info is not None:
-            out.append(info)
+        if info is None:
+            raise DataError(f"markers: the compile marker at seq {seq} is damaged (not a JSON object "
+                            "with the fields jaxplace writes); the events store was altered")
+        out.append(info)
     return out
 # -- ping-pong (analysis/rules/pingpong.py) and run sanity (analysis/run.py) -----------------
 
