@@ -13,7 +13,7 @@ import os
 import runpy
 import threading
 
-from jaxplace_cli.placement.devices import check_name
+from jaxplace_cli.placement.devices import check_name, static_check
 from jaxplace_cli.placement.errors import PolicyLoadError
 from jaxplace_cli.placement.opinfo import OpInfo
 from jaxplace_cli.placement.rules import RuleSet, parse_rules
@@ -26,6 +26,11 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def decide(self, info: OpInfo):
         """The device for the op ``info`` describes: a Device, a name, or None (JAX decides)."""
+
+    def named_devices(self) -> list[list[str]]:
+        """The device names this policy can answer, known before the run: each entry lists
+        alternatives (an alias: the first present wins), one of which must exist."""
+        return []
 
 
 class Default(Policy):
@@ -42,6 +47,9 @@ class Pin(Policy):
 
     def decide(self, info: OpInfo):
         return self.device
+
+    def named_devices(self) -> list[list[str]]:
+        return [[self.device]]
 
 
 class RoundRobin(Policy):
@@ -83,6 +91,10 @@ class Rules(Policy):
             return self._target(self.ruleset.default, info)
         info.extra["rule"] = "no rule"
         return None
+
+    def named_devices(self) -> list[list[str]]:
+        rules = self.ruleset.rules + ([self.ruleset.default] if self.ruleset.default else [])
+        return [self.ruleset.aliases.get(n, [n]) for r in rules for n in r.devices]
 
     def _target(self, rule, info: OpInfo):
         if rule.jax_decides:
@@ -209,6 +221,24 @@ def _load_callable(spec: str):
     if not callable(obj):
         raise PolicyLoadError(f"--policy {spec!r}: {attr} is not callable")
     return obj
+
+
+def check_before_run(policy: Policy, devices: list[str] | None, simulated: int | None) -> None:
+    """Everything about the devices that can be checked before the script starts (and before
+    a run directory exists): ``--devices SPEC`` and the devices the policy names.
+    PolicyLoadError on the first that cannot exist here."""
+    static_check(devices, "--devices", simulated)
+    for alternatives in policy.named_devices():
+        errors = []
+        for name in alternatives:
+            try:
+                static_check([name], f"--policy {policy.label}", simulated)
+                break
+            except PolicyLoadError as exc:
+                errors.append(exc)
+        else:
+            if errors:
+                raise errors[0]
 
 
 def load_policy(policy) -> Policy:
