@@ -81,6 +81,13 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
         fail(str(exc))
     names = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
     try:
+        no_ops = run.store.count("ops") == 0
+    except (sqlite3.DatabaseError, StoreError) as exc:
+        fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
+    if no_ops:  # a script that never dispatched JAX work: nothing to place (was an IndexError)
+        fail(f"{path} recorded no JAX ops (the script dispatched no JAX work), so there is nothing "
+             "to place; record a run that uses JAX, e.g. jaxplace run train.py")
+    try:
         plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver))
     except InputError as exc:
         fail(str(exc))
