@@ -144,6 +144,19 @@ def test_idle_devices_with_independent_work_are_an_info_with_a_fix(fresh):
     assert "--policy rr" in idle.fix
 
 
-# The article's scripts (sample_scripts/article_*.py) are clean by construction: each places
-# its ops by a policy and moves only what the policy asks. Filled in with those scripts.
-ARTICLE_CASES: set = set()
+# The article's scripts (sample_scripts/article_*.py): each places its ops with its own policy.
+# Two of the article's policies bounce data between devices by design, and the audit says so.
+ARTICLE_CASES = {
+    # b returns to the transpose device: a.T on cpu:1 -> a @ a.T on cpu:0 -> b.T on cpu:1
+    "article_custom_placement": {("pingpong", "error", "article_custom_placement.py", 40)},
+    "article_round_robin": set(),
+    "article_mixed_precision": set(),
+    "article_check_placement": set(),
+    # the signal leaves the host-role device (conv, scan) and comes back for tanh
+    "article_hetero_placement": {("pingpong", "error", "article_hetero_placement.py", 39)},
+}
+
+
+@pytest.mark.parametrize("case", sorted(ARTICLE_CASES))
+def test_article_scripts_findings_at_their_lines(case):
+    assert {_key(f) for f in _audit(GOLDEN / case)} == ARTICLE_CASES[case]

@@ -82,6 +82,9 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
 
         child_environment(session.run_dir, record)
         session.manifest["follow_children"] = True
+    from jaxplace_cli.capture.import_hook import after_import
+
+    after_import("jax", _install_jax_alias)  # `with jax.device_placement(p):` runs as written
     if not quiet:  # where the run goes, before the script prints anything (as memray does)
         _print_start(session, n_devices, policy if placer is not None else None)
     outcome = session.run()
@@ -121,6 +124,12 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     if verdict == 0:
         print(f"jaxplace: budget passed ({gate.source})", file=sys.stderr)
     return verdict
+
+
+def _install_jax_alias() -> None:
+    from jaxplace_cli.integrations.placement import install_jax_alias  # imports JAX: only once it is
+
+    install_jax_alias()
 
 
 def _print_start(session, n_devices, policy) -> None:
