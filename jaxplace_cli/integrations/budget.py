@@ -8,9 +8,10 @@ it exactly as on a recorded script, so a test's failure sentence is the CLI's se
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import tempfile
-from contextlib import ContextDecorator, contextmanager
+from contextlib import contextmanager
 
 from jaxplace_cli.model.errors import EXIT_FAILED_CHECK, JaxplaceError
 from jaxplace_cli.report.budget import failure_text
@@ -147,7 +148,7 @@ def _verdict(holder: dict, budget, min_bytes: int = 1024):
         holder["tmp"].cleanup()
 
 
-class budget(ContextDecorator):  # noqa: N801 - a function to its users: jaxplace_cli.budget(d2h=0)
+class budget:  # noqa: N801 - a function to its users: jaxplace_cli.budget(d2h=0)
     """``with jaxplace_cli.budget(d2h=0): ...`` — raise BudgetExceeded if the block exceeds it.
 
     A class, not a ``@contextmanager``: a failure then shows the user's ``with`` line and the
@@ -159,8 +160,16 @@ class budget(ContextDecorator):  # noqa: N801 - a function to its users: jaxplac
         self._budget = limits_to_budget(limits, "jaxplace_cli.budget()")  # BudgetError: a bad keyword
         self._cm = None
 
-    def _recreate_cm(self):  # ContextDecorator: each decorated call records afresh
-        return type(self)(**self._limits)
+    def __call__(self, func):
+        """``@jaxplace_cli.budget(d2h=0)`` on a function: each call is checked on its own."""
+
+        @functools.wraps(func)
+        def checked(*args, **kwargs):
+            __tracebackhide__ = True  # noqa: F841 - read by pytest
+            with type(self)(**self._limits):
+                return func(*args, **kwargs)
+
+        return checked
 
     def __enter__(self):
         self._cm = _recording()

@@ -132,10 +132,17 @@ def _suggestion(console: Console, result: AuditResult) -> None:
     sg = result.suggestion
     if sg is not None:
         console.print(Text("Suggestion", style="bold"))
-        console.print(_indented(Text(safe.plain(sg.summary)), 4))
-        # a command is never wrapped: it is copied and pasted (a long path may pass the width)
-        console.print(Text(f"    try: {safe.plain(suggest_command(result.path, sg))}", style="green"),
-                      soft_wrap=True)
+        console.print(_indented(Text(safe.plain(sg.summary)), 2))
+        command, _, then = safe.plain(suggest_command(result.path, sg)).partition("   ")
+        # a command is never wrapped: it is copied and pasted (on a line of its own when the
+        # line would be too long; a path longer than the terminal still passes the width)
+        line = f"  try: {command}"
+        if len(line) > console.width:
+            console.print(Text("  try:", style="green"))
+            line = f"    {command}"
+        console.print(Text(line, style="green"), soft_wrap=True)
+        if then:
+            console.print(_indented(Text(then.strip().strip("()"), style="green"), 7))
 
 
 def _cost(f) -> str:
