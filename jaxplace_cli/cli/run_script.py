@@ -59,7 +59,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
             placer = make_placer(policy, device_spec, on_policy_error, granularity)
             # before the run directory exists: `--devices two`, `--devices gpu` on a CPU-only
             # machine and `pin:cpu:7` with 4 devices are one line, and nothing is created
-            check_before_run(placer.policy, placer.device_names, n_devices)
+            check_before_run(placer.policy, placer.device_names, n_devices, on_policy_error)
         except (PolicyLoadError, ValueError) as exc:
             fail(str(exc))
     gate = None

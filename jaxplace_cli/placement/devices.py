@@ -90,7 +90,7 @@ def static_check(names, where: str, simulated: int | None = None) -> None:
             n = cpu_device_count(simulated)
             raise PolicyLoadError(f"{where}: {name} does not exist: this run has {n} CPU device"
                                   f"{'s' if n != 1 else ''} (cpu:0{f'..cpu:{n - 1}' if n > 1 else ''}); "
-                                  "--devices N simulates N")
+                                  "--devices N simulates N (also for a script that sets jax_num_cpu_devices)")
 
 
 def parse_device_spec(spec: str | None) -> list[str] | None:

@@ -92,10 +92,6 @@ class Rules(Policy):
         info.extra["rule"] = "no rule"
         return None
 
-    def named_devices(self) -> list[list[str]]:
-        rules = self.ruleset.rules + ([self.ruleset.default] if self.ruleset.default else [])
-        return [self.ruleset.aliases.get(n, [n]) for r in rules for n in r.devices]
-
     def _target(self, rule, info: OpInfo):
         if rule.jax_decides:
             return None
@@ -223,11 +219,19 @@ def _load_callable(spec: str):
     return obj
 
 
-def check_before_run(policy: Policy, devices: list[str] | None, simulated: int | None) -> None:
+def check_before_run(policy: Policy, devices: list[str] | None, simulated: int | None,
+                     on_error: str = "raise") -> None:
     """Everything about the devices that can be checked before the script starts (and before
-    a run directory exists): ``--devices SPEC`` and the devices the policy names.
-    PolicyLoadError on the first that cannot exist here."""
+    a run directory exists): ``--devices SPEC``, and the device a ``pin:`` policy sends every op
+    to. PolicyLoadError on the first that cannot exist here.
+
+    Not checked: a rules file's devices (a rule that never matches may name a device this
+    machine lacks; one that matches fails at its first op, naming it, or falls back), and
+    anything under ``--on-policy-error fallback`` (``pin:gpu:0`` with fallback is how one
+    command runs on GPU machines and CPU-only CI alike)."""
     static_check(devices, "--devices", simulated)
+    if on_error == "fallback":
+        return
     for alternatives in policy.named_devices():
         errors = []
         for name in alternatives:
