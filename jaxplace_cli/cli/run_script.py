@@ -51,17 +51,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
         simulate_cpu_devices(n_devices)  # before a Python policy file can import JAX
     placer = None
     if policy != "default" or device_spec or granularity != "unit":
-        from jaxplace_cli.integrations.placement import make_placer
-        from jaxplace_cli.placement import PolicyLoadError
-        from jaxplace_cli.placement.policies import check_before_run
-
-        try:
-            placer = make_placer(policy, device_spec, on_policy_error, granularity)
-            # before the run directory exists: `--devices two`, `--devices gpu` on a CPU-only
-            # machine and `pin:cpu:7` with 4 devices are one line, and nothing is created
-            check_before_run(placer.policy, placer.device_names, n_devices, on_policy_error)
-        except (PolicyLoadError, ValueError) as exc:
-            fail(str(exc))
+        placer = _placer(policy, device_spec, on_policy_error, granularity, n_devices)
     gate = None
     if budget is not None:  # a typo in the budget is an error before anything runs
         from jaxplace_cli.cli.audit import load_gate_budget
@@ -96,6 +86,22 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
         if code:
             raise SystemExit(code)
     raise SystemExit(exit_like_python(outcome))
+
+
+def _placer(policy, device_spec, on_policy_error, granularity, n_devices):
+    """The placement engine, checked before the run directory exists: `--devices two`,
+    `--devices gpu` on a CPU-only machine and `pin:cpu:7` with 4 devices are one line, and
+    nothing is created."""
+    from jaxplace_cli.integrations.placement import make_placer
+    from jaxplace_cli.placement import PolicyLoadError
+    from jaxplace_cli.placement.policies import check_before_run
+
+    try:
+        placer = make_placer(policy, device_spec, on_policy_error, granularity)
+        check_before_run(placer.policy, placer.device_names, n_devices, on_policy_error)
+    except (PolicyLoadError, ValueError) as exc:
+        fail(str(exc))
+    return placer
 
 
 def _check_budget(run_dir, gate, script_code: int) -> int:
