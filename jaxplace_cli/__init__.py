@@ -6,6 +6,8 @@ library API below is imported lazily.
 
 - ``device_placement(policy)``: place the ops of a block by a policy (docs/policies.md).
 - ``where(x)``: the device label(s) an array or pytree lives on.
+- ``install_jax_alias()``: ``jax.device_placement`` as jaxplace's ``device_placement`` (it is
+  jaxplace's API, not JAX's); ``jaxplace run`` installs it for every script.
 - ``OpInfo``, ``PolicyError``: what a policy callable receives, and what a failing policy raises.
 - ``budget(d2h=0, ...)``: fail a block (a test) that moves more than allowed; the pytest plugin
   offers the same as ``@pytest.mark.transfer_budget(...)``.
@@ -17,6 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "device_placement": ("jaxplace_cli.integrations.placement", "device_placement"),
     "where": ("jaxplace_cli.integrations.placement", "where"),
+    "install_jax_alias": ("jaxplace_cli.integrations.placement", "install_jax_alias"),
     "OpInfo": ("jaxplace_cli.placement.opinfo", "OpInfo"),
     "PolicyError": ("jaxplace_cli.placement.errors", "PolicyError"),
     "budget": ("jaxplace_cli.integrations.budget", "budget"),

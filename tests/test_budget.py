@@ -157,16 +157,17 @@ def test_sarif_validates_against_the_oasis_schema(runs, tmp_path):
     loc = sync["locations"][0]["physicalLocation"]
     assert loc["artifactLocation"]["uri"] == "sample_scripts/mlp_host_sync.py" and loc["region"]["startLine"] == 43
     assert any(r["ruleId"] == "budget.d2h.count_per_step" and r["level"] == "error" for r in results)
-    # GitHub rejects the whole file if one result has no location: whole-program findings
-    # (idle-device) are anchored at the script, line 1
+    # GitHub rejects the whole file if one result has no location: results about the whole
+    # program (here a per-step limit on a run without steps) are anchored at the script, line 1
     out = tmp_path / "pingpong.sarif"
-    assert jaxplace("audit", runs["pingpong_eager"], "-o", out, cwd=REPO).returncode == 0
+    assert jaxplace("audit", runs["pingpong_eager"], "--max-d2d-per-step", "0", "-o", out,
+                    cwd=REPO).returncode == 1
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, schema)
     results = doc["runs"][0]["results"]
     assert results and all(r["locations"] for r in results)
-    (idle,) = [r for r in results if r["ruleId"] == "idle-device"]
-    assert idle["locations"][0]["physicalLocation"] == {
+    (whole,) = [r for r in results if r["ruleId"] == "budget.d2d.count_per_step"]
+    assert whole["locations"][0]["physicalLocation"] == {
         "artifactLocation": {"uri": "sample_scripts/pingpong_eager.py"}, "region": {"startLine": 1}}
 
 

@@ -38,6 +38,12 @@ CASES = {
                          ["--devices", "4", "--policy", f"{POLICIES / 'placers.py'}:layer_placer"], set()),
     "placement_mixed_precision": ("placement_mixed_precision",
                                   ["--devices", "4", "--policy", POLICIES / "mixed_precision.toml"], set()),
+    # the article's snippets (issue 14): each places its ops in code with jax.device_placement
+    "article_custom_placement": ("article_custom_placement", ["--devices", "3"], set()),
+    "article_round_robin": ("article_round_robin", ["--devices", "2"], set()),
+    "article_mixed_precision": ("article_mixed_precision", ["--devices", "2"], set()),
+    "article_check_placement": ("article_check_placement", ["--devices", "2"], set()),
+    "article_hetero_placement": ("article_hetero_placement", ["--devices", "3"], set()),
 }
 # the script's own failure, which `jaxplace run` must keep
 SCRIPT_EXIT = {"incompatible_devices": 1}

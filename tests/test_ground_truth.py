@@ -36,7 +36,8 @@ def test_ground_truth_a_pingpong_chain(tmp_path):
     assert pp["severity"] == "error" and pp["count"] == 8 and pp["bytes"] == 8 * MiB
     assert pp["line"] == 10
     # the line `jaxplace run` prints after the run says the same totals
-    assert ("recorded 14 ops, transfers ≥1 KiB: h2d 1 (1.0 MiB), d2h 1 (1.0 MiB), d2d 9 (9.0 MiB)"
+    # every transfer counted (the 4 scalar operands too), as a budget counts them
+    assert ("recorded 14 ops, transfers: h2d 5 (1.0 MiB; 4 under 1 KiB), d2h 1 (1.0 MiB), d2d 9 (9.0 MiB)"
             in proc.stderr), proc.stderr
 
 

@@ -38,6 +38,44 @@ RULES = {
     "policy-fallback": policy_fallback,
 }
 
+# rule -> (short description, full description): SARIF's rule metadata, the docs' index
+# (docs/rules.md has one section per rule, anchored by its id).
+RULE_DOCS = {
+    "pingpong": ("Data bounced between devices",
+                 "Data left a device and came back to it along the data flow (A -> B -> A): every "
+                 "return leg is a transfer a placement on one device would not make."),
+    "host-sync-in-loop": ("Host waits for the device in a loop",
+                          "A blocking device-to-host read (float(loss), .item(), printing) repeated at "
+                          "one line: each read stalls the host until the device catches up."),
+    "implicit-h2d-in-loop": ("Host data uploaded implicitly in a loop",
+                             "NumPy or Python data passed to a JAX call at one line, call after call: "
+                             "each call uploads it again."),
+    "uncommitted-copy": ("Uncommitted array copied again and again",
+                         "An uncommitted array used with arrays committed to another device is "
+                         "copied there on every use; it never moves."),
+    "incompatible-devices": ("Call failed: arguments on incompatible devices",
+                             "A jitted call got arguments committed to different devices; the finding "
+                             "names each argument, where it was created and where it was committed."),
+    "fwd-bwd-split": ("Backward pass on another device than its forward",
+                      "Backward-pass ops read the forward pass's residuals from another device: "
+                      "every step ships them across."),
+    "recompile": ("Jitted function compiled again and again",
+                  "A jitted function compiled more times than the threshold; the finding says what "
+                  "changed between consecutive signatures."),
+    "imbalance": ("Devices unevenly loaded",
+                  "Of the work spread over devices, the busiest device spent several times the time "
+                  "of the least busy one."),
+    "idle-device": ("Devices left idle that the program could use",
+                    "A device ran no op while the script spread its work over other devices, or while "
+                    "independent chains of one jit function all ran on JAX's default device."),
+    "host-offload": ("XLA host-offload copies",
+                     "Copies between device and host memory compiled into the program (profiler "
+                     "traces only)."),
+    "policy-fallback": ("Placement policy could not place ops",
+                        "With --on-policy-error fallback, the policy failed for these ops and JAX "
+                        "decided where they ran."),
+}
+
 # Rules a foreign trace cannot support, and what they need that only `jaxplace run` records.
 NEEDS_RUN = {
     "pingpong": "buffer identities along the data flow",
@@ -69,7 +107,7 @@ def run_rules(run, cfg: RuleConfig, select: list[str] | None = None,
     return sort_findings(findings)
 
 
-__all__ = ["ERROR", "INFO", "NEEDS_RUN", "RULES", "SEVERITIES", "WARNING", "Finding",
+__all__ = ["ERROR", "INFO", "NEEDS_RUN", "RULE_DOCS", "RULES", "SEVERITIES", "WARNING", "Finding",
            "RuleConfig", "run_rules", "selected", "sort_findings", "fwd_bwd_split",
            "host_offload", "host_sync_in_loop", "idle_device", "imbalance",
            "implicit_h2d_in_loop", "incompatible_devices", "pingpong", "recompile",

@@ -25,46 +25,87 @@ LIMIT_FLAGS = {
 }
 
 
-def audit(
-    path: Path = typer.Argument(..., help="A jaxplace run directory, a jax.profiler log dir, or a .xplane.pb file."),
-    format: Optional[str] = typer.Option(None, "--format", "-f",
-                                         help="rich (default on a TTY), text, json, markdown, junit, sarif, github, html."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Write the report to this file, atomically (format from the extension: .json .txt .md .xml .sarif .html)."),
-    min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are counted apart (e.g. 0, 1KiB, \"1 MB\")."),
-    top: int = typer.Option(20, "--top", min=1, help="How many transfer sites to list."),
-    rule: Optional[List[str]] = typer.Option(None, "--rule", help="Only run these rules (repeatable)."),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rules (repeatable)."),
-    loop_threshold: int = typer.Option(3, "--loop-threshold", min=2, help="Repeats at one line that count as 'in a loop'."),
-    recompile_threshold: int = typer.Option(2, "--recompile-threshold", min=1, help="A function compiled more than this many times is a finding."),
-    run_name: Optional[str] = typer.Option(None, "--run", help="For a jax.profiler log dir: which profiling run (default: the newest)."),
-    budget: Optional[Path] = typer.Option(None, "--budget", "-b", help="Budget file (TOML, docs/budgets.md): exit 1 when a limit is exceeded."),
-    max_h2d: Optional[int] = typer.Option(None, "--max-h2d", help="Limit: h2d transfers (count)."),
-    max_h2d_bytes: Optional[str] = typer.Option(None, "--max-h2d-bytes", help="Limit: h2d bytes (e.g. 10MB)."),
-    max_h2d_per_step: Optional[int] = typer.Option(None, "--max-h2d-per-step", help="Limit: h2d transfers in any steady-state step."),
-    max_h2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-h2d-bytes-per-step"),
-    max_d2h: Optional[int] = typer.Option(None, "--max-d2h", help="Limit: d2h transfers (count)."),
-    max_d2h_bytes: Optional[str] = typer.Option(None, "--max-d2h-bytes"),
-    max_d2h_per_step: Optional[int] = typer.Option(None, "--max-d2h-per-step", help="Limit: d2h transfers in any steady-state step."),
-    max_d2h_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2h-bytes-per-step"),
-    max_d2d: Optional[int] = typer.Option(None, "--max-d2d", help="Limit: d2d transfers (count)."),
-    max_d2d_bytes: Optional[str] = typer.Option(None, "--max-d2d-bytes"),
-    max_d2d_per_step: Optional[int] = typer.Option(None, "--max-d2d-per-step"),
-    max_d2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2d-bytes-per-step"),
-    max_pingpong: Optional[int] = typer.Option(None, "--max-pingpong", help="Limit: ping-pong round trips."),
-    max_host_syncs_per_step: Optional[int] = typer.Option(None, "--max-host-syncs-per-step", help="Limit: blocking reads in any steady-state step."),
-    max_recompiles: Optional[int] = typer.Option(None, "--max-recompiles", help="Limit: recompiles reported by the recompile rule."),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Fail on findings of this severity or worse: error, warning, info."),
-) -> None:
-    """Report devices, transfers per kind, top transfer sites, ops per device, and findings.
+EPILOG = """\b
+examples:
+  jaxplace audit jaxplace-runs/train-20261203-101500
+  jaxplace audit RUN --budget audits/train.toml -o report.sarif   # CI
+  jaxplace audit RUN --rule host-sync-in-loop --verbose
+"""
 
-    With --budget FILE or any --max-* / --fail-on flag, exit 1 when a limit is exceeded, with one
-    sentence per breach (flags override the file's values).
+
+def _limit(what: str) -> str:
+    return f"Limit: {what}."
+
+
+def audit(
+    path: Path = typer.Argument(..., metavar="PATH",
+                                help="A jaxplace run directory, a jax.profiler log dir, or a .xplane.pb file."),
+    format: Optional[str] = typer.Option(None, "--format", "-f", metavar="FORMAT",
+                                         help="rich (default on a terminal), text (default otherwise), json, "
+                                              "markdown, junit, sarif, github, html."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                          help="Write the report to FILE, atomically; its extension picks the "
+                                               "format (.json .txt .md .xml .sarif .html) unless --format is given."),
+    max_findings: int = typer.Option(3, "--max-findings", min=1, metavar="N",
+                                     help="Findings listed per rule in the text/Markdown report; the rest are "
+                                          "counted (\"and N more\")."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="List every finding and every related site (text/Markdown)."),
+    min_bytes: str = typer.Option("1KiB", "--min-bytes", metavar="SIZE",
+                                  help="Transfers smaller than this are counted apart (e.g. 0, 1KiB, \"1 MB\")."),
+    top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many transfer sites to list."),
+    rule: Optional[List[str]] = typer.Option(None, "--rule", metavar="RULE",
+                                             help="Only run this rule (repeatable); see docs/audit-json-schema.md."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", metavar="RULE", help="Skip this rule (repeatable)."),
+    loop_threshold: int = typer.Option(3, "--loop-threshold", min=2, metavar="N",
+                                       help="Repeats at one line that count as 'in a loop'."),
+    recompile_threshold: int = typer.Option(2, "--recompile-threshold", min=1, metavar="N",
+                                            help="A function compiled more than N times is a finding."),
+    run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME",
+                                           help="For a jax.profiler log dir: which profiling run (default: the newest)."),
+    budget: Optional[Path] = typer.Option(None, "--budget", "-b", metavar="FILE",
+                                          help="Budget file (TOML, docs/budgets.md): exit 1 when a limit is exceeded."),
+    max_h2d: Optional[int] = typer.Option(None, "--max-h2d", metavar="N", help=_limit("h2d transfers in the run")),
+    max_h2d_bytes: Optional[str] = typer.Option(None, "--max-h2d-bytes", metavar="SIZE",
+                                                help=_limit("h2d bytes in the run, e.g. 10MB")),
+    max_h2d_per_step: Optional[int] = typer.Option(None, "--max-h2d-per-step", metavar="N",
+                                                   help=_limit("h2d transfers in any steady-state step")),
+    max_h2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-h2d-bytes-per-step", metavar="SIZE",
+                                                         help=_limit("h2d bytes in any steady-state step")),
+    max_d2h: Optional[int] = typer.Option(None, "--max-d2h", metavar="N",
+                                          help=_limit("d2h transfers in the run (every read, any size)")),
+    max_d2h_bytes: Optional[str] = typer.Option(None, "--max-d2h-bytes", metavar="SIZE",
+                                                help=_limit("d2h bytes in the run")),
+    max_d2h_per_step: Optional[int] = typer.Option(None, "--max-d2h-per-step", metavar="N",
+                                                   help=_limit("d2h transfers in any steady-state step")),
+    max_d2h_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2h-bytes-per-step", metavar="SIZE",
+                                                         help=_limit("d2h bytes in any steady-state step")),
+    max_d2d: Optional[int] = typer.Option(None, "--max-d2d", metavar="N", help=_limit("d2d transfers in the run")),
+    max_d2d_bytes: Optional[str] = typer.Option(None, "--max-d2d-bytes", metavar="SIZE",
+                                                help=_limit("d2d bytes in the run")),
+    max_d2d_per_step: Optional[int] = typer.Option(None, "--max-d2d-per-step", metavar="N",
+                                                   help=_limit("d2d transfers in any steady-state step")),
+    max_d2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2d-bytes-per-step", metavar="SIZE",
+                                                         help=_limit("d2d bytes in any steady-state step")),
+    max_pingpong: Optional[int] = typer.Option(None, "--max-pingpong", metavar="N",
+                                               help=_limit("ping-pong round trips")),
+    max_host_syncs_per_step: Optional[int] = typer.Option(None, "--max-host-syncs-per-step", metavar="N",
+                                                          help=_limit("blocking reads in any steady-state step")),
+    max_recompiles: Optional[int] = typer.Option(None, "--max-recompiles", metavar="N",
+                                                 help=_limit("recompiles found by the recompile rule")),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", metavar="SEVERITY",
+                                          help="Fail (exit 1) on any finding of this severity or worse: error, "
+                                               "warning, info."),
+) -> None:
+    """Report the verdict, findings by rule, transfers, sites and ops per device of a run.
+
+    With --budget FILE or any --max-* / --fail-on limit, exit 1 when a limit is exceeded, with
+    one sentence per breach; a flag overrides the file's value. SIZE: 1048576, "10 MB", 4KiB.
     """
     given = locals()
     flags = {key: given[name] for name, key in LIMIT_FLAGS.items() if given[name] is not None}
     code = audit_path(path, format, output, min_bytes, top, rule, ignore, loop_threshold,
-                      recompile_threshold, run_name, budget, flags)
+                      recompile_threshold, run_name, budget, flags, max_findings=max_findings, verbose=verbose)
     raise typer.Exit(code)
 
 
@@ -83,7 +124,7 @@ def load_gate_budget(budget_path: Optional[Path], flags: dict):
 
 def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=None, ignore=None,
                loop_threshold=3, recompile_threshold=2, run_name=None, budget_path=None, flags=None,
-               ) -> int:
+               max_findings=None, verbose=False) -> int:
     """Audit ``path`` and render it; returns the exit code (0, or 1 on a budget breach)."""
     import sqlite3
 
@@ -91,20 +132,24 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
     from jaxplace_cli.analysis.findings import RULES, RuleConfig
     from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
     from jaxplace_cli.model.sizes import parse_size
-    from jaxplace_cli.report import EXTENSIONS, FORMATS
+    from jaxplace_cli.report import FORMATS, OutputPathError, format_for
     from jaxplace_cli.store.reader import StoreError
 
-    fmt = format or (EXTENSIONS.get(output.suffix.lower(), "text") if output is not None
-                     else ("rich" if sys.stdout.isatty() else "text"))
+    if format is None and output is not None:
+        try:
+            format = format_for(output)
+        except OutputPathError as exc:
+            fail(str(exc))
+    fmt = format or ("rich" if sys.stdout.isatty() else "text")
     if fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}{_did_you_mean(fmt, FORMATS)}")
     try:
         min_b = parse_size(min_bytes)
     except ValueError as exc:
         fail(f"--min-bytes: {exc}")
     for r in (rule or []) + (ignore or []):
         if r not in RULES:
-            fail(f"unknown rule {r!r}; rules are: {', '.join(RULES)}")
+            fail(f"unknown rule {r!r}{_did_you_mean(r, RULES) or ''}; rules are: {', '.join(RULES)}")
     gate = load_gate_budget(budget_path, flags or {})
     cfg = RuleConfig(min_bytes=min_b, loop_threshold=loop_threshold, recompile_threshold=recompile_threshold)
     try:
@@ -133,15 +178,23 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         from jaxplace_cli.analysis.budgets import check
 
         result.budget = BudgetVerdict(gate.source, gate.limit_names(), check(result, run, gate, min_b))
-    _emit(result, fmt, output)
+    _emit(result, fmt, output, max_findings, verbose)
     return EXIT_BREACH if result.budget is not None and not result.budget.passed else 0
 
 
-def _emit(result, fmt: str, output: Optional[Path]) -> None:
+def _did_you_mean(word: str, choices) -> str:
+    """`` (did you mean 'pingpong'?)`` for a near miss, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _emit(result, fmt: str, output: Optional[Path], max_findings=None, verbose=False) -> None:
     from jaxplace_cli.report import render_to_string, write_atomic
     from jaxplace_cli.report.budget import verdict_lines
 
-    text = render_to_string(result, fmt)
+    text = render_to_string(result, fmt, max_findings=max_findings, verbose=verbose)
     if output is None:
         sys.stdout.write(text)
         if fmt not in ("rich", "text", "github"):  # the verdict always reaches the CI log

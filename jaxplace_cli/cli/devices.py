@@ -7,10 +7,16 @@ import typer
 
 from jaxplace_cli.cli.common import fail
 
+EPILOG = """\b
+example:
+  jaxplace devices --devices 4 --format json   # as `jaxplace run --devices 4`
+"""
+
 
 def devices(
-    n: Optional[int] = typer.Option(None, "--devices", min=1, help="Simulate N CPU devices."),
-    format: str = typer.Option("text", "--format", "-f", help="text or json."),
+    n: Optional[int] = typer.Option(None, "--devices", min=1, metavar="N",
+                                    help="Simulate N CPU devices (as jaxplace run --devices N does)."),
+    format: str = typer.Option("text", "--format", "-f", metavar="FORMAT", help="text or json."),
 ) -> None:
     """List the devices JAX sees: name, platform, id, kind, process, memory."""
     import json

@@ -10,27 +10,40 @@ import typer
 
 from jaxplace_cli.cli.common import fail
 
+EPILOG = """\b
+example:
+  jaxplace diff baseline.json jaxplace-runs/train-1015 --fail-on-increase 10
+"""
+
 
 def diff(
-    base: Path = typer.Argument(..., help="Baseline: a run directory or a saved `audit --format json` file."),
-    new: Path = typer.Argument(..., help="The run (or saved audit) to compare with it."),
-    format: Optional[str] = typer.Option(None, "--format", "-f",
+    base: Path = typer.Argument(..., metavar="BASE",
+                                help="Baseline: a run directory or a saved `audit --format json` file."),
+    new: Path = typer.Argument(..., metavar="NEW", help="The run (or saved audit) to compare with it."),
+    format: Optional[str] = typer.Option(None, "--format", "-f", metavar="FORMAT",
                                          help="text (default), json, markdown, github, junit."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Write the diff to this file, atomically (format from the extension: .json .txt .md .xml)."),
-    min_bytes: Optional[str] = typer.Option(None, "--min-bytes",
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                          help="Write the diff to FILE, atomically; its extension picks the format "
+                                               "(.json .txt .md .xml) unless --format is given."),
+    min_bytes: Optional[str] = typer.Option(None, "--min-bytes", metavar="SIZE",
                                             help="Transfers smaller than this are not compared (default: a saved "
                                                  "baseline's own, else 1KiB)."),
-    fail_on_increase: Optional[float] = typer.Option(None, "--fail-on-increase", min=0.0,
+    fail_on_increase: Optional[float] = typer.Option(None, "--fail-on-increase", min=0.0, metavar="PCT",
                                                      help="Exit 1 when any kind's bytes or count grew by more than PCT percent."),
 ) -> None:
     """Per-kind and per-site deltas, new sites and vanished sites."""
     from jaxplace_cli.analysis.diff import DiffInputError, compare, increases_over, load_side, to_dict
     from jaxplace_cli.model.safe import plain
     from jaxplace_cli.model.sizes import parse_size
+    from jaxplace_cli.report import OutputPathError, format_for
     from jaxplace_cli.report.diff_render import EXTENSIONS, FORMATS, RENDERERS
 
-    fmt = format or (EXTENSIONS.get(output.suffix.lower(), "text") if output is not None else "text")
+    if format is None and output is not None:
+        try:
+            format = format_for(output, EXTENSIONS)
+        except OutputPathError as exc:
+            fail(str(exc))
+    fmt = format or "text"
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     try:

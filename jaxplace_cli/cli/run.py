@@ -15,14 +15,14 @@ from jaxplace_cli.model.errors import JaxplaceError
 
 DESCRIPTION = "Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer."
 EPILOG = """\
-Everything after the script name is passed to the script. The exit code, stdout and stderr
-are the script's own; jaxplace prints where the run goes when it starts and a one-paragraph
-summary with the audit command after it, on stderr (unless --quiet).
+Everything after the script name is passed to the script. The exit code, stdout
+and stderr are the script's own; on stderr jaxplace says where the run goes when
+it starts, and after it a summary with the audit command (unless --quiet).
 
 examples:
   jaxplace run train.py --epochs 3
   jaxplace run --devices 4 --policy rr --out runs/rr trials.py
-  jaxplace run --budget audits/train.toml -q train.py     # a CI step: exit 1 over budget
+  jaxplace run --budget audits/train.toml -q train.py   # CI: exit 1 over it
   jaxplace run -m mypkg.train --lr 0.1
 """
 
@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow-children", action="store_true",
                    help="also record child Pythons that use JAX (subprocess, multiprocessing spawn) "
                         "into RUN/children/<pid>/; fork children without exec are not recorded")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing of jaxplace's own")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing of jaxplace's own (no start line, no summary)")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p

@@ -51,13 +51,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
         simulate_cpu_devices(n_devices)  # before a Python policy file can import JAX
     placer = None
     if policy != "default" or device_spec or granularity != "unit":
-        from jaxplace_cli.integrations.placement import make_placer
-        from jaxplace_cli.placement import PolicyLoadError
-
-        try:
-            placer = make_placer(policy, device_spec, on_policy_error, granularity)
-        except (PolicyLoadError, ValueError) as exc:
-            fail(str(exc))
+        placer = _placer(policy, device_spec, on_policy_error, granularity, n_devices)
     gate = None
     if budget is not None:  # a typo in the budget is an error before anything runs
         from jaxplace_cli.cli.audit import load_gate_budget
@@ -79,6 +73,11 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
 
         child_environment(session.run_dir, record)
         session.manifest.follow_children = True
+    from jaxplace_cli.capture.import_hook import after_import
+
+    after_import("jax", _install_jax_alias)  # `with jax.device_placement(p):` runs as written
+    if not quiet:  # where the run goes, before the script prints anything (as memray does)
+        _print_start(session, n_devices, policy if placer is not None else None)
     outcome = session.run()
     outcome.finish()
     if not quiet:
@@ -88,6 +87,22 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
         if code:
             raise SystemExit(code)
     raise SystemExit(exit_like_python(outcome))
+
+
+def _placer(policy, device_spec, on_policy_error, granularity, n_devices):
+    """The placement engine, checked before the run directory exists: `--devices two`,
+    `--devices gpu` on a CPU-only machine and `pin:cpu:7` with 4 devices are one line, and
+    nothing is created."""
+    from jaxplace_cli.integrations.placement import make_placer
+    from jaxplace_cli.placement import PolicyLoadError
+    from jaxplace_cli.placement.policies import check_before_run
+
+    try:
+        placer = make_placer(policy, device_spec, on_policy_error, granularity)
+        check_before_run(placer.policy, placer.device_names, n_devices, on_policy_error)
+    except (PolicyLoadError, ValueError) as exc:
+        fail(str(exc))
+    return placer
 
 
 def _check_budget(run_dir, gate, script_code: int) -> int:
@@ -119,31 +134,60 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     return verdict
 
 
+def _install_jax_alias() -> None:
+    from jaxplace_cli.integrations.placement import install_jax_alias  # imports JAX: only once it is
+
+    install_jax_alias()
+
+
+def _print_start(session, n_devices, policy) -> None:
+    from jaxplace_cli.model import safe
+
+    target = session.opts.target if session.opts.kind == "path" else f"-m {session.opts.target}"
+    extra = [f"{n_devices} simulated CPU device{'s' if n_devices != 1 else ''}"] if n_devices else []
+    extra += [f"policy {policy}"] if policy else []
+    print(f"jaxplace: recording {safe.plain(target)} into {safe.plain(session.run_dir)}"
+          + (f" ({', '.join(safe.plain(e) for e in extra)})" if extra else ""), file=sys.stderr, flush=True)
+
+
+def _transfer_counts(session) -> str:
+    """``h2d 61 (960.1 KiB; 31 under 1 KiB), d2h 30 (120 B; 30 under 1 KiB), d2d 0``: every
+    transfer is counted, as budgets count them (a 4-byte float(loss) is a d2h the budget's
+    ``d2h.count_per_step`` sees); the audit's table keeps the small ones apart."""
+    from jaxplace_cli.model.events import TRANSFER_KINDS
+    from jaxplace_cli.model.sizes import human_bytes
+    from jaxplace_cli.store.layout import EVENTS
+    from jaxplace_cli.store.reader import StoreReader
+
+    reader = StoreReader(session.run_dir / EVENTS)
+    try:
+        rows = reader.transfer_totals(1024)
+    finally:
+        reader.close()
+    parts = []
+    for kind in TRANSFER_KINDS:
+        count = sum(c for k, _, c, _ in rows if k == kind)
+        nbytes = sum(max(b, 0) for k, _, _, b in rows if k == kind)
+        small = sum(c for k, cls, c, _ in rows if k == kind and cls == "small")
+        unknown = sum(c for k, cls, c, _ in rows if k == kind and cls == "unknown")
+        notes = ([f"{small:,} under 1 KiB"] if small else []) + ([f"{unknown:,} size unknown"] if unknown else [])
+        parts.append(f"{kind} {count:,}" + (f" ({human_bytes(nbytes)}{'; ' + ', '.join(notes) if notes else ''})"
+                                            if count else ""))
+    return ", ".join(parts)
+
+
 def _print_run_summary(session) -> None:
     from jaxplace_cli.model.safe import plain
-    from jaxplace_cli.model.sizes import human_bytes
 
     m = session.manifest
     ev = m.events
     try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
-        from jaxplace_cli.model.events import TRANSFER_KINDS
-        from jaxplace_cli.store.layout import EVENTS
-        from jaxplace_cli.store.reader import StoreReader
-
-        reader = StoreReader(session.run_dir / EVENTS)
-        try:
-            totals = {k: (0, 0) for k in TRANSFER_KINDS}
-            for kind, cls, count, nbytes in reader.transfer_totals(1024):
-                if cls == "counted" and kind in totals:
-                    totals[kind] = (count, nbytes)
-        finally:
-            reader.close()
-        kinds = ", ".join(f"{k} {c} ({human_bytes(b)})" for k, (c, b) in totals.items())
+        kinds = _transfer_counts(session)
     except Exception:
         kinds = f"{ev.transfers} transfers"
     err = sys.stderr
     print(f"jaxplace: {m.status} (exit {m.exit_code}): recorded {ev.ops:,} ops, "
-          f"transfers ≥1 KiB: {kinds}", file=err)
+          f"transfers: {kinds}", file=err)
     if ev.lost_rows:
         print(f"jaxplace: warning: {ev.lost_rows} events were lost: {plain(ev.write_error)}", file=err)
     for h in m.hooks.unavailable:

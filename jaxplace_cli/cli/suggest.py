@@ -12,29 +12,43 @@ import typer
 
 from jaxplace_cli.cli.common import fail
 
+EPILOG = """\b
+examples:
+  jaxplace suggest RUN -o policy.toml         # solve, write it, predict
+  jaxplace suggest RUN -o policy.toml --verify train.py --out verify-run
+"""
+
 
 def suggest(
-    path: Optional[Path] = typer.Argument(None, help="A run directory made by `jaxplace run`."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Write the policy file here (with --graph: the placement as JSON)."),
-    objective: str = typer.Option("transfers", "--objective",
+    path: Optional[Path] = typer.Argument(None, metavar="RUN", help="A run directory made by `jaxplace run`."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                          help="Write the policy file (TOML) to FILE; with --graph: the placement "
+                                               "as JSON."),
+    objective: str = typer.Option("transfers", "--objective", metavar="NAME",
                                   help="transfers (bytes moved), total (compute + transfer time), "
                                        "makespan (simulated run time), throughput (pipeline stages)."),
-    devices: Optional[str] = typer.Option(None, "--devices", help="Devices the suggestion may use: cpu:0,cpu:1 (default: the run's)."),
-    balance: Optional[float] = typer.Option(None, "--balance", min=0.0,
+    devices: Optional[str] = typer.Option(None, "--devices", metavar="SPEC",
+                                          help="Devices the suggestion may use: cpu:0,cpu:1 (default: the run's)."),
+    balance: Optional[float] = typer.Option(None, "--balance", min=0.0, metavar="B",
                                             help="transfers/total: each device's compute load <= (1 + B) x average."),
-    mem_cap: Optional[str] = typer.Option(None, "--mem-cap", help="Memory per device for the ops' results, e.g. \"8 GiB\"."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the heuristic solvers (same input + seed = same policy)."),
-    solver: str = typer.Option("auto", "--solver", help="auto, mincut, milp, expansion or multilevel (transfers/total)."),
+    mem_cap: Optional[str] = typer.Option(None, "--mem-cap", metavar="SIZE",
+                                          help="Memory per device for the ops' results, e.g. \"8 GiB\"."),
+    seed: int = typer.Option(0, "--seed", metavar="N",
+                             help="Seed of the heuristic solvers (same input + seed = same policy)."),
+    solver: str = typer.Option("auto", "--solver", metavar="NAME",
+                               help="auto, mincut, milp, expansion or multilevel (transfers/total)."),
     retarget_puts: bool = typer.Option(False, "--retarget-puts",
                                        help="Also change explicit device_put targets (applied in the script, not by a policy)."),
     verify: Optional[str] = typer.Option(None, "--verify", metavar="SCRIPT",
                                          help="Re-run SCRIPT under the suggested policy and compare predicted with measured."),
-    verify_out: Optional[Path] = typer.Option(None, "--verify-out", help="Run directory for the --verify replay."),
-    graph: Optional[Path] = typer.Option(None, "--graph", help="Solve a placement_graphs JSON file instead of a run."),
-    accelerators: Optional[int] = typer.Option(None, "--accelerators", min=1, help="--graph: number of accelerators (default: the file's maxFPGAs)."),
+    verify_out: Optional[Path] = typer.Option(None, "--out", "--verify-out", metavar="DIR",
+                                              help="Run directory for the --verify re-run (default: a temporary one)."),
+    graph: Optional[Path] = typer.Option(None, "--graph", metavar="FILE",
+                                         help="Solve a placement_graphs JSON file instead of a run."),
+    accelerators: Optional[int] = typer.Option(None, "--accelerators", min=1, metavar="N",
+                                               help="--graph: number of accelerators (default: the file's maxFPGAs)."),
     no_cpu: bool = typer.Option(False, "--no-cpu", help="--graph: accelerators only (no CPU device)."),
-    format: str = typer.Option("text", "--format", "-f", help="text or json."),
+    format: str = typer.Option("text", "--format", "-f", metavar="FORMAT", help="text or json."),
 ) -> None:
     """Suggest a placement for a recorded run: write it as a policy file, predict the transfers
     it will make, and print the commands that verify it (or verify it with --verify)."""
@@ -80,6 +94,13 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
     except InputError as exc:
         fail(str(exc))
     names = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
+    try:
+        no_ops = run.store.count("ops") == 0
+    except (sqlite3.DatabaseError, StoreError) as exc:
+        fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
+    if no_ops:  # a script that never dispatched JAX work: nothing to place (was an IndexError)
+        fail(f"{path} recorded no JAX ops (the script dispatched no JAX work), so there is nothing "
+             "to place; record a run that uses JAX, e.g. jaxplace run train.py")
     try:
         policy_path = output if output is not None else (
             Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml" if verify is not None else None)

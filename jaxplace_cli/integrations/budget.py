@@ -8,6 +8,7 @@ it exactly as on a recorded script, so a test's failure sentence is the CLI's se
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import tempfile
 from contextlib import contextmanager
@@ -76,7 +77,14 @@ def limits_to_budget(limits: dict, where: str):
             data[name] = value
         else:
             data.setdefault(table, {})[name] = value
-    return budget_from_dict(data, where) if data else Budget(source=where)
+    b = budget_from_dict(data, where) if data else Budget(source=where)
+    # the limits as the user wrote them: a failure says "limited to 10 KB", not "9.8 KiB"
+    b.as_written = {}
+    for key, value in limits.items():
+        table, name = (key, "bytes") if key in KINDS else KEYWORDS[key]
+        if table and isinstance(value, str):  # a size: h2d="10 KB", d2d_bytes_per_step="1MB"
+            b.as_written[f"{table}.{name}"] = value
+    return b
 
 
 @contextmanager
@@ -130,18 +138,52 @@ def _verdict(holder: dict, budget, min_bytes: int = 1024):
     run = open_run(holder["dir"])
     try:
         result = judge_run(run, budget, budget.min_bytes or min_bytes)
+        written = getattr(budget, "as_written", {})
+        for b in result.budget.breaches:
+            if b.rule in written:
+                b.limit_text = str(written[b.rule])
         return result.budget.breaches, result
     finally:
         run.store.close()
         holder["tmp"].cleanup()
 
 
-@contextmanager
-def budget(**limits):
-    """``with jaxplace_cli.budget(d2h=0): ...`` — raise BudgetExceeded if the block exceeds it."""
-    b = limits_to_budget(limits, "jaxplace_cli.budget()")  # BudgetError: a bad keyword
-    with _recording() as holder:
-        yield
-    breaches, result = _verdict(holder, b)
-    if breaches:
-        raise BudgetExceeded(failure_text(breaches, result))
+class budget:  # noqa: N801 - a function to its users: jaxplace_cli.budget(d2h=0)
+    """``with jaxplace_cli.budget(d2h=0): ...`` — raise BudgetExceeded if the block exceeds it.
+
+    A class, not a ``@contextmanager``: a failure then shows the user's ``with`` line and the
+    breach, not two contextlib frames and jaxplace's own (``__tracebackhide__`` hides this
+    ``__exit__`` from pytest's traceback)."""
+
+    def __init__(self, **limits):
+        self._limits = limits
+        self._budget = limits_to_budget(limits, "jaxplace_cli.budget()")  # BudgetError: a bad keyword
+        self._cm = None
+
+    def __call__(self, func):
+        """``@jaxplace_cli.budget(d2h=0)`` on a function: each call is checked on its own."""
+
+        @functools.wraps(func)
+        def checked(*args, **kwargs):
+            __tracebackhide__ = True  # noqa: F841 - read by pytest
+            with type(self)(**self._limits):
+                return func(*args, **kwargs)
+
+        return checked
+
+    def __enter__(self):
+        self._cm = _recording()
+        self._holder = self._cm.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        __tracebackhide__ = True  # noqa: F841 - read by pytest
+        cm, self._cm = self._cm, None
+        cm.__exit__(None, None, None)  # stop recording, write the store
+        if exc_type is not None:  # the block's own failure is what matters
+            self._holder["tmp"].cleanup()
+            return False
+        breaches, result = _verdict(self._holder, self._budget)
+        if breaches:
+            raise BudgetExceeded(failure_text(breaches, result))
+        return False

@@ -13,7 +13,7 @@ import os
 import runpy
 import threading
 
-from jaxplace_cli.placement.devices import check_name
+from jaxplace_cli.placement.devices import check_name, static_check
 from jaxplace_cli.placement.errors import PolicyLoadError
 from jaxplace_cli.placement.opinfo import OpInfo
 from jaxplace_cli.placement.rules import RuleSet, parse_rules
@@ -26,6 +26,11 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def decide(self, info: OpInfo):
         """The device for the op ``info`` describes: a Device, a name, or None (JAX decides)."""
+
+    def named_devices(self) -> list[list[str]]:
+        """The device names this policy can answer, known before the run: each entry lists
+        alternatives (an alias: the first present wins), one of which must exist."""
+        return []
 
 
 class Default(Policy):
@@ -42,6 +47,9 @@ class Pin(Policy):
 
     def decide(self, info: OpInfo):
         return self.device
+
+    def named_devices(self) -> list[list[str]]:
+        return [[self.device]]
 
 
 class RoundRobin(Policy):
@@ -209,6 +217,32 @@ def _load_callable(spec: str):
     if not callable(obj):
         raise PolicyLoadError(f"--policy {spec!r}: {attr} is not callable")
     return obj
+
+
+def check_before_run(policy: Policy, devices: list[str] | None, simulated: int | None,
+                     on_error: str = "raise") -> None:
+    """Everything about the devices that can be checked before the script starts (and before
+    a run directory exists): ``--devices SPEC``, and the device a ``pin:`` policy sends every op
+    to. PolicyLoadError on the first that cannot exist here.
+
+    Not checked: a rules file's devices (a rule that never matches may name a device this
+    machine lacks; one that matches fails at its first op, naming it, or falls back), and
+    anything under ``--on-policy-error fallback`` (``pin:gpu:0`` with fallback is how one
+    command runs on GPU machines and CPU-only CI alike)."""
+    static_check(devices, "--devices", simulated)
+    if on_error == "fallback":
+        return
+    for alternatives in policy.named_devices():
+        errors = []
+        for name in alternatives:
+            try:
+                static_check([name], f"--policy {policy.label}", simulated)
+                break
+            except PolicyLoadError as exc:
+                errors.append(exc)
+        else:
+            if errors:
+                raise errors[0]
 
 
 def load_policy(policy) -> Policy:

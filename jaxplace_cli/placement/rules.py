@@ -53,7 +53,7 @@ class Rule:
             return False
         if self.pass_ == "forward" and info.backward:
             return False
-        if self.dtype is not None and self.dtype not in (str(d) for d in info.dtypes):
+        if self.dtype is not None and self.dtype not in {str(d) for d in info.dtypes} | {str(info.dtype)}:
             return False
         if self.shape is not None and self.shape not in (tuple(s) for s in info.shapes):
             return False

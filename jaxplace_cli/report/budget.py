@@ -31,9 +31,9 @@ def breaches_sentence(b) -> str:
     kind, _, key = b.rule.partition(".")
     if key == "count":
         return f"Test was limited to {b.limit} {kind} transfers but did {b.actual}{where}"
-    if key == "bytes":
-        return (f"Test was limited to {human_bytes(b.limit)} of {kind} transfers but moved "
-                f"{human_bytes(b.actual)}{where}")
+    if key == "bytes":  # the limit as the user wrote it ("10 KB"), when known
+        return (f"Test was limited to {getattr(b, 'limit_text', '') or human_bytes(b.limit)} of {kind} "
+                f"transfers but moved {human_bytes(b.actual)}{where}")
     if b.rule == "pingpong":
         return f"Test was limited to {b.limit} ping-pong round trips but did {b.actual}{where}"
     if b.rule == "recompiles":

@@ -1,38 +1,64 @@
-"""Markdown: for $GITHUB_STEP_SUMMARY and merge-request comments."""
+"""Markdown: for $GITHUB_STEP_SUMMARY and merge-request comments.
+
+The same order as the terminal report (report/terminal.py): the verdict first, then the
+budget's breaches, the findings grouped by rule (top sites, "and N more"), the suggestion, and
+the tables last. Every input-derived string goes through model/safe.py.
+"""
 from __future__ import annotations
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import site_name
-from jaxplace_cli.model.safe import code_span, markdown
 from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.report.verdict import by_rule, verdict_parts
+
+_ICON = {"error": ":x:", "warning": ":warning:", "info": ":information_source:"}
 
 
-def render(result: AuditResult) -> str:
-    s = result.summary
-    out = [f"## jaxplace audit: {code_span(result.path)}", ""]
+def render(result: AuditResult, max_findings: int = 3, verbose: bool = False) -> str:
+    out = [f"## jaxplace audit: {safe.code_span(result.path)}", "",
+           f"**{safe.markdown(' · '.join(verdict_parts(result)))}**", ""]
     if result.budget is not None:
         b = result.budget
-        out += [f"**Budget {'passed' if b.passed else 'FAILED'}** ({markdown(b.source)}, {len(b.limits)} limits)", ""]
-        out += [f"- :x: {markdown(br.message)}" for br in b.breaches] + ([""] if b.breaches else [])
-    out += ["| kind | count | bytes | small (< min) |", "|---|---:|---:|---:|"]
-    for kind, tot in s.totals.items():
-        out.append(f"| {markdown(kind)} | {tot.count:,} | {human_bytes(tot.bytes)} | {s.small[kind].count:,} |")
-    if s.sites:
-        out += ["", "| site | kind | count | bytes | how | api |", "|---|---|---:|---:|---|---|"]
-        for t in s.sites[:10]:
-            how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
-            out.append(f"| {code_span(site_name(t.file, t.line), table=True)} | {markdown(t.kind)} | {t.count:,} | "
-                       f"{human_bytes(t.bytes)} | {how} | {code_span(t.api, table=True)} |")
-    if result.findings:
-        out += ["", "### Findings", ""]
-        for f in result.findings:
-            where = f" {code_span(site_name(f.file, f.line))}" if f.file else ""
-            out.append(f"- **{markdown(f.severity)}** {code_span(f.rule)}{where}: {markdown(f.message)}"
-                       + (f" — *fix:* {markdown(f.fix)}" if f.fix else ""))
+        out += [f"**Budget {'passed' if b.passed else 'FAILED'}** ({safe.markdown(b.source)}, {len(b.limits)} limits)", ""]
+        out += [f"- :x: {safe.markdown(br.message)}" for br in b.breaches] + ([""] if b.breaches else [])
+    out += _findings(result, None if verbose else max_findings)
     if result.suggestion is not None:
         from jaxplace_cli.report.terminal import suggest_command
 
         cmd, _, then = suggest_command(result.path, result.suggestion).partition("   ")
-        out += ["", "### Suggestion", "", f"{markdown(result.suggestion.summary)} ({code_span(cmd)}"
-                f"{' ' + markdown(then) if then else ''})"]
-    return "\n".join(out) + "\n"
+        out += ["### Suggestion", "", f"{safe.markdown(result.suggestion.summary)} "
+                f"({safe.code_span(cmd)}{' ' + safe.markdown(then) if then else ''})", ""]
+    out += _tables(result, None if verbose else 10)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _findings(result: AuditResult, cap: int | None) -> list[str]:
+    if not result.findings:
+        return ["No findings.", ""]
+    out = ["### Findings", ""]
+    for rule, group in by_rule(result.findings):
+        shown = group if cap is None else group[:cap]
+        out.append(f"- {_ICON.get(group[0].severity, '')} **{group[0].severity}** "
+                   f"{safe.code_span(rule)} · {len(group)} site{'s' if len(group) != 1 else ''}")
+        for f in shown:
+            where = safe.code_span(site_name(f.file, f.line)) if f.file else "whole program"
+            out.append(f"  - {where}: {safe.markdown(f.message)}"
+                       + (f" — *fix:* {safe.markdown(f.fix)}" if f.fix else ""))
+        if len(group) > len(shown):
+            out.append(f"  - … and {len(group) - len(shown)} more (`--max-findings {len(group)}` or `--verbose`)")
+    return out + [""]
+
+
+def _tables(result: AuditResult, cap: int | None) -> list[str]:
+    s = result.summary
+    out = ["| kind | count | bytes | small (< min) |", "|---|---:|---:|---:|"]
+    for kind, tot in s.totals.items():
+        out.append(f"| {safe.markdown(kind)} | {tot.count:,} | {human_bytes(tot.bytes)} | {s.small[kind].count:,} |")
+    if s.sites:
+        out += ["", "| site | kind | count | bytes | how | api |", "|---|---|---:|---:|---|---|"]
+        for t in s.sites if cap is None else s.sites[:cap]:
+            how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
+            out.append(f"| {safe.code_span(site_name(t.file, t.line), table=True)} | {safe.markdown(t.kind)} | {t.count:,} | "
+                       f"{human_bytes(t.bytes)} | {how} | {safe.code_span(t.api, table=True)} |")
+    return out

@@ -1,121 +1,136 @@
-"""The rich terminal report (also used for plain text: rich degrades without a TTY)."""
+"""The terminal report (rich on a TTY, the same layout as plain text otherwise).
+
+Order (issue 14): what a reader needs first comes first.
+1. the verdict line — budget passed/FAILED, findings by severity, the biggest transfer cost;
+2. what was audited (script, status, devices, notes) and the budget's breaches;
+3. findings grouped by rule, worst first, each rule's top sites (``--max-findings``, default
+   3, then "and N more"); the suggestion;
+4. the tables (transfers, routes, top sites, ops per device, steps, hosts).
+``--verbose`` lists every finding and every related site.
+
+Width comes from the console (the terminal, or ``COLUMNS``, see report/__init__.py). Wrapped
+lines keep their indent (``Padding``), and a site is never split: a table's site column is as
+wide as its longest site, which is shortened to its file name when the full path does not fit.
+"""
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from jaxplace_cli.analysis import AuditResult
-from jaxplace_cli.model.paths import below
-from jaxplace_cli.model.safe import plain, rich
+from jaxplace_cli.model import safe
+from jaxplace_cli.model.paths import below, file_name
 from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.report.verdict import by_rule, severity_counts, verdict_parts
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+DEFAULT_MAX_FINDINGS = 3  # sites shown per rule unless --max-findings / --verbose
+RELATED_SHOWN = 4
 
 
-def _short(path) -> str:
-    return plain(below(path))
+def site_text(file: str, line: int | None, room: int = 10_000) -> str:
+    """``dir/train.py:12`` (below the working directory), or ``train.py:12`` when that does
+    not fit in ``room`` columns: a site is shortened, never split."""
+    file = safe.plain(file)
+    full = f"{below(file)}:{line}" if line is not None else below(file)
+    if len(full) <= room:
+        return full
+    return f"{file_name(file)}:{line}" if line is not None else file_name(file)
 
 
-def render(result: AuditResult, console: Console) -> None:
-    s = result.summary
-    m = result.manifest
-    title = f"jaxplace audit · {plain(result.path)}"
-    console.print(Text(title, style="bold"))
-    if result.source == "run":
-        argv = rich(" ".join(m.argv))
-        console.print(f"script: {argv}   status: {rich(m.status)} (exit {rich(m.exit_code)})   "
-                      f"policy: {rich(m.policy)}   jax {rich(m.jax_version or '?')}")
-    console.print(f"devices: {rich(', '.join(s.devices)) or 'none recorded'}")
-    for note in result.notes:
-        console.print(Text(f"note: {plain(note)}", style="dim"))
+def _indented(renderable, indent: int) -> Padding:
+    return Padding(renderable, (0, 0, 0, indent))
 
-    t = Table(title=f"Transfers (≥ {human_bytes(s.min_bytes)}; smaller counted apart)",
-              title_justify="left")
-    t.add_column("kind")
-    t.add_column("count", justify="right")
-    t.add_column("bytes", justify="right")
-    t.add_column("small (<min)", justify="right")
-    t.add_column("size unknown", justify="right")
-    for kind, tot in s.totals.items():
-        sm = s.small[kind]
-        t.add_row(rich(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
-                  f"{sm.count:,} · {human_bytes(sm.bytes)}", f"{s.unknown_size.get(kind, 0):,}")
-    console.print(t)
-    _offload(console, s)
-    _routes(console, s)
 
-    if s.sites:
-        st = Table(title="Top transfer sites (by bytes)", title_justify="left")
-        # The site is what the user acts on: it keeps its width (up to 60 characters, then it
-        # folds) and the descriptive columns wrap instead.
-        widest = max(len(f"{_short(x.file)}:{x.line}") for x in s.sites)
-        narrow = console.width < 110  # routes are also in "Transfers per route"
-        st.add_column("site", min_width=min(widest, 60, max(16, console.width - 62)), overflow="fold")
-        for col in ("kind", "count", "bytes", "how", "api") + (() if narrow else ("route",)):
-            st.add_column(col, justify="right" if col in ("count", "bytes") else "left",
-                          no_wrap=col in ("kind", "count", "bytes"),
-                          max_width=10 if narrow and col == "how" else None,
-                          overflow="fold" if col == "api" else "ellipsis")
-        for site in s.sites:
-            how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
-            st.add_row(rich(f"{_short(site.file)}:{site.line}"), rich(site.kind), f"{site.count:,}",
-                       human_bytes(site.bytes), how, rich(site.api),
-                       *(() if narrow else (rich(", ".join(site.routes)),)))
-        console.print(st)
-
-    _ops_table(console, s, "Ops per device")
-
-    info = result.steps
-    if info is not None and info.steps:
-        stt = Table(title=f"Per step, steady state ({len(info.steps)} steps by {rich(info.method)}: {rich(info.detail)}; "
-                    f"first {info.warmup} excluded as warm-up)", title_justify="left")
-        for col in ("kind", "count min/median/max", "bytes min/median/max"):
-            stt.add_column(col)
-        for kind, st in result.step_transfers.items():
-            d = st.summary(info.warmup)
-            stt.add_row(rich(kind), f"{d['min']}/{d['median']:g}/{d['max']}",
-                        f"{human_bytes(d['bytes_min'])}/{human_bytes(int(d['bytes_median']))}/{human_bytes(d['bytes_max'])}")
-        console.print(stt)
-    elif info is not None:
-        console.print(Text(f"steps: none detected ({plain(info.detail)})", style="dim"))
-
-    if len(result.hosts) > 1:
-        _hosts(console, result)
-
-    if result.budget is not None:
-        b = result.budget
-        console.print(Text(f"Budget {'passed' if b.passed else 'FAILED'} ({plain(b.source)}, "
-                           f"{len(b.limits)} limits)", style="bold green" if b.passed else "bold red"))
-        for br in b.breaches:
-            console.print(Text(f"    {plain(br.message)}", style="red"))
-
-    if result.findings:
-        console.print(Text(f"Findings ({len(result.findings)})", style="bold"))
-        for f in result.findings:
-            where = f"{_short(f.file)}:{f.line}" if f.file else ""
-            console.print(Text.assemble((f"[{plain(f.severity)}] ", _SEVERITY_STYLE.get(f.severity, "")),
-                                        (f"{plain(f.rule)} ", "bold"), (where, "underline")))
-            console.print(Text(f"    {plain(f.message)}"))
-            cost = _cost(f)
-            if cost:
-                console.print(Text(f"    cost: {cost}", style="dim"))
-            for r in f.related[:8]:
-                console.print(Text(f"    at {_short(r['file'])}:{r['line']}: {plain(r['role'])}", style="dim"))
-            if len(f.related) > 8:
-                console.print(Text(f"    ... and {len(f.related) - 8} more sites", style="dim"))
-            if f.fix:
-                console.print(Text(f"    fix: {plain(f.fix)}", style="green"))
-    else:
-        console.print(Text("No findings.", style="green"))
+def render(result: AuditResult, console: Console, max_findings: int = DEFAULT_MAX_FINDINGS,
+           verbose: bool = False) -> None:
+    style = "bold red" if (result.budget and not result.budget.passed) or any(
+        f.severity == "error" for f in result.findings) else "bold"
+    console.print(Text(" · ".join(verdict_parts(result)), style=style))
+    _header(result, console)
+    _budget(result, console)
+    _findings(result, console, None if verbose else max_findings, verbose)
     _suggestion(console, result)
+    _tables(result, console, verbose)
+    _see_it(result, console)
+
+
+def _see_it(result: AuditResult, console: Console) -> None:
+    """How to open the picture of a run (and its profiler window, when it has one)."""
+    if result.source != "run":
+        return
+    where = safe.plain(result.path)
+    trace = getattr(result.manifest, "trace", None)
+    window = trace is not None and bool(trace.files)
+    console.print(Text(f"see it: jaxplace report {where} -o report.html"
+                       + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
+                       style="dim"))
+
+
+def _header(result: AuditResult, console: Console) -> None:
+    s, m = result.summary, result.manifest
+    console.print(Text(f"jaxplace audit · {safe.plain(result.path)}", style="bold"))
     if result.source == "run":
-        where = plain(result.path)
-        trace = getattr(result.manifest, "trace", None)
-        window = trace is not None and bool(trace.files)
-        console.print(Text(f"see it: jaxplace report {where} -o report.html"
-                           + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
-                           style="dim"))
+        argv = safe.plain(" ".join(str(a) for a in m.argv))
+        console.print(Text(f"script: {argv}   status: {safe.plain(m.status)} (exit "
+                           f"{safe.plain(m.exit_code)})   policy: {safe.plain(m.policy)}   "
+                           f"jax {safe.plain(m.jax_version or '?')}"))
+    console.print(Text(f"devices: {safe.plain(', '.join(s.devices)) or 'none recorded'}"))
+    for note in result.notes:
+        console.print(_indented(Text(f"note: {safe.plain(note)}", style="dim"), 0))
+
+
+def _budget(result: AuditResult, console: Console) -> None:
+    b = result.budget
+    if b is None:
+        return
+    console.print(Text(f"Budget {'passed' if b.passed else 'FAILED'} ({safe.plain(b.source)}, "
+                       f"{len(b.limits)} limits)", style="bold green" if b.passed else "bold red"))
+    for br in b.breaches:
+        console.print(_indented(Text(safe.plain(br.message), style="red"), 4))
+
+
+def _findings(result: AuditResult, console: Console, cap: int | None, verbose: bool) -> None:
+    if not result.findings:
+        console.print(Text("No findings.", style="green"))
+        return
+    console.print(Text(f"Findings ({len(result.findings)}: {severity_counts(result.findings)})", style="bold"))
+    room = console.width - 4
+    for rule, group in by_rule(result.findings):
+        worst = group[0].severity
+        sites = len(group)
+        console.print(Text.assemble((f"{worst} ", _SEVERITY_STYLE.get(worst, "")), (rule, "bold"),
+                                    f" · {sites} site{'s' if sites != 1 else ''}"))
+        shown = group if cap is None else group[:cap]
+        same_fix = len({f.fix for f in shown}) == 1
+        for f in shown:
+            _finding(console, f, room, verbose, show_fix=not same_fix)
+        if same_fix and shown[0].fix:
+            console.print(_indented(Text(f"fix: {safe.plain(shown[0].fix)}", style="green"), 2))
+        if len(group) > len(shown):
+            console.print(_indented(Text(f"... and {len(group) - len(shown)} more {rule} findings "
+                                         f"(--max-findings {len(group)} or --verbose lists them)",
+                                         style="dim"), 2))
+
+
+def _finding(console: Console, f, room: int, verbose: bool, show_fix: bool) -> None:
+    where = site_text(f.file, f.line, room) if f.file else "(whole program)"
+    console.print(_indented(Text(where, style="underline" if f.file else "dim"), 2))
+    lines = [Text(safe.plain(f.message))]
+    cost = _cost(f)
+    if cost:
+        lines.append(Text(f"cost: {cost}", style="dim"))
+    related = f.related if verbose else f.related[:RELATED_SHOWN]
+    for r in related:
+        lines.append(Text(f"at {site_text(r['file'], r['line'], room - 6)}: {safe.plain(r['role'])}",
+                          style="dim"))
+    if len(f.related) > len(related):
+        lines.append(Text(f"... and {len(f.related) - len(related)} more sites (--verbose)", style="dim"))
+    if show_fix and f.fix:
+        lines.append(Text(f"fix: {safe.plain(f.fix)}", style="green"))
+    console.print(_indented(Group(*lines), 6))
 
 
 def suggest_command(path: str, sg) -> str:
@@ -130,8 +145,17 @@ def _suggestion(console: Console, result: AuditResult) -> None:
     sg = result.suggestion
     if sg is not None:
         console.print(Text("Suggestion", style="bold"))
-        console.print(Text(f"    {plain(sg.summary)}"))
-        console.print(Text(f"    try: {plain(suggest_command(result.path, sg))}", style="green"))
+        console.print(_indented(Text(safe.plain(sg.summary)), 2))
+        command, _, then = safe.plain(suggest_command(result.path, sg)).partition("   ")
+        # a command is never wrapped: it is copied and pasted (on a line of its own when the
+        # line would be too long; a path longer than the terminal still passes the width)
+        line = f"  try: {command}"
+        if len(line) > console.width:
+            console.print(Text("  try:", style="green"))
+            line = f"    {command}"
+        console.print(Text(line, style="green"), soft_wrap=True)
+        if then:
+            console.print(_indented(Text(then.strip().strip("()"), style="green"), 7))
 
 
 def _cost(f) -> str:
@@ -148,18 +172,78 @@ def _cost(f) -> str:
     return " · ".join(parts)
 
 
+# -- the tables ----------------------------------------------------------------------------------
+
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left")
+
+
+def _tables(result: AuditResult, console: Console, verbose: bool) -> None:
+    s = result.summary
+    t = _table(f"Transfers (≥ {human_bytes(s.min_bytes)}; smaller counted apart)")
+    for col in ("kind", "count", "bytes", "small (<min)", "size unknown"):
+        t.add_column(col, justify="left" if col == "kind" else "right", overflow="fold")
+    for kind, tot in s.totals.items():
+        sm = s.small[kind]
+        t.add_row(kind, f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
+                  f"{sm.count:,} · {human_bytes(sm.bytes)}", f"{s.unknown_size.get(kind, 0):,}")
+    console.print(t)
+    _offload(console, s)
+    _routes(console, s)
+    if s.sites:
+        _sites(console, s)
+    _ops_table(console, s, "Ops per device")
+    _steps(console, result)
+    if len(result.hosts) > 1:
+        _hosts(console, result)
+
+
+def _sites(console: Console, s) -> None:
+    """Top transfer sites. The site column is as wide as its longest entry and never wraps;
+    paths that would not leave room for the other columns are shown as file names."""
+    narrow = console.width < 110  # routes are also in "Transfers per route"
+    room = max(console.width - (46 if narrow else 60), 16)
+    names = [site_text(x.file, x.line, room) for x in s.sites]
+    st = _table("Top transfer sites (by bytes)")
+    st.add_column("site", no_wrap=True, min_width=max(len(n) for n in names))
+    for col in ("kind", "count", "bytes", "how", "api") + (() if narrow else ("route",)):
+        st.add_column(col, justify="right" if col in ("count", "bytes") else "left",
+                      no_wrap=col in ("kind", "count", "bytes"), overflow="fold")
+    for name, site in zip(names, s.sites):
+        how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
+        st.add_row(name, site.kind, f"{site.count:,}", human_bytes(site.bytes), how, safe.plain(site.api),
+                   *(() if narrow else (safe.plain(", ".join(site.routes)),)))
+    console.print(st)
+
+
+def _steps(console: Console, result: AuditResult) -> None:
+    info = result.steps
+    if info is not None and info.steps:
+        stt = _table(f"Per step, steady state ({len(info.steps)} steps by {safe.plain(info.method)}: "
+                     f"{safe.plain(info.detail)}; first {info.warmup} excluded as warm-up)")
+        for col in ("kind", "count min/median/max", "bytes min/median/max"):
+            stt.add_column(col, overflow="fold")
+        for kind, st in result.step_transfers.items():
+            d = st.summary(info.warmup)
+            stt.add_row(kind, f"{d['min']}/{d['median']:g}/{d['max']}",
+                        f"{human_bytes(d['bytes_min'])}/{human_bytes(int(d['bytes_median']))}/"
+                        f"{human_bytes(d['bytes_max'])}")
+        console.print(stt)
+    elif info is not None:
+        console.print(Text(f"steps: none detected ({safe.plain(info.detail)})", style="dim"))
+
+
 def _ops_table(console: Console, s, title: str) -> None:
     device_time = any(d.device_ns is not None for d in s.ops_by_device)
-    ot = Table(title=f"{title} ({s.ops_total:,} ops"
-               + (f", {s.op_errors} failed" if s.op_errors else "") + ")", title_justify="left")
-    ot.add_column("device")
+    ot = _table(f"{title} ({s.ops_total:,} ops" + (f", {s.op_errors} failed" if s.op_errors else "") + ")")
+    ot.add_column("device", overflow="fold")
     ot.add_column("ops", justify="right")
     ot.add_column("device time" if device_time else "dispatch time", justify="right")
-    ot.add_column("most frequent")
+    ot.add_column("most frequent", overflow="fold")
     for d in s.ops_by_device:
         ns = d.device_ns if device_time else d.dispatch_ns
-        ot.add_row(rich(d.device), f"{d.count:,}", human_ns(ns or 0),
-                   Text(plain(", ".join(f"{n}×{c}" for n, c in d.top))))
+        ot.add_row(safe.plain(d.device), f"{d.count:,}", human_ns(ns or 0),
+                   Text(safe.plain(", ".join(f"{n}×{c}" for n, c in d.top))))
     console.print(ot)
 
 
@@ -167,11 +251,12 @@ def _routes(console: Console, s) -> None:
     """Transfers per kind and device pair (only when there are several, or sizes are unknown)."""
     if not s.routes or (len(s.routes) < 2 and not any(r.unknown_size for r in s.routes)):
         return
-    rt = Table(title="Transfers per route", title_justify="left")
+    rt = _table("Transfers per route")
     for col in ("kind", "route", "count", "bytes", "small (<min)", "size unknown", "blocking"):
-        rt.add_column(col, justify="left" if col in ("kind", "route") else "right")
+        rt.add_column(col, justify="left" if col in ("kind", "route") else "right", overflow="fold",
+                      no_wrap=col != "size unknown")
     for r in s.routes:
-        rt.add_row(rich(r.kind), rich(f"{r.src} → {r.dst}"), f"{r.count:,}", human_bytes(r.bytes),
+        rt.add_row(r.kind, safe.plain(f"{r.src} → {r.dst}"), f"{r.count:,}", human_bytes(r.bytes),
                    f"{r.small_count:,} · {human_bytes(r.small_bytes)}", f"{r.unknown_size:,}",
                    f"{r.blocking:,}")
     console.print(rt)
@@ -181,29 +266,27 @@ def _offload(console: Console, s) -> None:
     n = sum(v.count for v in s.offload.values()) + sum(s.offload_unknown_size.values())
     if not n:
         return
-    ot = Table(title="XLA host-offload copies (compiled into the program; apart from the above)",
-               title_justify="left")
+    ot = _table("XLA host-offload copies (compiled into the program; apart from the above)")
     for col in ("kind", "count", "bytes", "size unknown"):
-        ot.add_column(col, justify="left" if col == "kind" else "right")
+        ot.add_column(col, justify="left" if col == "kind" else "right", overflow="fold")
     for kind, tot in s.offload.items():
         if not tot.count and not s.offload_unknown_size.get(kind, 0) and kind == "d2d":
             continue  # offload is host memory <-> device; d2d only if a source ever reports it
-        ot.add_row(rich(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
+        ot.add_row(safe.plain(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
                    f"{s.offload_unknown_size.get(kind, 0):,}")
     console.print(ot)
 
 
 def _hosts(console: Console, result: AuditResult) -> None:
-    ht = Table(title=f"Per host ({len(result.hosts)} hosts; the tables above are all hosts merged)",
-               title_justify="left")
+    ht = _table(f"Per host ({len(result.hosts)} hosts; the tables above are all hosts merged)")
     for col in ("host", "devices", "h2d", "d2h", "d2d", "size unknown", "ops", "device time", "steps"):
-        ht.add_column(col, justify="left" if col in ("host", "devices") else "right")
+        ht.add_column(col, justify="left" if col in ("host", "devices") else "right", overflow="fold")
     for h in result.hosts:
         hs = h.summary
         cells = [f"{hs.totals[k].count + hs.small[k].count:,} · "
                  f"{human_bytes(hs.totals[k].bytes + hs.small[k].bytes)}" for k in ("h2d", "d2h", "d2d")]
         ns = sum(d.device_ns or 0 for d in hs.ops_by_device)
-        ht.add_row(rich(h.host), str(len(hs.devices)), *cells, f"{sum(hs.unknown_size.values()):,}",
+        ht.add_row(safe.plain(h.host), str(len(hs.devices)), *cells, f"{sum(hs.unknown_size.values()):,}",
                    f"{hs.ops_total:,}", human_ns(ns),
                    "" if h.step_count is None else str(h.step_count))
     console.print(ht)

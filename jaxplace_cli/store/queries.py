@@ -64,13 +64,14 @@ class DevicesTotal(NamedTuple):
 
 
 class OpCost(NamedTuple):
-    """What the balance rules weigh of an op (five columns: they hold every compute op)."""
+    """What the balance rules weigh of an op (six columns: they hold every compute op)."""
 
     seq: int
     devices: str
     dur_ns: int
     site: int
     name: str
+    placed: str  # "" = JAX decided, else the policy decision (OpEvent.placed)
 
 
 class TransferCost(NamedTuple):
@@ -97,8 +98,13 @@ def successful_ops_of_kind(store, kind: str) -> Iterator[OpEvent]:
 
 def compute_op_costs(store) -> Iterator[OpCost]:
     """Successful ops that compute (not device_put/device_get), in storage order."""
-    return _events(store, OpCost, "SELECT seq, devices, dur_ns, site, name FROM ops "
+    return _events(store, OpCost, "SELECT seq, devices, dur_ns, site, name, placed FROM ops "
                    f"WHERE error = '' AND kind NOT IN ({', '.join('?' * len(TRANSFER_OPS))})", TRANSFER_OPS)
+
+
+def committed_buffer_exists(store) -> bool:
+    """Did the program commit any array to a device (``device_put(x, device)``)?"""
+    return store.conn.execute("SELECT 1 FROM buffers WHERE committed != 0 LIMIT 1").fetchone() is not None
 
 
 def ops_failed_with(store, text: str) -> list[OpEvent]:

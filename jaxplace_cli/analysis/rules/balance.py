@@ -1,18 +1,43 @@
-"""imbalance / idle-device over a recorded run (the judgement itself is analysis/balance.py)."""
+"""imbalance / idle-device over a recorded run (the judgement itself is analysis/balance.py).
+
+When is an idle device worth a finding? Only when the program could have used it:
+
+* **the script asked for several devices**: its ops (no jaxplace policy placed any) ran on
+  two or more devices, yet some device ran nothing — a warning (a mesh smaller than the
+  machine, a device list that skips one);
+* **the hardware has them and the work could use them**: every op ran on one device, nothing
+  chose that device (no committed array: JAX's default placement put everything there, no
+  policy placed anything), and the run holds at least two *independent chains* of one jit
+  function — calls whose inputs do not descend from each other's outputs (trials of a sweep,
+  independent models) — an info finding: ``--policy rr`` spreads the chains without a code
+  change.
+
+Not a finding: a device the script only staged data on (``pingpong_clean.py``), a single
+dependent training loop on a multi-device machine (``mlp_clean.py`` with ``--devices 2``),
+data committed to one device on purpose (``incompatible_devices_clean.py``), and devices a
+placement policy was free to use but did not need (``placement_families.py``): where a policy
+put the ops is its rules' decision, which ``pingpong`` and ``policy-fallback`` judge.
+Before this rule, idle-device fired on 14 of 19 ``--devices 2`` sample runs, clean twins
+included (issue 14); now only on ``imbalance_idle.py`` (script-asked, cpu:2) and on
+``placement_trials.py`` without a policy (8 independent chains on cpu:0 of 4 devices).
+"""
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
 
 from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
-from jaxplace_cli.analysis.rules.base import container_seqs
+from jaxplace_cli.analysis.rules.base import INFO, Finding, container_seqs, ids
+from jaxplace_cli.model.events import OP_JIT
 from jaxplace_cli.store import queries
 
 TIME_KIND = ("host-side dispatch time of the op kinds run on several devices (each op "
              "counted at its kind's median)")
+# What the placer writes in ``ops.placed`` when JAX decided after all (a failed policy).
+_JAX_DECIDED = ("", "fallback")
 
 
-def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
+def run_loads(run, shared_only: bool = False, own_only: bool = False) -> dict[str, DeviceLoad]:
     """Ops and dispatch time per device, from successful compute ops.
 
     device_put/device_get are transfers, not work; a partitioned jit call's own row repeats its
@@ -22,10 +47,12 @@ def run_loads(run, shared_only: bool = False) -> dict[str, DeviceLoad]:
     time measures how much work was sent, which is what differs between devices.
     ``shared_only``: only op names that ran on two or more devices — the work the program
     spreads over devices; a script that makes its data on one device and computes on another
-    is not unbalanced, it is serial."""
+    is not unbalanced, it is serial. ``own_only``: only ops no policy placed (the script's own
+    placement, or JAX's default)."""
     compiling = {c.op_seq for c in queries.compiles(run.store)}
     skip = container_seqs(run)
-    rows = [op for op in queries.compute_op_costs(run.store) if op.seq not in skip]
+    rows = [op for op in queries.compute_op_costs(run.store)
+            if op.seq not in skip and (not own_only or op.placed in _JAX_DECIDED)]
     where: dict[str, set] = defaultdict(set)
     durs: dict[str, list] = defaultdict(list)
     all_durs: dict[str, list] = defaultdict(list)
@@ -66,8 +93,101 @@ def imbalance(run, cfg):
 
 
 def idle_device(run, cfg):
-    """Devices the program had but never ran an op on, while others did."""
+    """Devices the run had that ran no op, when the program could have used them (module
+    docstring: the two cases, and what is not a finding)."""
     loads = run_loads(run)
-    copying = queries.transfer_endpoints(run.store)
-    return balance_findings(loads, _devices(run, loads), cfg, TIME_KIND, select=("idle-device",),
-                            copying=copying)
+    devices = _devices(run, loads)
+    used = [d for d in devices if loads.get(d, DeviceLoad()).ops > 0]
+    idle = [d for d in devices if d not in used]
+    if not used or not idle:
+        return []
+    own = run_loads(run, own_only=True)
+    if sum(d.ops for d in own.values()) != sum(d.ops for d in loads.values()):
+        return []  # a policy placed ops: where they (and the ops on their data) ran is its choice
+    if len(used) >= 2:  # the script itself spread its work over devices and skipped some
+        copying = queries.transfer_endpoints(run.store)
+        return balance_findings(loads, devices, cfg, TIME_KIND, select=("idle-device",),
+                                copying=copying)
+    if _committed(run):
+        return []  # the script chose its one device (device_put(x, device))
+    chains = independent_chains(run)
+    if chains is None:
+        return []
+    name, n_chains, calls, site = chains
+    file, line = _site(run, site)
+    return [Finding(
+        "idle-device", INFO,
+        f"{len(idle)} of {len(devices)} devices ran no ops ({', '.join(idle)}) while {used[0]} "
+        f"ran all {loads[used[0]].ops} ops: nothing chose a device, so JAX put everything on its "
+        f"default device, yet the {calls} calls of {name} form {n_chains} independent chains "
+        f"(no call reads another chain's results) that could run side by side",
+        file, line, count=len(idle),
+        fix="spread the chains without a code change: jaxplace run --policy rr (each chain "
+            "stays on the device of its first op), or `with jaxplace_cli.device_placement(\"rr\"):` "
+            "around the loop; or shard the data (jax.sharding)",
+        devices=idle)]
+
+
+def _committed(run) -> bool:
+    """Did the program commit any array to a device (``device_put(x, device)`` and what is
+    computed from it)? Then it chose its device."""
+    return queries.committed_buffer_exists(run.store)
+
+
+def _site(run, sid: int) -> tuple[str, int]:
+    s = run.store.sites().get(sid)
+    return (s.file, s.line) if s else ("", 0)
+
+
+def independent_chains(run, candidates: int = 2):
+    """``(name, chains, calls, site)`` of the jit function whose calls form the most chains
+    that do not depend on each other (>= 2), else None. Only the ``candidates`` most called
+    jit functions are followed (one pass over the ops each).
+
+    A chain is followed forward along the data: a call whose inputs descend from no earlier
+    call of the function starts a chain; a call (or any other op) reading a chain's results
+    joins it, and an op reading two chains merges them. Data the chains share but did not
+    make (a dataset, parameters made before the first call) does not merge them: reading the
+    same input is no dependence."""
+    calls: dict[str, int] = defaultdict(int)
+    for op in run.store.ops():
+        if op.kind == OP_JIT and not op.error:
+            calls[op.name] += 1
+    best = None
+    for name in sorted((n for n in calls if calls[n] >= 2), key=lambda n: -calls[n])[:candidates]:
+        n_chains, site = _chains_of(run, name)
+        if n_chains >= 2 and (best is None or n_chains > best[1]):
+            best = (name, n_chains, calls[name], site)
+    return best
+
+
+def _chains_of(run, name: str) -> tuple[int, int]:
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    chain_of: dict[int, int] = {}  # buffer id -> a chain label
+    heads, sites = [], defaultdict(int)
+    for op in run.store.ops():
+        if op.error:
+            continue
+        labels = {find(chain_of[b]) for b in ids(op.in_bufs) if b in chain_of}
+        if op.kind == OP_JIT and op.name == name:
+            sites[op.site] += 1
+            if not labels:
+                parent[op.seq] = op.seq
+                heads.append(op.seq)
+                labels = {op.seq}
+        if not labels:
+            continue
+        root, *rest = sorted(labels)
+        for other in rest:
+            parent[other] = root
+        for b in ids(op.out_bufs):
+            chain_of[b] = root
+    top = max(sites.items(), key=lambda kv: (kv[1], -kv[0]))[0] if sites else 0
+    return len({find(h) for h in heads}), top

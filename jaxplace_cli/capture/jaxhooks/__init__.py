@@ -270,6 +270,17 @@ def _install_compile_listener(report: HookReport) -> None:
     report.installed.append("jax.monitoring compile events")
 
 
+def _install_debug_callback(report: HookReport) -> None:
+    """``jax.debug.callback`` shows the callback where a placement policy put its arguments
+    (debug_callback.py; issue 14)."""
+    import jax.debug
+
+    from jaxplace_cli.capture.jaxhooks.debug_callback import make_debug_callback
+
+    _patch(jax.debug, "callback", make_debug_callback(jax.debug.callback))
+    report.installed.append("jax.debug.callback (placed arguments)")
+
+
 INSTALLERS = (
     ("transfers", _install_transfers),
     ("jit", _install_jit),
@@ -279,6 +290,7 @@ INSTALLERS = (
     ("eager-primitives", _install_process_primitive),
     ("step-annotation", _install_step_annotation),
     ("compile-events", _install_compile_listener),
+    ("debug-callback", _install_debug_callback),
 )
 
 

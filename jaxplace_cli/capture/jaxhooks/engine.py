@@ -17,6 +17,7 @@ from threading import get_ident
 from time import perf_counter_ns
 
 import jax
+import numpy as np
 from jax.tree_util import tree_flatten, tree_unflatten
 
 from jaxplace_cli.model.events import D2D, TransferEvent
@@ -65,7 +66,7 @@ class Placer:
         return self._allowed
 
     # -- decision ----------------------------------------------------------------------------
-    def op_info(self, rec, name, kind, leaves, args, site, backward) -> OpInfo:
+    def op_info(self, rec, name, kind, leaves, args, site, backward, kwargs=None) -> OpInfo:
         shapes, dtypes, inputs, nbytes = [], [], [], 0
         for a in leaves:
             if isinstance(a, _Array) or hasattr(a, "shape") and hasattr(a, "dtype"):
@@ -84,9 +85,15 @@ class Placer:
         with self._lock:
             occ = self._occurrence.get(key, 0)
             self._occurrence[key] = occ + 1
+        extra = {"inputs": inputs}
+        if kwargs and kwargs.get("dtype") is not None:  # jnp.sum(x, dtype=...): what it computes in
+            try:
+                extra["dtype"] = np.dtype(kwargs["dtype"])
+            except TypeError:
+                pass
         return OpInfo(canonical(name), kind, tuple(args), shapes, dtypes, nbytes,
                       s.file if s else "", s.line if s else 0, s.function if s else "",
-                      backward, occ, self.allowed, raw_name=name, extra={"inputs": inputs})
+                      backward, occ, self.allowed, raw_name=name, extra=extra)
 
     def decide(self, info: OpInfo, rec=None):
         """The device for ``info`` (None = JAX decides), applying --on-policy-error."""
@@ -134,7 +141,7 @@ class Placer:
                 return run_partitioned(self, rec, spec, fn, a, k, site, seq)
 
             return partitioned, args, kwargs, f"{self.policy.label} (per op)"
-        info = self.op_info(rec, spec.name, spec.kind, leaves, args, site, backward)
+        info = self.op_info(rec, spec.name, spec.kind, leaves, args, site, backward, kwargs)
         device, label = self.decide(info, rec)
         if device is None:
             home = _placed_home(leaves)

@@ -1,0 +1,55 @@
+"""The verdict and the grouping every human-readable report shares (text, rich, Markdown), so
+they say the same thing in the same order."""
+from __future__ import annotations
+
+from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.model import safe
+from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.model.sizes import human_bytes
+
+SEVERITY_ORDER = ("error", "warning", "info")
+
+
+def severity_counts(findings) -> str:
+    """``1 error, 2 warnings`` (``no findings`` when there are none)."""
+    parts = []
+    for sev in SEVERITY_ORDER:
+        n = sum(f.severity == sev for f in findings)
+        if n:
+            parts.append(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}")
+    return ", ".join(parts) or "no findings"
+
+
+def verdict_parts(result: AuditResult) -> list[str]:
+    """The verdict line's parts: the budget (when one was checked), the findings by severity,
+    the biggest transfer cost (the top site by bytes)."""
+    parts = []
+    b = result.budget
+    if b is not None:
+        n = len(b.breaches)
+        parts.append(f"budget passed ({len(b.limits)} limits)" if b.passed
+                     else f"budget FAILED ({n} breach{'es' if n != 1 else ''}, {len(b.limits)} limits)")
+    counts = severity_counts(result.findings)
+    parts.append(counts if counts == "no findings" else f"findings: {counts}")
+    s = result.summary
+    if s.sites:
+        top = max(s.sites, key=lambda x: (x.bytes, x.count))
+        how = "implicit" if top.implicit else "explicit"
+        parts.append(f"biggest transfer cost: {human_bytes(top.bytes)} {top.kind} at "
+                     f"{safe.plain(site_name(top.file, top.line))} ({top.count:,}×, {how})")
+    else:
+        parts.append(f"no transfer site of {human_bytes(s.min_bytes)} or more")
+    return parts
+
+
+def by_rule(findings) -> list[tuple[str, list]]:
+    """Findings grouped by rule: the rule with the worst severity (then most bytes, most
+    count) first; within a rule, worst and most costly first."""
+    order = {s: i for i, s in enumerate(SEVERITY_ORDER)}
+    groups: dict[str, list] = {}
+    for f in findings:
+        groups.setdefault(f.rule, []).append(f)
+    for g in groups.values():
+        g.sort(key=lambda f: (order.get(f.severity, 9), -f.bytes, -f.count))
+    return sorted(groups.items(), key=lambda kv: (order.get(kv[1][0].severity, 9),
+                                                  -sum(f.bytes for f in kv[1]), -sum(f.count for f in kv[1]), kv[0]))
