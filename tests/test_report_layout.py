@@ -253,7 +253,9 @@ def test_sarif_rule_metadata_stable_fingerprints_and_cap(tmp_path):
     docs = {}
     for case in ("placement_trials", "placement_trials_rr_strict"):  # one script, two policies
         out = tmp_path / f"{case}.sarif"
-        assert jaxplace("audit", case, "-o", out, cwd=GOLDEN).returncode == 0
+        # from "/": the stored sites (absolute paths of the recording machine) lie below it, so
+        # SARIF locates them (it anchors sites outside the working directory: docs/security.md)
+        assert jaxplace("audit", GOLDEN / case, "-o", out, cwd="/").returncode == 0
         docs[case] = json.loads(out.read_text())
         jsonschema.validate(docs[case], schema)
     run = docs["placement_trials_rr_strict"]["runs"][0]

@@ -45,7 +45,7 @@ def _where(items, anchor) -> tuple[str, int]:
 
 
 def render(result: AuditResult) -> str:
-    m = result.manifest or {}
+    m = result.manifest.to_dict() if hasattr(result.manifest, "to_dict") else (result.manifest or {})
     suite = ET.Element("testsuite", name="jaxplace", tests="0", failures="0", errors="0",
                        time=f"{_run_seconds(m):.3f}")
     if m.get("started"):
