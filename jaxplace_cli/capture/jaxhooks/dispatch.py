@@ -16,18 +16,31 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
+import traceback
+import types
+from pathlib import Path
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
 
 import jax
+import numpy as np
 from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
-from jaxplace_cli.capture.jaxhooks.state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, sharding_label, tls
+from jaxplace_cli.capture.jaxhooks.state import (
+    _LABELS,
+    HOST_DATA_TYPES,
+    PY_SCALARS,
+    active,
+    endpoint_label,
+    sharding_label,
+    tls,
+)
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes, dtype_name
-from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JIT, OpEvent
+from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JIT, OP_JNP, OpEvent, expand_device_group
 
 _trace_ctx = _core.trace_ctx
 _EvalTrace = _core.EvalTrace
@@ -52,17 +65,40 @@ def _x64_reader():
 
 x64_enabled = _x64_reader()
 
+_DEVICE_ITEMSIZE: dict = {}  # (host dtype, x64) -> itemsize of the dtype JAX uploads it as
+
+
+def upload_nbytes(a) -> int:
+    """Bytes a device receives for host data ``a`` (numpy array or scalar): its size at the
+    dtype JAX canonicalises it to. With x64 off (the default) float64 and int64 arrive as
+    float32 and int32: ``f(np.ones((1000, 1000)))`` uploads 4,000,000 B, not the host's 8,000,000."""
+    dtype = a.dtype
+    key = (dtype, x64_enabled())
+    size = _DEVICE_ITEMSIZE.get(key)
+    if size is None:
+        try:
+            from jax._src import dtypes
+
+            size = np.dtype(dtypes.canonicalize_dtype(dtype)).itemsize
+        except Exception:  # not a dtype JAX accepts: the call fails anyway
+            size = dtype.itemsize
+        _DEVICE_ITEMSIZE[key] = size
+    return int(a.size) * size
+
 
 def array_nbytes(a) -> int:
     aval = a.aval
     return _nbytes(aval.shape, aval.dtype)
 
 
+HOST_DATA_FUNCTIONS = frozenset({"array", "asarray"})
+
+
 class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
     __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api")
+                 "scalars", "scalar_api", "host_data")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=()):
@@ -74,6 +110,8 @@ class CallSpec:
         self.static_argnames = frozenset(static_argnames)
         self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
         self.scalar_api = name + " (Python scalar)"  # made once, not per upload
+        # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
+        self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
 
 
 def _operand_leaves(spec: CallSpec, args, kwargs):
@@ -172,6 +210,15 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
                 break
     transfers = rec.transfers
     on_transfer = rec.on_transfer  # set while a trace window is open (TraceAnnotations)
+    if spec.host_data and not any(isinstance(a, _Array) for a in tree_leaves(args)):
+        # jnp.array([1.0, 2.0, 3.0]), jnp.asarray(np_f64): the host value, whole, at the
+        # device dtype: exactly the result's size
+        ev = (next(rec._seq), t0 - base, tid, H2D, HOST, _endpoint(dev, outs[0]),
+              array_nbytes(outs[0]), True, False, spec.name + " (host data)", site, 0, seq)
+        transfers.append(ev)
+        if on_transfer is not None:
+            on_transfer(ev)
+        leaves = ()
     scalar_bytes = None
     for a in leaves:
         ta = type(a)
@@ -198,14 +245,20 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             if spec.scalars:  # x + 1.0 uploads the 1.0; jnp.zeros(3) does not upload the 3
                 if scalar_bytes is None:
                     scalar_bytes = _SCALAR_BYTES[x64_enabled()]
-                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, scalar_bytes[ta], True, False,
+                dst, nbytes = _endpoint(dev, outs[0]), scalar_bytes[ta]
+                if dst is not dev:  # a multi-device call: every device gets the scalar
+                    nbytes *= len(expand_device_group(dst))
+                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dst, nbytes, True, False,
                       spec.scalar_api, site, 0, seq)
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)
         elif isinstance(a, HOST_DATA_TYPES):
-            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, int(a.nbytes), True, False,
-                  spec.name + " (numpy argument)", site, 0, seq)
+            dst, nbytes = _endpoint(dev, outs[0]), upload_nbytes(a)
+            if dst is not dev:  # a multi-device call: what the compiled program's sharding sent
+                dst, nbytes = _sharded_upload(fn, spec, args, kwargs, leaves, a, dst, nbytes)
+            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dst, nbytes,
+                  True, False, spec.name + " (numpy argument)", site, 0, seq)
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
@@ -222,6 +275,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             # A new array: its BufferEvent rides in the op's row (three more fields; split off
             # by store/rows.py; the row shape is model/raw.py) — one tuple per op instead of two, and no call.
             b = od[BUF_ATTR] = next(rec._buf_ids)
+            rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
             aval = o.aval
             dtype = aval.dtype
             name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
@@ -240,6 +294,8 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             b = od.get(BUF_ATTR) if od is not None else 0
             if b is None:
                 b = od[BUF_ATTR] = next(rec._buf_ids)
+                if odev is dev:
+                    rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
                 if odev is None:
                     osh = o.sharding
                     d = getattr(osh, "_device", None)
@@ -260,6 +316,42 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
     return out
 
 
+def _endpoint(dev: str, out) -> str:
+    """``dev`` as a transfer endpoint: a multi-device op's comma list becomes the group
+    form (``cpu:0-3``), which routes can hold."""
+    return dev if "," not in dev else endpoint_label(out.sharding)
+
+
+_IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
+
+
+def _sharded_upload(fn, spec, args, kwargs, leaves, a, dst, nbytes):
+    """(endpoint, bytes) of host data ``a`` passed to a jit call over several devices: the
+    devices received it as the compiled program's input sharding says — a numpy weight of
+    32,768 B next to a batch sharded over 8 devices is replicated, 262,144 B. The sharding
+    comes from ``fn.lower(...).compile()`` right after the call (the trace and the executable
+    are cached: ~0.25 ms, no new trace, no compile event), once per argument signature."""
+    try:
+        k = next(i for i, x in enumerate(leaves) if x is a)
+        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
+                             for x in leaves))
+        shardings = _IN_SHARDINGS.get(key)
+        if shardings is None:
+            compiled = fn.lower(*args, **kwargs).compile()
+            shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings)
+        sharding = shardings[k]
+        itemsize = nbytes // max(int(a.size), 1)
+        total = 0
+        for index in sharding.addressable_devices_indices_map(a.shape).values():
+            n = itemsize
+            for dim, sl in zip(a.shape, index):
+                n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
+            total += n
+        return endpoint_label(sharding), total
+    except Exception:  # a placed or partitioned call, another JAX: the global size
+        return dst, nbytes
+
+
 def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
     """A call that raised is still an event: audit explains device errors from it."""
     try:
@@ -277,14 +369,39 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         pass  # recording must never mask the user's exception
 
 
+_OWN_DIR = str(Path(__file__).resolve().parents[2])  # the jaxplace_cli package
+
+
+def drop_own_frames(exc: BaseException) -> None:
+    """Remove jaxplace's frames (the wrapper, ``record_call``) from ``exc``'s traceback, so a
+    user sees the traceback plain python shows; re-raised with a bare ``raise``, which adds no
+    frame back (the technique of JAX's own ``api_boundary``). JAX's frames stay as they are."""
+    try:
+        tb = exc.__traceback__
+        frames = list(traceback.walk_tb(tb))
+        if not any(f.f_code.co_filename.startswith(_OWN_DIR) for f, _ in frames):
+            return
+        out = None
+        for f, lineno in reversed(frames):
+            if not f.f_code.co_filename.startswith(_OWN_DIR):
+                out = types.TracebackType(out, f, f.f_lasti, lineno)
+        exc.with_traceback(out)
+    except Exception:
+        pass
+
+
 def wrap(fn, spec: CallSpec):
     """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
-            return fn(*args, **kwargs)
-        return record_call(spec, fn, args, kwargs)
+        try:
+            if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+                return fn(*args, **kwargs)
+            return record_call(spec, fn, args, kwargs)
+        except Exception as exc:
+            drop_own_frames(exc)
+            raise
 
     wrapper.__jaxplace_original__ = fn
     return wrapper
@@ -295,8 +412,13 @@ def wrap(fn, spec: CallSpec):
 class JitFunction:
     """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
 
-    Attribute access (``lower``, ``trace``, ``eval_shape``, ``clear_cache``...) is forwarded
-    to the real jitted function, and ``__get__`` keeps ``@jax.jit`` methods working.
+    Transparent where JAX code and tests look: attributes (``lower``, ``trace``,
+    ``eval_shape``, ``clear_cache``...) come from the real jitted function, ``__wrapped__`` is
+    the user's function (as on a plain ``jax.jit``), ``__getstate__`` and pickling are the
+    jitted function's own (a plain ``jax.jit`` object pickles, or fails to, exactly so), and
+    ``__get__`` keeps ``@jax.jit`` methods working. What cannot be hidden: ``type()`` is not
+    ``PjitFunction``, and a call adds two Python frames to the raw stack (JAX's filtered
+    tracebacks drop them: jaxplace's package is registered as a traceback exclusion).
     """
 
     __slots__ = ("_jitted", "_spec", "__dict__", "__weakref__")
@@ -308,11 +430,18 @@ class JitFunction:
             functools.update_wrapper(self, jitted)
         except Exception:
             pass
+        inner = getattr(jitted, "__wrapped__", None)
+        if inner is not None:
+            self.__wrapped__ = inner
 
     def __call__(self, *args, **kwargs):
-        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
-            return self._jitted(*args, **kwargs)
-        return record_call(self._spec, self._jitted, args, kwargs)
+        try:
+            if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+                return self._jitted(*args, **kwargs)
+            return record_call(self._spec, self._jitted, args, kwargs)
+        except Exception as exc:
+            drop_own_frames(exc)
+            raise
 
     def __getattr__(self, name):
         return getattr(self._jitted, name)
@@ -324,6 +453,19 @@ class JitFunction:
 
     def __repr__(self):
         return repr(self._jitted)
+
+    def __getstate__(self):
+        return self._jitted.__getstate__()
+
+    def __reduce_ex__(self, protocol):
+        return _unwrapped, (self._jitted,)  # pickles (or fails) as the jitted function does
+
+    def __reduce__(self):
+        return _unwrapped, (self._jitted,)
+
+
+def _unwrapped(jitted):
+    return jitted
 
 
 def _static_names(fun, static_argnums, static_argnames):
@@ -343,6 +485,42 @@ def _static_names(fun, static_argnums, static_argnames):
     return tuple(sorted(nums)), tuple(sorted(names))
 
 
+_JIT_OWNER: dict = {}  # "jit(f)" -> identity of the first function recorded under it
+_JIT_NAMES: dict = {}  # identity -> its recorded name
+
+
+def _identity(fun):
+    """(identity key, definition file, line) of a jitted callable: its code object's place
+    (a function re-created in a loop, a lambda, a closure of one ``def``: one identity — they
+    compile the same code), else its type."""
+    f = fun
+    while isinstance(f, functools.partial):
+        f = f.func
+    code = getattr(f, "__code__", None)
+    if code is not None:
+        return (code.co_filename, code.co_firstlineno, code.co_name), code.co_filename, code.co_firstlineno
+    t = type(f)
+    return (t.__module__, t.__qualname__, getattr(f, "__name__", "")), "", 0
+
+
+def jit_name(fun) -> str:
+    """``jit(f)``, as JAX names it — unless another function already took that name in this
+    process: then ``jit(f) [model.py:12]`` (where it is defined). Steps and recompiles are
+    keyed on this name, so on function identity: three different functions named ``f`` are
+    three functions, not one compiled three times."""
+    f = fun
+    while isinstance(f, functools.partial):
+        f = f.func
+    base = f"jit({getattr(f, '__name__', None) or type(f).__name__})"
+    key, file, line = _identity(fun)
+    name = _JIT_NAMES.get(key)
+    if name is None:
+        owner = _JIT_OWNER.setdefault(base, key)
+        name = base if owner == key else f"{base} [{os.path.basename(file) or '?'}:{line}]"
+        _JIT_NAMES[key] = name
+    return name
+
+
 def make_jit(original_jit):
     """Replacement for ``jax.jit`` that returns a recording JitFunction."""
 
@@ -352,8 +530,7 @@ def make_jit(original_jit):
             return lambda f: jit(f, *args, **kwargs)
         jitted = original_jit(fun, *args, **kwargs)
         nums, names = _static_names(fun, kwargs.get("static_argnums"), kwargs.get("static_argnames"))
-        fname = getattr(fun, "__name__", None) or type(fun).__name__
-        spec = CallSpec(f"jit({fname})", OP_JIT, scalar_operands=True, flatten=True,
+        spec = CallSpec(jit_name(fun), OP_JIT, scalar_operands=True, flatten=True,
                         static_argnums=nums, static_argnames=names)
         return JitFunction(jitted, spec)
 
