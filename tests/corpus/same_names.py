@@ -43,7 +43,7 @@ def evaluate(w, k):
 
 
 w = jnp.ones(8)
-for step in range(5):
+for _ in range(5):
     w = train(w)
     total = evaluate(w, 1.0) + evaluate(w, 2.0)
 print(float(w[0]), float(total), float(first(w)[0]), float(second(w)[0]), float(third(w)[0]))
