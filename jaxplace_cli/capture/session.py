@@ -60,6 +60,26 @@ def _devices_manifest() -> list[dict]:
     return initialised_devices()
 
 
+def devices_override(requested: int | None, devices: list[dict]) -> str:
+    """A warning when ``--devices N`` did not hold: the script set ``jax_num_cpu_devices``
+    (which JAX reads at backend start and prefers to the XLA_FLAGS jaxplace set) or started
+    another platform's backend; "" when it held or was not asked for."""
+    if not requested or not devices:
+        return ""
+    cpus = sum(1 for d in devices if d.get("platform") == "cpu")
+    if cpus in (0, requested):
+        return ""
+    try:
+        import jax
+
+        set_by_script = int(jax.config.jax_num_cpu_devices)
+    except Exception:
+        set_by_script = -1
+    why = (f"the script set jax_num_cpu_devices={set_by_script}" if set_by_script > 0
+           else "the script changed the CPU device count itself (XLA_FLAGS or JAX's config)")
+    return f"--devices {requested} was overridden: {why}, so the run used {cpus} CPU devices"
+
+
 def _file_id(path: Path):
     try:
         st = os.stat(path)
@@ -291,12 +311,19 @@ class Session:
             write_error = (f"the run directory {self.run_dir} (or its {EVENTS}) was removed or "
                            f"replaced while the script ran; nothing recorded could be kept")
         rec = self.recorder
+        devices = _devices_manifest()
+        override = devices_override(self.opts.devices, devices)
+        if override:
+            self.manifest["devices_override"] = {"requested": self.opts.devices,
+                                                 "used": sum(1 for d in devices if d.get("platform") == "cpu"),
+                                                 "note": override}
+            self.manifest.setdefault("warnings", []).append(override)
         self.manifest.update(
             status=outcome.status,
             exit_code=outcome.exit_code,
             error=outcome.error,
             ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            devices=_devices_manifest(),
+            devices=devices,
             events={"ops": rec.counts["ops"] if rec else 0,
                     "transfers": rec.counts["transfers"] if rec else 0,
                     "lost_rows": lost,

@@ -143,6 +143,8 @@ def _print_run_summary(session) -> None:
           f"transfers ≥1 KiB: {kinds}", file=err)
     if ev.get("lost_rows"):
         print(f"jaxplace: warning: {ev['lost_rows']} events were lost: {ev.get('write_error')}", file=err)
+    for w in m.get("warnings", []):
+        print(f"jaxplace: warning: {w}", file=err)
     for h in m.get("hooks", {}).get("unavailable", []):
         print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {h}", file=err)
     if m.get("trace", {}).get("note"):
