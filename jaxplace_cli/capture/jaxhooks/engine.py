@@ -128,13 +128,14 @@ class Placer:
             # onto one device would change the computation itself (other reduction order,
             # no collectives), not only where it runs. JAX decides.
             return fn, args, kwargs, ""
-        committed = {_device_of(a) for a in leaves if isinstance(a, _Array) and getattr(a, "_committed", False)}
+        committed = {_device_of(a) for a in leaves if isinstance(a, _Array)
+                     and getattr(a, "_committed", False) and getattr(a, HOME, None) is None}
         if len(committed) > 1:
             # The user committed the operands to different devices: JAX raises "Received
             # incompatible devices" for this call under python, and so it must here (a policy
             # changes where work runs, never whether a program fails); the recorded failure
-            # is what the incompatible-devices finding explains. Moves made by a policy never
-            # cause this: their results are uncommitted (see _on_device).
+            # is what the incompatible-devices finding explains. Data a policy placed (it has
+            # a home) is moved as usual.
             return fn, args, kwargs, ""
         if self.granularity == "op" and spec.kind == "jit":
             from jaxplace_cli.capture.jaxhooks.partition import run_partitioned
@@ -218,6 +219,11 @@ def _uncommitted(a):
     if _ArrayImpl is None:
         return a
     try:
+        base = getattr(a, "_base_array", None)
+        if base is not None and hasattr(a, "_impl"):  # a PRNG key array: its data, uncommitted
+            from jax._src.random.prng import PRNGKeyArray
+
+            return PRNGKeyArray(a._impl, _uncommitted(base))
         return _ArrayImpl(a.aval, a.sharding, [s.data for s in a.addressable_shards], committed=False)
     except Exception:  # another JAX version: committed is still correct, only stricter
         return a
