@@ -33,7 +33,10 @@ def test_float64_numpy_argument_arrives_as_float32():
     assert y.dtype == np.float32
     # the device received float32: 3 x 1000 x 1000 x 4 B
     assert r.total("h2d") == (3, 12_000_000)
-    assert {t.api for t in r.of("h2d")} == {"jit(<lambda>) (numpy argument)"}
+    # "jit(<lambda>)", or "jit(<lambda>) [test_fidelity_uploads.py:LINE]" when another lambda
+    # of this test process was jitted first (names are unique per function in a process)
+    (api,) = {t.api for t in r.of("h2d")}
+    assert api.startswith("jit(<lambda>)") and api.endswith(" (numpy argument)")
 
 
 def test_int64_numpy_python_scalars_and_creation_functions():
