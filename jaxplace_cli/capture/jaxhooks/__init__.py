@@ -204,7 +204,7 @@ def _install_process_primitive(report: HookReport) -> None:
 def _install_jit(report: HookReport) -> None:
     import jax
 
-    from jaxplace_cli.capture.jaxhooks.dispatch import make_jit
+    from jaxplace_cli.capture.jaxhooks.jit import make_jit
 
     _patch(jax, "jit", make_jit(jax.jit))
     report.installed.append("jax.jit")

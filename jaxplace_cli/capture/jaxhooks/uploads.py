@@ -286,6 +286,36 @@ def _record_put(rec, name, api, args, data_arg, out, legs, site, seq, t0, t1) ->
         active.on_dispatch()
 
 
+_IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
+
+
+def sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes):
+    """(endpoint, bytes) of host data ``a`` passed to a jit call over several devices: the
+    devices received it as the compiled program's input sharding says — a numpy weight of
+    32,768 B next to a batch sharded over 8 devices is replicated, 262,144 B. The sharding
+    comes from ``fn.lower(...).compile()`` right after the call (the trace and the executable
+    are cached: ~0.25 ms, no new trace, no compile event), once per argument signature."""
+    try:
+        k = next(i for i, x in enumerate(leaves) if x is a)
+        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
+                             for x in leaves))
+        shardings = _IN_SHARDINGS.get(key)
+        if shardings is None:
+            compiled = fn.lower(*args, **kwargs).compile()
+            shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings)
+        sharding = shardings[k]
+        itemsize = nbytes // max(int(a.size), 1)
+        total = 0
+        for index in sharding.addressable_devices_indices_map(a.shape).values():
+            n = itemsize
+            for dim, sl in zip(a.shape, index):
+                n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
+            total += n
+        return endpoint_label(sharding), total
+    except Exception:  # a placed or partitioned call, another JAX: the global size
+        return dst, nbytes
+
+
 def install(patch, report) -> None:
     """Patch the low-level entry points and the public placement APIs (``patch`` records
     each original for ``uninstall``)."""
