@@ -149,3 +149,11 @@ def _two(tmp_path):
     p = tmp_path / "two.py"
     p.write_text("import jax\nprint(len(jax.devices()))\n")
     return p
+
+
+def test_uploads_outside_every_op_are_named_as_called():
+    """--record transfers leaves jax.numpy unwrapped: its uploads are still seen, below it."""
+    with recorded(record="transfers") as r:
+        jnp.array([1.0, 2.0])
+        jax.random.key(3)
+    assert [(t.api, t.bytes) for t in r.of("h2d")] == [("jnp.array", 8), ("jax.random.key", 4)]

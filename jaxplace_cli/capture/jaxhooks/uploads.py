@@ -128,6 +128,11 @@ def make_batched_copy(original):
     return batched_copy
 
 
+# JAX's internal modules -> the public prefix a user calls their functions by
+_PUBLIC_MODULES = (("jax._src.numpy", "jnp."), ("jax._src.random", "jax.random."),
+                   ("jax._src.scipy", "jax.scipy."), ("jax._src.nn", "jax.nn."))
+
+
 def _standalone(legs, frame) -> None:
     """Legs of a low-level call no wrapper saw: recorded at the user's line, named after the
     outermost JAX function the user called."""
@@ -136,7 +141,13 @@ def _standalone(legs, frame) -> None:
     rec = active.rec
     user, below = rec.user_frame_and_caller(frame)
     site = rec.site_of(user) if user is not None else 0
-    api = f"jax ({below.f_code.co_name})" if below is not None else "jax"
+    api = "jax"
+    if below is not None:
+        from jaxplace_cli.capture.jaxhooks.transfers import public_name
+
+        module = below.f_globals.get("__name__", "")
+        prefix = next((p for m, p in _PUBLIC_MODULES if module.startswith(m)), "jax.")
+        api = prefix + public_name(below)
     _emit(rec, _groups(legs), {}, api, site, 0, perf_counter_ns())
 
 
