@@ -6,10 +6,13 @@ fails to install is skipped, never fatal — the user's program runs either way.
 ``uninstall()`` restores every original object.
 
 Entry points hooked (see dispatch.py for why these and not primitives alone):
-``jax.jit``; public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.nn``,
+``jax.jit`` (jit.py); public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.scipy``
+(``linalg``, ``special``, ``signal``, ``fft``, ``ndimage``, ``sparse.linalg``), ``jax.nn``,
 ``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods; primitives bound
-eagerly (``EvalTrace.process_primitive``); ``jax.device_put``; ``jax.device_get``;
-``Array._value`` (every host read) and ``Array.copy_to_host_async``.
+eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.device_put`` and
+``jax.make_array_from_*`` with their per-device legs (uploads.py); host callbacks
+(callbacks.py); ``jax.device_get``; ``Array._value`` (every host read),
+``Array.copy_to_host_async`` and ``Array.block_until_ready`` (transfers.py, syncs.py).
 """
 from __future__ import annotations
 
