@@ -157,3 +157,11 @@ def test_uploads_outside_every_op_are_named_as_called():
         jnp.array([1.0, 2.0])
         jax.random.key(3)
     assert [(t.api, t.bytes) for t in r.of("h2d")] == [("jnp.array", 8), ("jax.random.key", 4)]
+
+
+def test_a_second_function_name_stays_whole_for_policies():
+    """Rules match jit functions by recorded name; its definition's dot is not a module path."""
+    from jaxplace_cli.placement.opinfo import canonical
+
+    assert canonical("jit(f) [model.py:12]") == "jit(f) [model.py:12]"
+    assert canonical("jnp.matmul") == "dot_general" and canonical("jit(step)") == "jit(step)"
