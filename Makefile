@@ -6,7 +6,7 @@ STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/run_bench.py
+
+# On a GPU machine: jaxplace's transfer counts/bytes vs the native trace's memcpy events, per
+# sample script. Elsewhere: prints "gpu-check: skipped: no GPU (...)" and exits 0.
+gpu-check: install
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) jaxplace-runs .pytest_cache

@@ -91,7 +91,7 @@ def test_ini_typo_is_a_usage_error(pytester):
 @pytest.mark.slow
 def test_plugin_with_xdist(pytester):
     pytester.makepyfile(test_budgets=TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-n", "2")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-n", "2", "--jaxplace")
     result.assert_outcomes(passed=4, failed=4)
 
 

@@ -1,23 +1,52 @@
 """Training steps: where they start and end, and per-step transfer statistics.
 
 Two sources, best first, and the report says which was used:
-1. ``jax.profiler.StepTraceAnnotation`` in the user's code (recorded as markers);
-2. otherwise the most frequently called jit function (>= 3 calls) is taken as the step: step
-   i runs from its i-th call to its (i+1)-th.
-The first step is warm-up (tracing + compilation); "steady state" excludes it.
+
+1. ``jax.profiler.StepTraceAnnotation`` in the user's code (recorded as markers): the user's
+   own step boundaries.
+2. Otherwise the repeated pattern of jit calls. jit functions are told apart by identity, not
+   by name: the capture names a second function that shares a name by its definition
+   (``jit(f) [model.py:12]``), so three different functions named ``f`` are three candidates.
+   A function called at least 3 times is a candidate; its calls cut the run into intervals,
+   and the *shape* of an interval is the multiset of other jit functions called in it. The
+   step is the candidate whose intervals are alike — more than 90 % of them (the first,
+   warm-up interval left out) have the same shape — and, among those, the one called most
+   often; a tie goes to the function called first in the iteration. So:
+
+   * ``train(); eval(); eval()`` per iteration: ``eval``'s intervals alternate between
+     ``{}`` and ``{train}``, ``train``'s are all ``{eval: 2}``: the step is ``train`` (the
+     outermost of the repeated pattern), though ``eval`` is called twice as often;
+   * an evaluation or checkpoint every 50 steps: ``train``'s intervals are alike 98 % of
+     the time, the evaluation's 100 %, and ``train`` is called 50 times as often: the step is
+     ``train``, not 50 of them;
+   * 4 micro-batches then an update: the micro-batch function's intervals are alike only 75 %
+     of the time (``{}`` three times, ``{update}`` once): the step is the update.
+
+   When no candidate's intervals are alike, the most regular one is taken (then the least
+   called). Known limit: an inner loop of more than 10 calls per outer iteration (an epoch of
+   10 steps, or 11 micro-batches) is as regular as a training loop with an epoch boundary,
+   and the more frequent function wins; ``StepTraceAnnotation`` says otherwise.
+
+Step i runs from the step function's i-th call to its (i+1)-th; the last step, which has no
+successor, is cut to the median step length (what follows is usually post-loop work). The
+first step is warm-up (tracing + compilation); "steady state" excludes it.
 """
 from __future__ import annotations
 
 import bisect
 import statistics
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from jaxplace_cli.analysis.run import RunData
-from jaxplace_cli.model.events import OP_JIT, TRANSFER_KINDS
+from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.store import queries
 
 ANNOTATION = "StepTraceAnnotation"
 REPEATED_JIT = "repeated jit call"
 NONE = "none"
+MIN_CALLS = 3  # a function called fewer times is no loop
+ALIKE = 0.9  # more than this share of a candidate's intervals must have one shape
 
 
 @dataclass
@@ -37,12 +66,9 @@ class StepInfo:
 
 
 def detect_steps(run: RunData) -> StepInfo:
-    conn = run.store.conn
-    begins = conn.execute("SELECT seq, value FROM markers WHERE kind = 'step-begin' ORDER BY seq").fetchall()
-    end_seq = (conn.execute("SELECT MAX(seq) FROM (SELECT seq FROM ops UNION ALL SELECT seq FROM transfers "
-                            "UNION ALL SELECT seq FROM markers)").fetchone()[0] or 0) + 1
+    begins, ends = queries.step_markers(run.store)
+    end_seq = queries.last_seq(run.store) + 1
     if begins:
-        ends = [s for (s,) in conn.execute("SELECT seq FROM markers WHERE kind = 'step-end' ORDER BY seq")]
         steps = []
         for i, (seq, value) in enumerate(begins):
             nxt = begins[i + 1][0] if i + 1 < len(begins) else end_seq
@@ -51,20 +77,38 @@ def detect_steps(run: RunData) -> StepInfo:
             name, _, num = value.partition("\t")
             steps.append(Step(i, f"{name} {num}".strip(), seq, stop))
         return StepInfo(ANNOTATION, begins[0][1].partition("\t")[0], steps)
-    row = conn.execute("SELECT name, COUNT(*) AS c FROM ops WHERE kind = ? AND error = '' GROUP BY name "
-                       "HAVING c >= 3 ORDER BY c DESC, name LIMIT 1", (OP_JIT,)).fetchone()
-    if row is None:
-        return StepInfo(NONE, "no StepTraceAnnotation and no jit function called 3 or more times")
-    name = row[0]
-    seqs = [s for (s,) in conn.execute("SELECT seq FROM ops WHERE kind = ? AND name = ? AND error = '' "
-                                       "ORDER BY seq", (OP_JIT, name))]
-    # The last call has no successor; what follows it is usually post-loop work (the final
-    # float(loss), saving), so its step is cut to the median length of the others (in events).
+    calls = queries.jit_calls(run.store)
+    name = step_function([n for _, n in calls])
+    if name is None:
+        return StepInfo(NONE, f"no StepTraceAnnotation and no jit function called {MIN_CALLS} or more times")
+    seqs = [s for s, n in calls if n == name]
     spans = [b - a for a, b in zip(seqs, seqs[1:])]
     last_end = min(end_seq, seqs[-1] + int(statistics.median(spans))) if spans else end_seq
     steps = [Step(i, f"{name} call {i}", s, seqs[i + 1] if i + 1 < len(seqs) else last_end)
              for i, s in enumerate(seqs)]
     return StepInfo(REPEATED_JIT, name, steps)
+
+
+def step_function(names: list[str]) -> str | None:
+    """The jit function (by its recorded, identity-unique name) whose calls are the steps of
+    the sequence ``names`` of jit calls, or None (the method: the module docstring)."""
+    positions: dict[str, list[int]] = defaultdict(list)
+    for i, n in enumerate(names):
+        positions[n].append(i)
+    scored = []
+    for name, pos in positions.items():
+        if len(pos) < MIN_CALLS:
+            continue
+        shapes = [frozenset(Counter(names[a + 1:b]).items()) for a, b in zip(pos, pos[1:])]
+        steady = shapes[1:] if len(shapes) > 2 else shapes
+        share = Counter(steady).most_common(1)[0][1] / len(steady)
+        scored.append((share > ALIKE, share, len(pos), -pos[0], name))
+    if not scored:
+        return None
+    alike = [s for s in scored if s[0]]
+    if alike:  # the most frequent of the regular ones, then the first called
+        return max(alike, key=lambda s: (s[2], s[3]))[4]
+    return max(scored, key=lambda s: (s[1], -s[2], s[3]))[4]
 
 
 @dataclass
@@ -87,9 +131,7 @@ def per_step_transfers(run: RunData, info: StepInfo, min_bytes: int) -> dict[str
     if not n:
         return stats
     starts = [s.start_seq for s in info.steps]
-    for seq, kind, nbytes in run.store.conn.execute(
-            "SELECT seq, kind, bytes FROM transfers WHERE bytes >= ? AND seq >= ? ORDER BY seq",
-            (min_bytes, starts[0])):
+    for seq, kind, nbytes in queries.transfers_from(run.store, min_bytes, starts[0]):
         i = bisect.bisect_right(starts, seq) - 1
         if i < 0 or seq >= info.steps[i].end_seq or kind not in stats:
             continue

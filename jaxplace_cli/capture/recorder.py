@@ -72,6 +72,11 @@ class Recorder:
         self.on_transfer = None  # set while a profiler trace is open (TraceAnnotations)
         self._site_text: dict = {}  # site id -> "file:line"
         self.site_info: dict = {}  # site id -> Site (policies match on file/line/function)
+        # The device-queue model of capture/jaxhooks/syncs.py: per device label, the first
+        # buffer id of the newest op dispatched there, and the id up to which the host knows
+        # the device finished (it waited on a value at least that new)
+        self.tail: dict = {}
+        self.synced: dict = {}
         self.t0 = perf_counter_ns()
 
     # -- identities -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 from jaxplace_cli import __version__
 from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
-from jaxplace_cli.model.manifest import Device, Events, Hooks, Manifest, Placement, Target, Trace, Writer
+from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
 from jaxplace_cli.store.layout import EVENTS, RunDirError, create_run_dir, write_manifest
 
 
@@ -60,6 +60,26 @@ def _devices_manifest() -> list[dict]:
     from jaxplace_cli.capture.jaxhooks.devices import initialised_devices
 
     return initialised_devices()
+
+
+def devices_override(requested: int | None, devices: list[dict]) -> str:
+    """A warning when ``--devices N`` did not hold: the script set ``jax_num_cpu_devices``
+    (which JAX reads at backend start and prefers to the XLA_FLAGS jaxplace set) or started
+    another platform's backend; "" when it held or was not asked for."""
+    if not requested or not devices:
+        return ""
+    cpus = sum(1 for d in devices if d.get("platform") == "cpu")
+    if cpus in (0, requested):
+        return ""
+    try:
+        import jax
+
+        set_by_script = int(jax.config.jax_num_cpu_devices)
+    except Exception:
+        set_by_script = -1
+    why = (f"the script set jax_num_cpu_devices={set_by_script}" if set_by_script > 0
+           else "the script changed the CPU device count itself (XLA_FLAGS or JAX's config)")
+    return f"--devices {requested} was overridden: {why}, so the run used {cpus} CPU devices"
 
 
 def _file_id(path: Path):
@@ -291,7 +311,13 @@ class Session:
         m = self.manifest
         m.status, m.exit_code, m.error = outcome.status, outcome.exit_code, outcome.error
         m.ended = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        m.devices = [Device(**d) for d in _devices_manifest()]
+        devices = _devices_manifest()
+        override = devices_override(self.opts.devices, devices)
+        if override:
+            m.devices_override = DevicesOverride(
+                self.opts.devices, sum(1 for d in devices if d.get("platform") == "cpu"), override)
+            m.warnings.append(override)
+        m.devices = [Device(**d) for d in devices]
         m.events = Events(rec.counts["ops"] if rec else 0, rec.counts["transfers"] if rec else 0,
                           lost, write_error, Writer(**_writer_manifest(writer)))
         m.trace = Trace(self.trace.mode if self.trace else "off", self.trace.state if self.trace else "off",

@@ -190,6 +190,8 @@ def _print_run_summary(session) -> None:
           f"transfers: {kinds}", file=err)
     if ev.lost_rows:
         print(f"jaxplace: warning: {ev.lost_rows} events were lost: {plain(ev.write_error)}", file=err)
+    for w in m.warnings:
+        print(f"jaxplace: warning: {plain(w)}", file=err)
     for h in m.hooks.unavailable:
         print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {plain(h)}", file=err)
     if m.trace is not None and m.trace.note:

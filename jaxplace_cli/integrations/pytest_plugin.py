@@ -9,10 +9,13 @@ An int limits the number of transfers of that kind, a size string its bytes; als
 (docs/budgets.md). An unknown keyword fails the test with one line naming it. A global default comes from the ini option
 ``transfer_budget`` (``"d2h=0 h2d=1MB"``); a marker overrides it key by key.
 
-Registered through the ``pytest11`` entry point, so it is active without flags. JAX's entry
-points are hooked once at session start, inert (one attribute check per call) until a test
-with a budget runs — so jit functions created at import time are seen too. Works per process,
-hence with pytest-xdist.
+Opt-in, like pytest-memray's ``--memray``: registered through the ``pytest11`` entry point, it
+does nothing to JAX unless ``--jaxplace`` is given or the ini sets ``jaxplace = true`` (or a
+``transfer_budget`` default, which asks for budgets on every test). Off, it only registers the
+marker, checks the ini for typos and, when tests carry budgets, says in the summary that they
+were not checked. On, JAX's entry points are hooked once at session start, inert (one attribute
+check per call) until a test with a budget runs — so jit functions created at import time are
+seen too. Works per process, hence with pytest-xdist.
 """
 from __future__ import annotations
 
@@ -28,15 +31,27 @@ from jaxplace_cli.report.budget import failure_text
 __all__ = ["BudgetExceeded", "budget"]
 
 MARKER = "transfer_budget"
+ENABLE = "jaxplace"
 
 
 def pytest_addoption(parser):
-    parser.addini(MARKER, "default transfer budget for every test, e.g. \"d2h=0 h2d=1MB\"", default="")
+    group = parser.getgroup("jaxplace", "jaxplace transfer budgets")
+    group.addoption("--jaxplace", action="store_true", default=False,
+                    help="record each test's JAX transfers and enforce transfer_budget markers "
+                         "(hooks JAX's entry points for the session)")
+    parser.addini(ENABLE, "enable jaxplace's transfer budgets, as --jaxplace does", type="bool",
+                  default=False)
+    parser.addini(MARKER, "default transfer budget for every test, e.g. \"d2h=0 h2d=1MB\" "
+                          "(enables jaxplace)", default="")
+
+
+def enabled(config) -> bool:
+    return bool(config.getoption("jaxplace", False) or config.getini(ENABLE) or config.getini(MARKER))
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(**limits): fail the test when its JAX code "
-                                       "exceeds these transfer limits (jaxplace)")
+                                       "exceeds these transfer limits (jaxplace; needs --jaxplace)")
     ini = config.getini(MARKER)
     if ini:
         from jaxplace_cli.analysis.budgets import BudgetError
@@ -45,17 +60,43 @@ def pytest_configure(config):
             limits_to_budget(_parse_ini(ini), "transfer_budget ini option")
         except BudgetError as exc:
             raise pytest.UsageError(str(exc)) from None
+    if enabled(config):
+        config.pluginmanager.register(Budgets(), "jaxplace-budgets")
+    else:
+        config.pluginmanager.register(Unchecked(), "jaxplace-unchecked")
 
 
-def pytest_sessionstart(session):
-    """Hook JAX's entry points as soon as JAX is imported (inert until a budgeted test runs),
-    so jit functions created at import time are recorded too. JAX is not imported here: a
-    conftest may still have to set XLA_FLAGS first."""
-    if importlib.util.find_spec("jax") is None:
-        return
-    from jaxplace_cli.capture.import_hook import after_import
+class Unchecked:
+    """jaxplace is off: JAX is left alone; budgets that tests ask for are named as unchecked."""
 
-    after_import("jax", _install_inert)
+    marked = 0
+
+    def pytest_collection_modifyitems(self, items):
+        self.marked = sum(1 for item in items if item.get_closest_marker(MARKER) is not None)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.marked:
+            terminalreporter.write_line(
+                f"jaxplace: {self.marked} test(s) have transfer_budget markers that were not "
+                "checked; pass --jaxplace (or set jaxplace = true in the ini) to enforce them")
+
+
+class Budgets:
+    """jaxplace is on: hooks installed at session start, a recording per budgeted test."""
+
+    def pytest_sessionstart(self, session):
+        """Hook JAX's entry points as soon as JAX is imported (inert until a budgeted test
+        runs), so jit functions created at import time are recorded too. JAX is not imported
+        here: a conftest may still have to set XLA_FLAGS first."""
+        if importlib.util.find_spec("jax") is None:
+            return
+        from jaxplace_cli.capture.import_hook import after_import
+
+        after_import("jax", _install_inert)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        yield from _check_budget(item)
 
 
 def _parse_ini(text: str) -> dict:
@@ -78,8 +119,7 @@ def _parse_ini(text: str) -> dict:
     return out
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item):
+def _check_budget(item):
     marker = item.get_closest_marker(MARKER)
     ini = item.config.getini(MARKER)
     if marker is None and not ini:

@@ -144,3 +144,45 @@ class CompileInfo(NamedTuple):
 def device_label(device) -> str:
     """Stable device name such as ``cpu:0`` or ``gpu:1``; ids are global across processes."""
     return f"{device.platform}:{device.id}"
+
+
+def device_group_label(labels) -> str:
+    """One transfer endpoint for several devices (a sharded or replicated array): the device
+    ids per platform as ranges, ``cpu:0-7``, ``cpu:0+2+5``, ``cpu:0-3+gpu:0``. It holds no
+    ``,`` and no ``>``, so a route ``host>cpu:0-7`` splits like any other ``src>dst``
+    (``expand_device_group`` gives the devices back). One label is returned unchanged."""
+    labels = list(dict.fromkeys(labels))
+    if len(labels) == 1:
+        return labels[0]
+    by_platform: dict = {}
+    for lab in labels:
+        platform, _, num = lab.rpartition(":")
+        if not platform or not num.isdigit():
+            return "+".join(sorted(labels))  # not platform:id labels: listed as they are
+        by_platform.setdefault(platform, set()).add(int(num))
+    parts = []
+    for platform in sorted(by_platform):
+        runs: list[list[int]] = []
+        for i in sorted(by_platform[platform]):
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        parts.append(f"{platform}:" + "+".join(str(a) if a == b else f"{a}-{b}" for a, b in runs))
+    return "+".join(parts)
+
+
+def expand_device_group(label: str) -> list[str]:
+    """The device labels of an endpoint: ``cpu:0-2+5`` -> cpu:0, cpu:1, cpu:2, cpu:5; ``host``
+    and a single label come back as a one-element list."""
+    out, platform = [], ""
+    for part in label.split("+"):
+        if ":" in part:
+            platform, _, part = part.rpartition(":")
+        lo, sep, hi = part.partition("-")
+        if platform and lo.isdigit() and (not sep or hi.isdigit()):
+            out += [f"{platform}:{i}" for i in range(int(lo), int(hi if sep else lo) + 1)]
+        else:
+            out.append(f"{platform}:{part}" if platform else part)
+    return out
+

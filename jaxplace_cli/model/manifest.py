@@ -91,6 +91,15 @@ class Placement:
 
 
 @dataclass
+class DevicesOverride:
+    """``--devices N`` asked for N CPU devices but the script set ``jax_num_cpu_devices``."""
+
+    requested: int | None = field(default=None, metadata=COUNT)
+    used: int = field(default=0, metadata=COUNT)
+    note: str = ""
+
+
+@dataclass
 class Manifest:
     schema_version: int = MANIFEST_SCHEMA_VERSION
     status: str = field(default="running", metadata={"choices": STATUSES})
@@ -119,6 +128,8 @@ class Manifest:
     placement: Placement | None = None
     follow_children: bool = False
     parent_pid: int | None = field(default=None, metadata=COUNT)
+    devices_override: DevicesOverride | None = None
+    warnings: list[str] = field(default_factory=list)  # said on stderr after the run, kept here
 
     REQUIRED: typing.ClassVar[tuple[str, ...]] = ("schema_version", "status")
 

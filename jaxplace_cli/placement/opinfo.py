@@ -48,7 +48,10 @@ FAMILIES = {
 
 
 def canonical(name: str) -> str:
-    """``jnp.matmul``/``matmul``/``dot_general`` -> ``dot_general``; unknown names unchanged."""
+    """``jnp.matmul``/``matmul``/``dot_general`` -> ``dot_general``; unknown names unchanged
+    (a jit function's name too: ``jit(f) [model.py:12]`` holds a dot that is not a module)."""
+    if name.startswith("jit("):
+        return name
     base = name.rsplit(".", 1)[-1]
     return ALIASES.get(base, base)
 

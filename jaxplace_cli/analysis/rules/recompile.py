@@ -5,8 +5,7 @@ import re
 from collections import Counter, defaultdict
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, related, site_of
-from jaxplace_cli.model.events import OP_JIT
-from jaxplace_cli.model.untrusted import compile_marker
+from jaxplace_cli.store import queries
 
 _PY_SCALARS = {"int", "float", "bool", "complex"}  # weakly typed when traced
 _ARRAY = re.compile(r"^(numpy )?(\w+)\[([\d,]*)\]( weak)?(?: @(.+))?$")
@@ -81,26 +80,26 @@ def describe_changes(before: list[str], after: list[str]) -> list[tuple[str, str
 def recompile(run, cfg) -> list[Finding]:
     """A jitted function compiled more than ``cfg.recompile_threshold`` times.
 
-    Compile markers (hooks/compiles.py) name the compiled function and carry the signature of
-    the jit call in flight; only compiles that happened during a user jit call count (an eager
-    ``jnp`` op compiling per new shape is JAX's own cache at work). Functions are keyed by name,
-    and lambdas (all named ``<lambda>``) also by call site, so two different lambdas are not
-    mistaken for one function recompiling. Consecutive signatures are diffed to say *what*
-    changed."""
-    conn = run.store.conn
-    jit_ops = {seq: (name, site, devices) for seq, name, site, devices in conn.execute(
-        "SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,))}
-    groups = defaultdict(list)  # key -> [(marker seq, info)]
-    for _mseq, value in conn.execute("SELECT seq, value FROM markers WHERE kind = 'compile' ORDER BY seq"):
-        info = compile_marker(value)  # DataError: not a marker jaxplace wrote (damaged store)
-        op = jit_ops.get(info.get("op_seq"))
-        if op is None or info.get("fun") != op[0]:
+    Compile markers (capture/jaxhooks/compiles.py) name the compiled function and carry the
+    signature of the jit call in flight; only compiles that happened during a user jit call
+    and compiled that call's own function count (an eager ``jnp`` op compiling per new shape is
+    JAX's own cache at work). Functions are keyed on identity: the capture records a second
+    function that shares a name as ``jit(f) [file:line]`` (its definition), so three
+    different functions named ``f`` are three functions compiled once each, while one
+    function (or lambda) re-created and re-jitted in a loop is one function compiled again
+    and again. Consecutive signatures are diffed to say *what* changed."""
+    jit_ops = {seq: (name, site, devices) for seq, name, site, devices in queries.jit_ops(run.store)}
+    groups = defaultdict(list)  # function name -> [(info, device)]
+    for c in queries.compiles(run.store):  # DataError: a damaged marker (the store was altered)
+        info = {**c._asdict(), "signature": list(c.signature)}
+        op = jit_ops.get(c.op_seq)
+        fun = info.get("fun") if op is not None else None
+        if not isinstance(fun, str) or not (op[0] == fun or op[0].startswith(fun + " [")):
             continue
-        key = (op[0], op[1] if "<lambda>" in op[0] else 0)
-        groups[key].append((info, op[2]))
+        groups[op[0]].append((info, op[2]))
     sites = run.store.sites() if groups else {}
     out = []
-    for (name, _), entries in groups.items():
+    for name, entries in groups.items():
         per_device = Counter(dev for _, dev in entries)
         if max(per_device.values()) <= cfg.recompile_threshold:
             continue

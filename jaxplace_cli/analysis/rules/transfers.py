@@ -2,12 +2,13 @@
 uncommitted arrays copied on every use."""
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, per_step, per_step_text, related, short, site_of
 from jaxplace_cli.analysis.steps import detect_steps
-from jaxplace_cli.model.events import D2D, D2H, H2D
 from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.store import queries
 
 _READ_FIXES = {
     "repr()/print": "print every N steps, or use jax.debug.print inside the jitted function "
@@ -26,15 +27,21 @@ _DEFAULT_READ_FIX = ("keep the value on device (accumulate with jnp) and read it
 
 
 def host_sync_in_loop(run, cfg) -> list[Finding]:
-    """Blocking device->host reads repeated at one line: each one makes the host wait until
-    the device has finished everything queued before it, which serialises the training loop.
-    No size threshold: the typical offender is a 4-byte ``float(loss)``. Counted in calls:
-    ``jax.device_get`` of a pytree reads every leaf but waits once."""
+    """Blocking device->host reads repeated at one line, in the loop: each one makes the host
+    wait until the device has finished everything queued before it, and the device then idles
+    until the host dispatches again, which serialises the training loop.
+
+    "Blocking" is what the capture measured (capture/jaxhooks/syncs.py): a read of a value
+    that was already computed, or behind which later work was queued (a logger reading the
+    previous step's loss), does not stall the device and is not counted; of the arrays of one
+    ``print()`` only the first waits. "In the loop": at least ``cfg.loop_threshold`` calls
+    and, when the run's steps are known, in at least half of the steady-state steps — a read
+    every 50 steps costs one stall in 50 and is not a finding. No size threshold: the typical
+    offender is a 4-byte ``float(loss)``. Counted in calls: ``jax.device_get`` of a pytree
+    reads every leaf but waits once."""
     sites = run.store.sites()
     groups = defaultdict(dict)  # (site, api) -> {call: [first seq, bytes]}
-    for seq, sid, api, nbytes, op_seq in run.store.conn.execute(
-            "SELECT seq, site, api, bytes, op_seq FROM transfers WHERE kind = ? AND blocking = 1 "
-            "AND implicit = 0 ORDER BY seq", (D2H,)):
+    for seq, sid, api, nbytes, op_seq in queries.blocking_reads(run.store):
         calls = groups[(sid, api)]
         call = calls.setdefault(op_seq or -seq, [seq, 0])  # one device_get of a pytree = one wait
         call[1] += max(nbytes, 0)
@@ -46,6 +53,9 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
             continue
         seqs = [c[0] for c in calls.values()]
         sizes = [c[1] for c in calls.values()]
+        share = steps_with(seqs, steps)
+        if share is not None and share < 0.5:
+            continue
         file, line, _ = site_of(sites, sid)
         ps = per_step(seqs, steps)
         how = f" ({per_step_text(ps)})" if ps else ""
@@ -59,14 +69,28 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
     return out
 
 
+def steps_with(seqs: list[int], steps) -> float | None:
+    """The share of steady-state steps (warm-up excluded) holding at least one of ``seqs``;
+    None when the run's steps are unknown."""
+    if steps is None or not steps.steps:
+        return None
+    starts = [s.start_seq for s in steps.steps]
+    hit = set()
+    for seq in seqs:
+        i = bisect.bisect_right(starts, seq) - 1
+        if 0 <= i and seq < steps.steps[i].end_seq:
+            hit.add(i)
+    w = steps.warmup if len(starts) > steps.warmup else 0
+    steady = range(w, len(starts))
+    return sum(1 for i in steady if i in hit) / len(steady)
+
+
 def implicit_h2d_in_loop(run, cfg) -> list[Finding]:
     """Host data (numpy arrays) passed to jit calls or ops over and over: every call uploads
     it again, on the critical path, because JAX cannot keep a host array on the device."""
     sites = run.store.sites()
     groups = defaultdict(lambda: ([], [], set()))
-    for seq, sid, api, nbytes, dst in run.store.conn.execute(
-            "SELECT seq, site, api, bytes, dst FROM transfers WHERE kind = ? AND implicit = 1 "
-            "AND bytes >= ? ORDER BY seq", (H2D, cfg.min_bytes)):
+    for seq, sid, api, nbytes, dst in queries.implicit_uploads(run.store, cfg.min_bytes):
         seqs, sizes, devs = groups[(sid, api)]
         seqs.append(seq)
         sizes.append(nbytes)
@@ -103,9 +127,7 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
     (a new one each iteration) and copied along the same route are one finding."""
     sites = run.store.sites()
     per_buf = defaultdict(lambda: {"seqs": [], "bytes": 0, "sites": defaultdict(int)})
-    for seq, buf, src, dst, nbytes, sid in run.store.conn.execute(
-            "SELECT seq, buf, src, dst, bytes, site FROM transfers WHERE kind = ? AND implicit = 1 "
-            "AND api LIKE '%(uncommitted input)' ORDER BY seq", (D2D,)):
+    for seq, buf, src, dst, nbytes, sid in queries.uncommitted_copies(run.store):
         g = per_buf[(buf, src, dst)]
         g["seqs"].append(seq)
         g["bytes"] += max(nbytes, 0)

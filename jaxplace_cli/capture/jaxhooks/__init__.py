@@ -6,10 +6,13 @@ fails to install is skipped, never fatal — the user's program runs either way.
 ``uninstall()`` restores every original object.
 
 Entry points hooked (see dispatch.py for why these and not primitives alone):
-``jax.jit``; public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.nn``,
+``jax.jit`` (jit.py); public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.scipy``
+(``linalg``, ``special``, ``signal``, ``fft``, ``ndimage``, ``sparse.linalg``), ``jax.nn``,
 ``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods; primitives bound
-eagerly (``EvalTrace.process_primitive``); ``jax.device_put``; ``jax.device_get``;
-``Array._value`` (every host read) and ``Array.copy_to_host_async``.
+eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.device_put`` and
+``jax.make_array_from_*`` with their per-device legs (uploads.py); host callbacks
+(callbacks.py); ``jax.device_get``; ``Array._value`` (every host read),
+``Array.copy_to_host_async`` and ``Array.block_until_ready`` (transfers.py, syncs.py).
 """
 from __future__ import annotations
 
@@ -39,7 +42,16 @@ WRAPPED_MODULES = {
     "jax.numpy.fft": "fft.",
     "jax.nn": "nn.",
     "jax.random": "random.",
+    "jax.scipy.linalg": "scipy.linalg.",
+    "jax.scipy.special": "scipy.special.",
+    "jax.scipy.signal": "scipy.signal.",
+    "jax.scipy.fft": "scipy.fft.",
+    "jax.scipy.ndimage": "scipy.ndimage.",
+    "jax.scipy.sparse.linalg": "scipy.sparse.linalg.",
 }
+# Functions whose Python scalar arguments are data the device receives: random.key(0)
+# uploads its seed (recorded as the user's call, not as JAX's internal "stage" primitive).
+SCALAR_DATA = frozenset({"random.key", "random.PRNGKey"})
 
 # Functions that never dispatch device work or must keep their identity.
 NOT_OPS = frozenset({
@@ -47,7 +59,7 @@ NOT_OPS = frozenset({
     "dtype", "iinfo", "finfo", "isdtype", "isscalar", "iterable", "load", "save", "savez",
     "get_printoptions", "set_printoptions", "printoptions", "vectorize", "frompyfunc",
     "piecewise", "ufunc", "from_dlpack", "broadcast_shapes", "key_data", "key_impl",
-    "default_prng_impl", "PRNGKey", "key",
+    "default_prng_impl",
 })
 
 # Array operator -> the jax.numpy name users and policies know it by.
@@ -104,7 +116,7 @@ def _install_modules(report: HookReport) -> None:
                 continue
             if getattr(obj, "__jaxplace_original__", None) is not None:
                 continue
-            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=False)
+            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=prefix + name in SCALAR_DATA)
             _patch(mod, name, wrap(obj, spec))
             n += 1
         report.installed.append(f"{modname} ({n} functions)")
@@ -147,7 +159,8 @@ def _install_array_methods(report: HookReport) -> None:
             base = attr[2:-2]
             if base not in OPERATOR_NAMES:
                 continue
-            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=True)
+            # x[0, 1]: Python ints index statically (a slice compiled into the op), no upload
+            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=base != "getitem")
         elif attr.startswith("_") or attr in NOT_METHODS:
             continue
         else:
@@ -194,7 +207,7 @@ def _install_process_primitive(report: HookReport) -> None:
 def _install_jit(report: HookReport) -> None:
     import jax
 
-    from jaxplace_cli.capture.jaxhooks.dispatch import make_jit
+    from jaxplace_cli.capture.jaxhooks.jit import make_jit
 
     _patch(jax, "jit", make_jit(jax.jit))
     report.installed.append("jax.jit")
@@ -205,27 +218,40 @@ def _install_transfers(report: HookReport) -> None:
     from jax._src.array import ArrayImpl
 
     from jaxplace_cli.capture.jaxhooks.transfers import (
+        make_block_until_ready,
         make_copy_to_host_async,
         make_device_get,
-        make_device_put,
         make_numpy_reader,
         make_value_property,
     )
 
-    _patch(jax, "device_put", make_device_put(jax.device_put))
     _patch(jax, "device_get", make_device_get(jax.device_get))
-    report.installed.append("jax.device_put, jax.device_get")
+    report.installed.append("jax.device_get")
     value = ArrayImpl.__dict__["_value"]
     if not isinstance(value, property):
         raise TypeError("ArrayImpl._value is not a property on this JAX version")
     _patch(ArrayImpl, "_value", make_value_property(value))
     _patch(ArrayImpl, "copy_to_host_async", make_copy_to_host_async(ArrayImpl.copy_to_host_async))
     report.installed.append("Array._value (host reads), Array.copy_to_host_async")
+    _patch(ArrayImpl, "block_until_ready", make_block_until_ready(ArrayImpl.block_until_ready))
+    report.installed.append("Array.block_until_ready (waits)")
     import numpy as np
 
     for name in NUMPY_READERS:
         _patch(np, name, make_numpy_reader(getattr(np, name), f"np.{name}()"))
     report.installed.append("numpy." + "/".join(NUMPY_READERS) + " (host reads on CPU)")
+
+
+def _install_uploads(report: HookReport) -> None:
+    from jaxplace_cli.capture.jaxhooks import uploads
+
+    uploads.install(_patch, report)
+
+
+def _install_callbacks(report: HookReport) -> None:
+    from jaxplace_cli.capture.jaxhooks import callbacks
+
+    callbacks.install(_patch, report)
 
 
 def _install_step_annotation(report: HookReport) -> None:
@@ -283,6 +309,8 @@ def _install_debug_callback(report: HookReport) -> None:
 
 INSTALLERS = (
     ("transfers", _install_transfers),
+    ("uploads", _install_uploads),
+    ("callbacks", _install_callbacks),
     ("jit", _install_jit),
     ("modules", _install_modules),
     ("ufunc", _install_ufunc),

@@ -15,19 +15,30 @@ such as ``jnp.shape`` or ``jnp.asarray(existing_array)`` leave no op behind.
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
+import traceback
+import types
+from pathlib import Path
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
 
 import jax
+import numpy as np
 from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
-from jaxplace_cli.capture.jaxhooks.state import _LABELS, HOST_DATA_TYPES, PY_SCALARS, active, sharding_label, tls
+from jaxplace_cli.capture.jaxhooks.state import (
+    _LABELS,
+    HOST_DATA_TYPES,
+    PY_SCALARS,
+    active,
+    endpoint_label,
+    sharding_label,
+    tls,
+)
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes, dtype_name
-from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JIT, OpEvent
+from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JNP, OpEvent, expand_device_group
 
 _trace_ctx = _core.trace_ctx
 _EvalTrace = _core.EvalTrace
@@ -52,17 +63,40 @@ def _x64_reader():
 
 x64_enabled = _x64_reader()
 
+_DEVICE_ITEMSIZE: dict = {}  # (host dtype, x64) -> itemsize of the dtype JAX uploads it as
+
+
+def upload_nbytes(a) -> int:
+    """Bytes a device receives for host data ``a`` (numpy array or scalar): its size at the
+    dtype JAX canonicalises it to. With x64 off (the default) float64 and int64 arrive as
+    float32 and int32: ``f(np.ones((1000, 1000)))`` uploads 4,000,000 B, not the host's 8,000,000."""
+    dtype = a.dtype
+    key = (dtype, x64_enabled())
+    size = _DEVICE_ITEMSIZE.get(key)
+    if size is None:
+        try:
+            from jax._src import dtypes
+
+            size = np.dtype(dtypes.canonicalize_dtype(dtype)).itemsize
+        except Exception:  # not a dtype JAX accepts: the call fails anyway
+            size = dtype.itemsize
+        _DEVICE_ITEMSIZE[key] = size
+    return int(a.size) * size
+
 
 def array_nbytes(a) -> int:
     aval = a.aval
     return _nbytes(aval.shape, aval.dtype)
 
 
+HOST_DATA_FUNCTIONS = frozenset({"array", "asarray"})
+
+
 class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
     __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api")
+                 "scalars", "scalar_api", "host_data")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=()):
@@ -74,6 +108,8 @@ class CallSpec:
         self.static_argnames = frozenset(static_argnames)
         self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
         self.scalar_api = name + " (Python scalar)"  # made once, not per upload
+        # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
+        self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
 
 
 def _operand_leaves(spec: CallSpec, args, kwargs):
@@ -172,6 +208,15 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
                 break
     transfers = rec.transfers
     on_transfer = rec.on_transfer  # set while a trace window is open (TraceAnnotations)
+    if spec.host_data and not any(isinstance(a, _Array) for a in tree_leaves(args)):
+        # jnp.array([1.0, 2.0, 3.0]), jnp.asarray(np_f64): the host value, whole, at the
+        # device dtype: exactly the result's size
+        ev = (next(rec._seq), t0 - base, tid, H2D, HOST, _endpoint(dev, outs[0]),
+              array_nbytes(outs[0]), True, False, spec.name + " (host data)", site, 0, seq)
+        transfers.append(ev)
+        if on_transfer is not None:
+            on_transfer(ev)
+        leaves = ()
     scalar_bytes = None
     for a in leaves:
         ta = type(a)
@@ -198,14 +243,22 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             if spec.scalars:  # x + 1.0 uploads the 1.0; jnp.zeros(3) does not upload the 3
                 if scalar_bytes is None:
                     scalar_bytes = _SCALAR_BYTES[x64_enabled()]
-                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, scalar_bytes[ta], True, False,
+                dst, nbytes = _endpoint(dev, outs[0]), scalar_bytes[ta]
+                if dst is not dev:  # a multi-device call: every device gets the scalar
+                    nbytes *= len(expand_device_group(dst))
+                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dst, nbytes, True, False,
                       spec.scalar_api, site, 0, seq)
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)
         elif isinstance(a, HOST_DATA_TYPES):
-            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dev, int(a.nbytes), True, False,
-                  spec.name + " (numpy argument)", site, 0, seq)
+            dst, nbytes = _endpoint(dev, outs[0]), upload_nbytes(a)
+            if dst is not dev:  # a multi-device call: what the compiled program's sharding sent
+                from jaxplace_cli.capture.jaxhooks.uploads import sharded_upload
+
+                dst, nbytes = sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes)
+            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dst, nbytes,
+                  True, False, spec.name + " (numpy argument)", site, 0, seq)
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
@@ -222,6 +275,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             # A new array: its BufferEvent rides in the op's row (three more fields; split off
             # by store/rows.py; the row shape is model/raw.py) — one tuple per op instead of two, and no call.
             b = od[BUF_ATTR] = next(rec._buf_ids)
+            rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
             aval = o.aval
             dtype = aval.dtype
             name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
@@ -240,6 +294,8 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             b = od.get(BUF_ATTR) if od is not None else 0
             if b is None:
                 b = od[BUF_ATTR] = next(rec._buf_ids)
+                if odev is dev:
+                    rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
                 if odev is None:
                     osh = o.sharding
                     d = getattr(osh, "_device", None)
@@ -260,6 +316,12 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
     return out
 
 
+def _endpoint(dev: str, out) -> str:
+    """``dev`` as a transfer endpoint: a multi-device op's comma list becomes the group
+    form (``cpu:0-3``), which routes can hold."""
+    return dev if "," not in dev else endpoint_label(out.sharding)
+
+
 def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
     """A call that raised is still an event: audit explains device errors from it."""
     try:
@@ -277,85 +339,39 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         pass  # recording must never mask the user's exception
 
 
+_OWN_DIR = str(Path(__file__).resolve().parents[2])  # the jaxplace_cli package
+
+
+def drop_own_frames(exc: BaseException) -> None:
+    """Remove jaxplace's frames (the wrapper, ``record_call``) from ``exc``'s traceback, so a
+    user sees the traceback plain python shows; re-raised with a bare ``raise``, which adds no
+    frame back (the technique of JAX's own ``api_boundary``). JAX's frames stay as they are."""
+    try:
+        tb = exc.__traceback__
+        frames = list(traceback.walk_tb(tb))
+        if not any(f.f_code.co_filename.startswith(_OWN_DIR) for f, _ in frames):
+            return
+        out = None
+        for f, lineno in reversed(frames):
+            if not f.f_code.co_filename.startswith(_OWN_DIR):
+                out = types.TracebackType(out, f, f.f_lasti, lineno)
+        exc.with_traceback(out)
+    except Exception:
+        pass
+
+
 def wrap(fn, spec: CallSpec):
     """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
-            return fn(*args, **kwargs)
-        return record_call(spec, fn, args, kwargs)
+        try:
+            if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+                return fn(*args, **kwargs)
+            return record_call(spec, fn, args, kwargs)
+        except Exception as exc:
+            drop_own_frames(exc)
+            raise
 
     wrapper.__jaxplace_original__ = fn
     return wrapper
-
-
-# -- jax.jit ------------------------------------------------------------------------------------
-
-class JitFunction:
-    """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
-
-    Attribute access (``lower``, ``trace``, ``eval_shape``, ``clear_cache``...) is forwarded
-    to the real jitted function, and ``__get__`` keeps ``@jax.jit`` methods working.
-    """
-
-    __slots__ = ("_jitted", "_spec", "__dict__", "__weakref__")
-
-    def __init__(self, jitted, spec: CallSpec):
-        self._jitted = jitted
-        self._spec = spec
-        try:
-            functools.update_wrapper(self, jitted)
-        except Exception:
-            pass
-
-    def __call__(self, *args, **kwargs):
-        if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
-            return self._jitted(*args, **kwargs)
-        return record_call(self._spec, self._jitted, args, kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._jitted, name)
-
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
-
-    def __repr__(self):
-        return repr(self._jitted)
-
-
-def _static_names(fun, static_argnums, static_argnames):
-    nums = static_argnums if static_argnums is not None else ()
-    names = static_argnames if static_argnames is not None else ()
-    if isinstance(nums, int):
-        nums = (nums,)
-    if isinstance(names, str):
-        names = (names,)
-    nums, names = set(nums), set(names)
-    try:  # jax.jit accepts either form and infers the other from the signature
-        params = list(inspect.signature(fun).parameters)
-        nums |= {params.index(n) for n in names if n in params}
-        names |= {params[i] for i in nums if 0 <= i < len(params)}
-    except (TypeError, ValueError):
-        pass
-    return tuple(sorted(nums)), tuple(sorted(names))
-
-
-def make_jit(original_jit):
-    """Replacement for ``jax.jit`` that returns a recording JitFunction."""
-
-    @functools.wraps(original_jit)
-    def jit(fun=None, *args, **kwargs):
-        if fun is None:  # decorator factory form: @jax.jit(static_argnames=...)
-            return lambda f: jit(f, *args, **kwargs)
-        jitted = original_jit(fun, *args, **kwargs)
-        nums, names = _static_names(fun, kwargs.get("static_argnums"), kwargs.get("static_argnames"))
-        fname = getattr(fun, "__name__", None) or type(fun).__name__
-        spec = CallSpec(f"jit({fname})", OP_JIT, scalar_operands=True, flatten=True,
-                        static_argnums=nums, static_argnames=names)
-        return JitFunction(jitted, spec)
-
-    jit.__jaxplace_original__ = original_jit
-    return jit

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from jax.tree_util import tree_flatten, tree_unflatten
 
+from jaxplace_cli.capture.jaxhooks.state import tls
 from jaxplace_cli.model.events import D2D, TransferEvent
 from jaxplace_cli.placement.devices import resolve, select
 from jaxplace_cli.placement.errors import PolicyError
@@ -134,6 +135,15 @@ class Placer:
             # onto one device would change the computation itself (other reduction order,
             # no collectives), not only where it runs. JAX decides.
             return fn, args, kwargs, ""
+        committed = {_device_of(a) for a in leaves if isinstance(a, _Array)
+                     and getattr(a, "_committed", False) and getattr(a, HOME, None) is None}
+        if len(committed) > 1:
+            # The user committed the operands to different devices: JAX raises "Received
+            # incompatible devices" for this call under python, and so it must here (a policy
+            # changes where work runs, never whether a program fails); the recorded failure
+            # is what the incompatible-devices finding explains. Data a policy placed (it has
+            # a home) is moved as usual.
+            return fn, args, kwargs, ""
         if self.granularity == "op" and spec.kind == "jit":
             from jaxplace_cli.capture.jaxhooks.partition import run_partitioned
 
@@ -146,21 +156,30 @@ class Placer:
         if device is None:
             home = _placed_home(leaves)
             return (fn if home is None else _on_device(fn, home)), args, kwargs, label if label == FALLBACK else ""
-        args, kwargs = self.move_tree((args, kwargs), device, rec, spec.name, site, seq, label)
-        return _on_device(fn, device), args, kwargs, label
+        moved: list = []
+        args, kwargs = self.move_tree((args, kwargs), device, rec, spec.name, site, seq, label, moved)
+        return _on_device(fn, device, uncommit=any(moved)), args, kwargs, label
 
-    def move_tree(self, tree, device, rec, name, site, seq, label):
+    def move_tree(self, tree, device, rec, name, site, seq, label, moved=None):
+        """``tree`` with every array moved to ``device``; ``moved`` (a list) gets one flag per
+        move: whether the array was committed (JAX would have run the op where it was)."""
         leaves, treedef = tree_flatten(tree)
         changed = False
         for i, a in enumerate(leaves):
             if isinstance(a, _Array) and _device_of(a) != device:
+                if moved is not None:
+                    moved.append(bool(getattr(a, "_committed", True)))
                 leaves[i] = self.move(a, device, rec, name, site, seq, label)
                 changed = True
         return tree_unflatten(treedef, leaves) if changed else tree
 
     def move(self, a, device, rec, name, site, seq, label):
         src = _device_of(a)
-        moved = self._device_put(a, device)
+        depth, tls.depth = tls.depth, 1  # recorded below, as the policy's move
+        try:
+            moved = self._device_put(a, device)
+        finally:
+            tls.depth = depth
         if not getattr(a, "_committed", True):
             moved = _uncommitted(moved)
         if rec is not None:
@@ -207,6 +226,11 @@ def _uncommitted(a):
     if _ArrayImpl is None:
         return a
     try:
+        base = getattr(a, "_base_array", None)
+        if base is not None and hasattr(a, "_impl"):  # a PRNG key array: its data, uncommitted
+            from jax._src.random.prng import PRNGKeyArray
+
+            return PRNGKeyArray(a._impl, _uncommitted(base))
         return _ArrayImpl(a.aval, a.sharding, [s.data for s in a.addressable_shards], committed=False)
     except Exception:  # another JAX version: committed is still correct, only stricter
         return a
@@ -235,18 +259,34 @@ def _nbytes(a) -> int:
     return n
 
 
-def _on_device(fn, device):
-    """Run ``fn`` with ``device`` as the default (creation ops land there) and mark homes."""
+def _on_device(fn, device, uncommit: bool = False):
+    """Run ``fn`` with ``device`` as the default (creation ops land there) and mark homes.
+
+    ``uncommit``: the policy moved committed data, so JAX would have run the op (and kept its
+    results) where that data was. Its results come back uncommitted: committed to the
+    policy's device they would meet the user's other committed arrays in code jaxplace does
+    not place (a library's own jitted functions, ``jax.scipy.linalg.solve_triangular``) and
+    fail there with "Received incompatible devices" — a correct program made to fail.
+    Uncommitted, JAX copies them to their partner's device instead (as with any uncommitted
+    array; that copy is the cost a policy's d2d shows)."""
 
     def run(*args, **kwargs):
         with jax.default_device(device):
             out = fn(*args, **kwargs)
-        for leaf in tree_flatten(out)[0]:
+        leaves, treedef = tree_flatten(out)
+        changed = False
+        for i, leaf in enumerate(leaves):
             if isinstance(leaf, _Array):
+                if uncommit and getattr(leaf, "_committed", False):
+                    buf = leaf.__dict__.get("_jaxplace_buf") if hasattr(leaf, "__dict__") else None
+                    leaf = leaves[i] = _uncommitted(leaf)
+                    changed = True
+                    if buf:
+                        leaf._jaxplace_buf = buf
                 try:
                     setattr(leaf, HOME, device)
                 except AttributeError:
                     pass
-        return out
+        return tree_unflatten(treedef, leaves) if changed else out
 
     return run

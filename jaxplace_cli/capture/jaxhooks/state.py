@@ -12,13 +12,19 @@ import threading
 
 import numpy as np
 
-from jaxplace_cli.model.events import device_label
+from jaxplace_cli.model.events import device_group_label, device_label
 
 
 class _TLS(threading.local):
     depth = 0
     op = None  # (name, seq, site, args, kwargs) of the hooked call in flight on this thread
     placer = None  # innermost device_placement() on this thread (None: the global --policy)
+    # While an explicit placement API runs (device_put, make_array_from_*): the list its
+    # per-device legs are collected into (uploads.py), else None
+    collect = None
+    # Inside a host callback's body (callbacks.py): its arrays live on JAX's CPU device in
+    # host memory, staged there by the callback's own d2h; reading them moves nothing more
+    host_side = False
 
 
 tls = _TLS()
@@ -56,6 +62,36 @@ def sharding_label(sharding) -> str:
         return ",".join(label(d) for d in sharding._device_assignment)
     except Exception:
         return "?"
+
+
+def endpoint_label(sharding) -> str:
+    """A transfer endpoint: ``cpu:0``, or for a sharding over several devices the group form
+    ``cpu:0-7`` (model.events.device_group_label: no comma, so ``src>dst`` routes parse)."""
+    dev = getattr(sharding, "_device", None)
+    if dev is not None:
+        return label(dev)
+    try:
+        return device_group_label([label(d) for d in sharding._device_assignment])
+    except Exception:
+        return "?"
+
+
+def wraps(original):
+    """``functools.wraps`` that also takes C++ (nanobind) functions, whose ``__qualname__`` is
+    not a string: what can be copied is, the rest is left."""
+
+    def deco(fn):
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            try:
+                value = getattr(original, attr)
+                if attr == "__doc__" or isinstance(value, str):
+                    setattr(fn, attr, value)
+            except (AttributeError, TypeError):
+                pass
+        fn.__wrapped__ = original
+        return fn
+
+    return deco
 
 
 HOST_DATA_TYPES = (np.ndarray, np.generic)

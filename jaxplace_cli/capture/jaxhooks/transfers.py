@@ -9,7 +9,6 @@ alias memory instead, but jaxplace reports what a real accelerator would move).
 """
 from __future__ import annotations
 
-import functools
 import sys
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
@@ -18,9 +17,11 @@ import jax
 import numpy as np
 from jax.tree_util import tree_leaves
 
+from jaxplace_cli.capture.jaxhooks import syncs
 from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, is_recording
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, active, sharding_label, tls
-from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, OP_DEVICE_GET, OP_DEVICE_PUT, OpEvent, TransferEvent
+from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, sharding_label, tls, wraps
+from jaxplace_cli.capture.recorder import BUF_ATTR
+from jaxplace_cli.model.events import D2H, HOST, OP_DEVICE_GET, OpEvent, TransferEvent
 
 _Array = jax.Array
 _PLAIN = (list, tuple, int, float, bool, complex, str, type(None))
@@ -47,68 +48,11 @@ READ_APIS = {
 }
 
 
-def _host_nbytes(leaf, out) -> int:
-    if isinstance(leaf, HOST_DATA_TYPES):
-        return int(leaf.nbytes)
-    return array_nbytes(out)  # Python scalars/lists: the device copy's size is what moved
-
-
-def make_device_put(original):
-    """Replacement for ``jax.device_put``: explicit h2d for host data, d2d across devices."""
-
-    @functools.wraps(original)
-    def device_put(x, *args, **kwargs):
-        if not is_recording():
-            return original(x, *args, **kwargs)
-        rec = active.rec
-        site = rec.site_of(sys._getframe(1))
-        seq = rec.next_seq()
-        tls.depth = 1
-        t0 = perf_counter_ns()
-        try:
-            out = original(x, *args, **kwargs)
-        finally:
-            tls.depth = 0
-        t1 = perf_counter_ns()
-        thread = _thread_ident()
-        ins = tree_leaves(x)
-        outs = tree_leaves(out)
-        devs, in_bufs, out_bufs = [], [], []
-        for i, o in zip(ins, outs):
-            if not isinstance(o, _Array):
-                continue
-            dst = sharding_label(o.sharding)
-            devs.append(dst)
-            ob = rec.buffer_id(o, dst, getattr(o, "_committed", True), site, seq)
-            out_bufs.append(ob)
-            if isinstance(i, _Array):
-                src = sharding_label(i.sharding)
-                ib = rec.buffer_id(i, src, getattr(i, "_committed", True), site, seq)
-                in_bufs.append(ib)  # aligned with out_bufs: analyses pair input i with output i
-                if src != dst:
-                    rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, thread, D2D,
-                                                       src, dst, array_nbytes(o), False, False,
-                                                       "jax.device_put", site, ob, seq))
-            else:  # numpy data, Python scalars and lists all come from host memory
-                in_bufs.append(0)
-                rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, thread, H2D,
-                                                   HOST, dst, _host_nbytes(i, o), False, False,
-                                                   "jax.device_put", site, ob, seq))
-        rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_PUT, "device_put",
-                               ",".join(dict.fromkeys(devs)), site, ",".join(map(str, in_bufs)),
-                               ",".join(map(str, out_bufs)), "", False, ""))
-        if active.on_dispatch is not None:
-            active.on_dispatch()
-        return out
-
-    device_put.__jaxplace_original__ = original
-    return device_put
-
-
 def make_device_get(original):
-    """Replacement for ``jax.device_get``: one blocking d2h per Array not yet on the host."""
+    """Replacement for ``jax.device_get``: one d2h per Array not yet on the host; the call
+    waits once (syncs.py decides whether that wait stalled the device)."""
 
-    @functools.wraps(original)
+    @wraps(original)
     def device_get(x):
         if not is_recording():
             return original(x)
@@ -117,7 +61,7 @@ def make_device_get(original):
         seq = rec.next_seq()
         thread = _thread_ident()
         t0 = perf_counter_ns()
-        devs, bufs = [], []
+        devs, bufs, pending = [], [], []
         for leaf in tree_leaves(x):
             if not isinstance(leaf, _Array) or getattr(leaf, _HOST_FLAG, False):
                 continue
@@ -125,16 +69,19 @@ def make_device_get(original):
             b = rec.buffer_id(leaf, src, getattr(leaf, "_committed", True), site, seq)
             devs.append(src)
             bufs.append(b)
-            rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, thread, D2H, src, HOST,
-                                               array_nbytes(leaf), False, True, "jax.device_get",
-                                               site, b, seq))
-            _mark_on_host(leaf)
+            pending.append((leaf, src, b, syncs.measure_ready(leaf, src)))
         tls.depth = 1
         try:
             out = original(x)
         finally:
             tls.depth = 0
         t1 = perf_counter_ns()
+        for leaf, src, b, ready in pending:
+            blocking = syncs.read_blocks(rec, leaf, src, b, ready)
+            rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, thread, D2H,
+                                           endpoint_label(leaf.sharding), HOST, array_nbytes(leaf),
+                                           False, blocking, "jax.device_get", site, b, seq))
+            _mark_on_host(leaf)
         if bufs:
             rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_GET, "device_get",
                                    ",".join(dict.fromkeys(devs)), site, ",".join(map(str, bufs)),
@@ -163,8 +110,9 @@ def make_value_property(original: property) -> property:
         if rec is None or getattr(self, _HOST_FLAG, False):
             return fget(self)
         t0 = perf_counter_ns()
+        ready = syncs.measure_ready(self, sharding_label(self.sharding))
         result = fget(self)  # may raise (deleted array): then nothing moved
-        _record_read(rec, self, t0, blocking=True, api=None)
+        _record_read(rec, self, t0, blocking=True, api=None, ready=ready)
         return result
 
     return property(_value, original.fset, original.fdel, original.__doc__)
@@ -173,7 +121,7 @@ def make_value_property(original: property) -> property:
 def make_copy_to_host_async(original):
     """Replacement for ``Array.copy_to_host_async``: a non-blocking d2h."""
 
-    @functools.wraps(original)
+    @wraps(original)
     def copy_to_host_async(self):
         rec = active.rec
         if rec is not None and not getattr(self, _HOST_FLAG, False):
@@ -184,6 +132,27 @@ def make_copy_to_host_async(original):
     return copy_to_host_async
 
 
+def make_block_until_ready(original):
+    """``Array.block_until_ready``: not a transfer, but a wait — after it the host knows the
+    device finished this value (syncs.py), so a read that follows does not block."""
+
+    @wraps(original)
+    def block_until_ready(self):
+        out = original(self)
+        rec = active.rec
+        if rec is not None:
+            try:
+                d = getattr(self, "__dict__", None)
+                b = d.get(BUF_ATTR, 0) if d is not None else 0
+                syncs.waited(rec, sharding_label(self.sharding), b)
+            except Exception:
+                pass
+        return out
+
+    block_until_ready.__jaxplace_original__ = original
+    return block_until_ready
+
+
 def make_numpy_reader(original, api: str):
     """Replacement for ``np.asarray``-like functions.
 
@@ -192,7 +161,7 @@ def make_numpy_reader(original, api: str):
     asked for it. On GPU/TPU the ``_value`` hook sees it too; the host flag keeps it single.
     """
 
-    @functools.wraps(original)
+    @wraps(original)
     def reader(a, *args, **kwargs):
         t = type(a)  # numpy data is by far the most common argument: skip the ABC check
         if t is not np.ndarray and t not in _PLAIN and isinstance(a, _Array):
@@ -205,8 +174,45 @@ def make_numpy_reader(original, api: str):
     return reader
 
 
-def _record_read(rec, arr, t0, blocking: bool, api) -> None:
+# Wrapper frames between the user and the function they called: the callable they wrap
+# (a closure variable of the frame) is the API's name.
+_WRAPPER_FRAMES = frozenset({"reraise_with_filtered_traceback", "wrapper", "wrapped", "_wrapped",
+                             "__call__", "cache_miss", "api_boundary"})
+
+
+def public_name(frame) -> str:
+    """The name of the function the user called, from the outermost JAX frame below the
+    user's: ``jit(f)`` for a jitted function (not its ``reraise_with_filtered_traceback``
+    boundary wrapper), else the function's own name."""
+    name = frame.f_code.co_name
+    if name not in _WRAPPER_FRAMES:
+        return name
     try:
+        local = frame.f_locals
+    except Exception:
+        return name
+    for key in ("fun", "fn", "func", "f", "self"):
+        obj = local.get(key)
+        inner = getattr(obj, "__name__", None)
+        if isinstance(inner, str) and inner:
+            return f"jit({inner})" if type(obj).__name__ == "PjitFunction" else inner
+    return name
+
+
+def _record_read(rec, arr, t0, blocking: bool, api, ready=None) -> None:
+    """One d2h of ``arr``. ``blocking``: the API waits for the value (False for
+    ``copy_to_host_async``); whether that wait stalled the device is syncs.py's model.
+    Inside an explicit placement API (a reshard through the host) the read is a leg of it."""
+    try:
+        if tls.host_side:
+            _mark_on_host(arr)
+            return
+        src = sharding_label(arr.sharding)
+        legs = tls.collect
+        if legs is not None:
+            legs.append((D2H, endpoint_label(arr.sharding), HOST, array_nbytes(arr), arr))
+            _mark_on_host(arr)
+            return
         op = tls.op
         if op is not None:  # JAX read a concrete value while running an op: implicit
             name, op_seq, site = op[0], op[1], op[2]
@@ -216,15 +222,15 @@ def _record_read(rec, arr, t0, blocking: bool, api) -> None:
             user, below = rec.user_frame_and_caller(frame)
             site = rec.site_of(user) if user is not None else 0
             if below is not None:
-                api = READ_APIS.get(below.f_code.co_name, api or below.f_code.co_name)
+                api = READ_APIS.get(below.f_code.co_name, api or public_name(below))
             api = api or "read"
             op_seq, implicit = 0, False
-        src = sharding_label(arr.sharding)
         b = rec.buffer_id(arr, src, getattr(arr, "_committed", True), site, op_seq)
-        rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, _thread_ident(), D2H, src,
-                                           HOST, array_nbytes(arr), implicit, blocking, api, site,
-                                           b, op_seq))
+        if blocking:
+            blocking = syncs.read_blocks(rec, arr, src, b, ready)
+        rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, _thread_ident(), D2H,
+                                       endpoint_label(arr.sharding), HOST, array_nbytes(arr),
+                                       implicit, blocking, api, site, b, op_seq))
         _mark_on_host(arr)
     except Exception:
         pass  # a recording failure must never break a host read
-

@@ -1,0 +1,119 @@
+"""Host callbacks inside device code: ``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``.
+
+A callback is two transfers per call: its operands leave the device for the host (d2h) and,
+except for ``jax.debug.callback``, its results come back (h2d). XLA calls JAX's
+``*_callback_impl`` (``debug_callback_p.impl``) with the operands at every execution, looked up
+by name at that moment, so a patched attribute sees every call, compiled or not, eager or
+inside ``jit`` (``jax.debug.print`` included); the hook records both legs
+with the bytes at the device dtype, attributed to the call in flight (its line and device:
+the device of its first array argument, else JAX's default device).
+
+JAX stages the operands onto its CPU device and converts the results with NumPy; those are
+the callback's own legs, so they are not counted again: the nesting depth hides the staging
+``device_put``, and reads inside the callback's body (arrays on JAX's CPU device, in host
+memory) are not transfers (``tls.host_side``).
+"""
+from __future__ import annotations
+
+from threading import get_ident as _thread_ident
+from time import perf_counter_ns
+
+import jax
+from jax.tree_util import tree_leaves
+
+from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, upload_nbytes
+from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, tls, wraps
+from jaxplace_cli.model.events import D2H, H2D, HOST, TransferEvent
+
+# (module, object in it or "" for the module itself, attribute, API name, returns results).
+# jax.debug.callback's lowering calls ``debug_callback_p.impl``, not the module function.
+CALLBACK_IMPLS = (
+    ("jax._src.callback", "", "pure_callback_impl", "jax.pure_callback", True),
+    ("jax._src.callback", "", "io_callback_impl", "jax.experimental.io_callback", True),
+    ("jax._src.debugging", "debug_callback_p", "impl", "jax.debug.callback", False),
+)
+
+
+def _nbytes(leaves) -> int:
+    """Bytes at the device dtype (results are canonicalised by JAX before they are sent)."""
+    n = 0
+    for a in leaves:
+        if isinstance(a, jax.Array):
+            n += array_nbytes(a)
+        elif hasattr(a, "size") and hasattr(a, "dtype"):
+            n += upload_nbytes(a)
+    return n
+
+
+def _where():
+    """(device label, site, op seq) of the call the callback runs inside."""
+    op = tls.op
+    dev = None
+    if op is not None:
+        for leaf in tree_leaves((op[3], op[4])):
+            if isinstance(leaf, jax.Array):
+                dev = endpoint_label(leaf.sharding)
+                break
+    if dev is None:
+        try:
+            d = jax.config.jax_default_device
+            dev = label(d) if isinstance(d, jax.Device) else label(jax.devices()[0])
+        except Exception:
+            dev = "?"
+    return (dev, op[2], op[1]) if op is not None else (dev, 0, 0)
+
+
+def _mark_on_host(leaves) -> None:
+    for a in leaves:
+        try:
+            a._jaxplace_on_host = True  # transfers.py's host flag: read from host memory
+        except (AttributeError, TypeError):
+            pass
+
+
+def make_callback_impl(original, api: str, returns: bool):
+    @wraps(original)
+    def impl(*args, callback, **params):
+        rec = active.rec
+        if rec is None:
+            return original(*args, callback=callback, **params)
+        dev, site, op_seq = _where()
+        thread = _thread_ident()
+        rec.add_transfer(TransferEvent(rec.next_seq(), perf_counter_ns() - rec.t0, thread, D2H,
+                                       dev, HOST, _nbytes(args), False, False,
+                                       f"{api} (operands to host)", site, 0, op_seq))
+
+        def user_callback(*staged):
+            _mark_on_host(tree_leaves(staged))
+            host_side, tls.host_side = tls.host_side, True
+            try:
+                return callback(*staged)
+            finally:
+                tls.host_side = host_side
+
+        depth = tls.depth
+        tls.depth = 1
+        try:
+            out = original(*args, callback=user_callback, **params)
+        finally:
+            tls.depth = depth
+        if returns:
+            rec.add_transfer(TransferEvent(rec.next_seq(), perf_counter_ns() - rec.t0, thread, H2D,
+                                           HOST, dev, _nbytes(tree_leaves(out)), False, False,
+                                           f"{api} (results to device)", site, 0, op_seq))
+        return out
+
+    impl.__jaxplace_original__ = original
+    return impl
+
+
+def install(patch, report) -> None:
+    import importlib
+
+    names = []
+    for modname, owner, attr, api, returns in CALLBACK_IMPLS:
+        mod = importlib.import_module(modname)
+        obj = getattr(mod, owner) if owner else mod
+        patch(obj, attr, make_callback_impl(getattr(obj, attr), api, returns))
+        names.append(api)
+    report.installed.append(", ".join(names) + " (operands and results)")

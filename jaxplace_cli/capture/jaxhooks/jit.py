@@ -1,0 +1,149 @@
+"""``jax.jit`` while hooks are installed: a recording, transparent ``JitFunction``.
+
+Each jitted function gets a name that is unique per function identity in the process
+(``jit_name``): what steps and recompiles are keyed on.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+from jaxplace_cli.capture.jaxhooks.dispatch import (
+    CallSpec,
+    _EvalTrace,
+    _trace_ctx,
+    drop_own_frames,
+    record_call,
+)
+from jaxplace_cli.capture.jaxhooks.state import active, tls
+from jaxplace_cli.model.events import OP_JIT
+
+
+class JitFunction:
+    """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
+
+    Transparent where JAX code and tests look: attributes (``lower``, ``trace``,
+    ``eval_shape``, ``clear_cache``...) come from the real jitted function, ``__wrapped__`` is
+    the user's function (as on a plain ``jax.jit``), ``__getstate__`` and pickling are the
+    jitted function's own (a plain ``jax.jit`` object pickles, or fails to, exactly so), and
+    ``__get__`` keeps ``@jax.jit`` methods working. What cannot be hidden: ``type()`` is not
+    ``PjitFunction``, and a call adds two Python frames to the raw stack (JAX's filtered
+    tracebacks drop them: jaxplace's package is registered as a traceback exclusion).
+    """
+
+    __slots__ = ("_jitted", "_spec", "__dict__", "__weakref__")
+
+    def __init__(self, jitted, spec: CallSpec):
+        self._jitted = jitted
+        self._spec = spec
+        try:
+            functools.update_wrapper(self, jitted)
+        except Exception:
+            pass
+        inner = getattr(jitted, "__wrapped__", None)
+        if inner is not None:
+            self.__wrapped__ = inner
+
+    def __call__(self, *args, **kwargs):
+        try:
+            if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+                return self._jitted(*args, **kwargs)
+            return record_call(self._spec, self._jitted, args, kwargs)
+        except Exception as exc:
+            drop_own_frames(exc)
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return repr(self._jitted)
+
+    def __getstate__(self):
+        return self._jitted.__getstate__()
+
+    def __reduce_ex__(self, protocol):
+        return _unwrapped, (self._jitted,)  # pickles (or fails) as the jitted function does
+
+    def __reduce__(self):
+        return _unwrapped, (self._jitted,)
+
+
+def _unwrapped(jitted):
+    return jitted
+
+
+def _static_names(fun, static_argnums, static_argnames):
+    nums = static_argnums if static_argnums is not None else ()
+    names = static_argnames if static_argnames is not None else ()
+    if isinstance(nums, int):
+        nums = (nums,)
+    if isinstance(names, str):
+        names = (names,)
+    nums, names = set(nums), set(names)
+    try:  # jax.jit accepts either form and infers the other from the signature
+        params = list(inspect.signature(fun).parameters)
+        nums |= {params.index(n) for n in names if n in params}
+        names |= {params[i] for i in nums if 0 <= i < len(params)}
+    except (TypeError, ValueError):
+        pass
+    return tuple(sorted(nums)), tuple(sorted(names))
+
+
+_JIT_OWNER: dict = {}  # "jit(f)" -> identity of the first function recorded under it
+_JIT_NAMES: dict = {}  # identity -> its recorded name
+
+
+def _identity(fun):
+    """(identity key, definition file, line) of a jitted callable: its code object's place
+    (a function re-created in a loop, a lambda, a closure of one ``def``: one identity — they
+    compile the same code), else its type."""
+    f = fun
+    while isinstance(f, functools.partial):
+        f = f.func
+    code = getattr(f, "__code__", None)
+    if code is not None:
+        return (code.co_filename, code.co_firstlineno, code.co_name), code.co_filename, code.co_firstlineno
+    t = type(f)
+    return (t.__module__, t.__qualname__, getattr(f, "__name__", "")), "", 0
+
+
+def jit_name(fun) -> str:
+    """``jit(f)``, as JAX names it — unless another function already took that name in this
+    process: then ``jit(f) [model.py:12]`` (where it is defined). Steps and recompiles are
+    keyed on this name, so on function identity: three different functions named ``f`` are
+    three functions, not one compiled three times."""
+    f = fun
+    while isinstance(f, functools.partial):
+        f = f.func
+    base = f"jit({getattr(f, '__name__', None) or type(f).__name__})"
+    key, file, line = _identity(fun)
+    name = _JIT_NAMES.get(key)
+    if name is None:
+        owner = _JIT_OWNER.setdefault(base, key)
+        name = base if owner == key else f"{base} [{os.path.basename(file) or '?'}:{line}]"
+        _JIT_NAMES[key] = name
+    return name
+
+
+def make_jit(original_jit):
+    """Replacement for ``jax.jit`` that returns a recording JitFunction."""
+
+    @functools.wraps(original_jit)
+    def jit(fun=None, *args, **kwargs):
+        if fun is None:  # decorator factory form: @jax.jit(static_argnames=...)
+            return lambda f: jit(f, *args, **kwargs)
+        jitted = original_jit(fun, *args, **kwargs)
+        nums, names = _static_names(fun, kwargs.get("static_argnums"), kwargs.get("static_argnames"))
+        spec = CallSpec(jit_name(fun), OP_JIT, scalar_operands=True, flatten=True,
+                        static_argnums=nums, static_argnames=names)
+        return JitFunction(jitted, spec)
+
+    jit.__jaxplace_original__ = original_jit
+    return jit

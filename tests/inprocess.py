@@ -1,0 +1,39 @@
+"""Record a block of real JAX work in this process (the 4 simulated CPU devices of conftest)
+with the same hooks and recorder as ``jaxplace run``, and hand back the stored rows."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from jaxplace_cli.model.events import OpEvent, TransferEvent
+
+
+class Recorded:
+    def __init__(self):
+        self.transfers: list[TransferEvent] = []
+        self.ops: list[OpEvent] = []
+        self.markers: list = []
+
+    def of(self, kind: str, api: str | None = None) -> list[TransferEvent]:
+        return [t for t in self.transfers if t.kind == kind and (api is None or t.api == api)]
+
+    def total(self, kind: str) -> tuple[int, int]:
+        ts = self.of(kind)
+        return len(ts), sum(t.bytes for t in ts)
+
+
+@contextmanager
+def recorded(record: str = "all"):
+    from jaxplace_cli.capture.jaxhooks import install, uninstall
+    from jaxplace_cli.capture.recorder import Recorder
+
+    rec = Recorder()
+    out = Recorded()
+    install(rec, record)
+    try:
+        yield out
+    finally:
+        uninstall()
+        rows = rec.drain()
+        out.transfers = [TransferEvent(*t) for t in rows["transfers"]]
+        out.ops = [OpEvent(*o) for o in rows["ops"]]
+        out.markers = list(rows["markers"])

@@ -1,0 +1,192 @@
+"""Issue 13 items 1-3: the bytes each device received, on every upload path.
+
+In-process, real JAX on conftest's 4 simulated CPU devices, recorded with the hooks of
+`jaxplace run` (tests/inprocess.py). Every expected number is computed by hand in a comment.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from inprocess import recorded
+from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxplace_cli.model.events import expand_device_group
+
+pytestmark = pytest.mark.usefixtures("jax_devices")
+
+
+def routes(ts):
+    return [(t.kind, t.src, t.dst, t.bytes) for t in ts]
+
+
+# -- 1. bytes at the device's dtype -------------------------------------------------------------
+
+def test_float64_numpy_argument_arrives_as_float32():
+    assert not jax.config.jax_enable_x64
+    x = np.ones((1000, 1000))  # float64 on the host: 8,000,000 B
+    with recorded() as r:
+        f = jax.jit(lambda v: v * 2)
+        for _ in range(3):
+            y = f(x)
+    assert y.dtype == np.float32
+    # the device received float32: 3 x 1000 x 1000 x 4 B
+    assert r.total("h2d") == (3, 12_000_000)
+    # "jit(<lambda>)", or "jit(<lambda>) [test_fidelity_uploads.py:LINE]" when another lambda
+    # of this test process was jitted first (names are unique per function in a process)
+    (api,) = {t.api for t in r.of("h2d")}
+    assert api.startswith("jit(<lambda>)") and api.endswith(" (numpy argument)")
+
+
+def test_int64_numpy_python_scalars_and_creation_functions():
+    i64 = np.arange(1000, dtype=np.int64)  # 8,000 B on the host
+    f64 = np.ones(250)  # 2,000 B on the host
+    with recorded() as r:
+        g = jax.jit(lambda a, b: a + b)
+        g(i64, 3)  # int32[1000] = 4,000 B + the 3 (a weakly typed int32) = 4 B
+        g(f64, 2.5)  # float32[250] = 1,000 B + 2.5 = 4 B
+        g(np.float64(1.0), np.int64(2))  # two numpy scalars: 4 B each
+        jnp.asarray(f64)  # 1,000 B
+        jnp.array([1.0, 2.0, 3.0])  # a Python list, whole: float32[3] = 12 B
+        jax.device_put(f64)  # 1,000 B
+        jax.device_put(np.int64(7))  # 4 B
+        jax.device_put(3.0)  # 4 B
+    assert [t.bytes for t in r.of("h2d")] == [4000, 4, 1000, 4, 4, 4, 1000, 12, 1000, 4, 4]
+    assert r.total("h2d") == (11, 7036)
+    assert [t.api for t in r.of("h2d")][-5:] == [
+        "asarray (host data)", "array (host data)", "jax.device_put", "jax.device_put",
+        "jax.device_put"]
+
+
+def test_x64_enabled_by_a_script_keeps_host_sizes(tmp_path):
+    """With x64 on, float64 stays float64: the device receives the host's bytes."""
+    from conftest import jaxplace
+
+    script = tmp_path / "x64.py"
+    script.write_text(
+        "import jax\njax.config.update('jax_enable_x64', True)\n"
+        "import jax.numpy as jnp, numpy as np\n"
+        "f = jax.jit(lambda v: v * 2)\n"
+        "print(f(np.ones((100, 10))).dtype, jnp.asarray(np.arange(5)).dtype)\n")
+    run = tmp_path / "run"
+    proc = jaxplace("run", "--no-trace", "--quiet", "--out", run, script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "float64 int64\n"
+    ts = _transfers(run)
+    # float64[100, 10] = 8,000 B; int64[5] = 40 B; the `* 2` is inside the jit (no upload)
+    assert [(t[0], t[3]) for t in ts] == [("h2d", 8000), ("h2d", 40)]
+
+
+def _transfers(run_dir):
+    import sqlite3
+
+    con = sqlite3.connect(run_dir / "events.sqlite")
+    try:
+        return con.execute("SELECT kind, src, dst, bytes, api FROM transfers ORDER BY seq").fetchall()
+    finally:
+        con.close()
+
+
+# -- 2. every upload path -----------------------------------------------------------------------
+
+def test_sharded_uploads_count_what_each_device_received(jax_devices):
+    mesh = Mesh(np.array(jax_devices), ("x",))
+    rows = NamedSharding(mesh, P("x"))
+    batch = np.arange(8 * 256, dtype=np.float32).reshape(8, 256)  # 8,192 B
+    with recorded() as r:
+        a = jax.make_array_from_process_local_data(rows, batch)  # 4 shards of 2,048 B
+        b = jax.device_put(batch, rows)  # the same
+        c = jax.make_array_from_callback(batch.shape, rows, lambda idx: batch[idx])  # the same
+        d = jax.device_put(batch, NamedSharding(mesh, P()))  # replicated: 4 x 8,192 B
+        tree = jax.device_put({"w": batch, "n": np.ones(10, np.int64)},
+                              {"w": rows, "n": NamedSharding(mesh, P())})  # 8,192 + 4 x 40 B
+        parts = [jax.device_put(batch[2 * i:2 * i + 2], dv) for i, dv in enumerate(jax_devices)]
+        e = jax.make_array_from_single_device_arrays(batch.shape, rows, parts)  # already there: 0 B
+    for arr in (a, b, c, d, tree["w"], e):
+        np.testing.assert_array_equal(np.asarray(arr), batch)
+    h2d = r.of("h2d")
+    assert routes(h2d) == [
+        ("h2d", "host", "cpu:0-3", 8192),
+        ("h2d", "host", "cpu:0-3", 8192),
+        ("h2d", "host", "cpu:0-3", 8192),
+        ("h2d", "host", "cpu:0-3", 32768),
+        ("h2d", "host", "cpu:0-3", 160),  # a dict's leaves go in key order: "n", then "w"
+        ("h2d", "host", "cpu:0-3", 8192),
+        ("h2d", "host", "cpu:0", 2048), ("h2d", "host", "cpu:1", 2048),
+        ("h2d", "host", "cpu:2", 2048), ("h2d", "host", "cpu:3", 2048),
+    ]
+    assert [t.api for t in h2d[:3]] == ["jax.make_array_from_process_local_data",
+                                        "jax.device_put", "jax.make_array_from_callback"]
+    assert r.of("d2d") == [] and r.of("d2h") == []
+    # every route parses as src>dst, and the group endpoint names the four devices
+    assert expand_device_group(h2d[0].dst) == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    names = [o.name for o in r.ops]
+    assert names.count("make_array_from_single_device_arrays") == 1
+
+
+def test_same_layout_on_other_devices_is_d2d_per_moved_shard(jax_devices):
+    d = jax_devices
+    src = NamedSharding(Mesh(np.array(d[:2]), ("x",)), P("x"))
+    dst = NamedSharding(Mesh(np.array([d[0], d[3]]), ("x",)), P("x"))
+    x = jax.device_put(np.ones((8, 128), np.float32), src)  # 2 shards of 2,048 B
+    with recorded() as r:
+        y = jax.device_put(x, dst)
+        z = jax.device_put(jnp.ones((4, 64)), d[2])  # one device to another: 1,024 B
+    assert y.sharding == dst and z.devices() == {d[2]}
+    # shard 0 stays on cpu:0; shard 1 moves cpu:1 -> cpu:3
+    assert routes(r.of("d2d")) == [("d2d", "cpu:1", "cpu:3", 2048), ("d2d", "cpu:0", "cpu:2", 1024)]
+
+
+# -- 3. a reshard through the host --------------------------------------------------------------
+
+def test_reshard_through_host_records_both_legs(jax_devices):
+    d = jax_devices
+    four = NamedSharding(Mesh(np.array(d), ("x",)), P("x"))
+    two = NamedSharding(Mesh(np.array(d[2:]), ("x",)), P("x"))
+    x = jax.device_put(np.arange(16 * 256, dtype=np.float32).reshape(16, 256), four)
+    with recorded() as r:
+        y = jax.device_put(x, two)  # 4 shards of 4 rows -> 2 shards of 8 rows: no shard fits
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+    # the whole array (16 x 256 x 4 = 16,384 B) to the host, then two 8,192 B slices back
+    assert routes(r.transfers) == [("d2h", "cpu:0-3", "host", 16384), ("h2d", "host", "cpu:2-3", 16384)]
+    assert all(t.api == "jax.device_put (through host)" and t.implicit for t in r.transfers)
+
+
+# -- callbacks and asynchronous reads -----------------------------------------------------------
+
+def test_callback_legs():
+    x = jnp.ones((256,), np.float32)  # 1,024 B
+    seen = []
+    with recorded() as r:
+        f = jax.jit(lambda v: jax.pure_callback(lambda a: np.asarray(a) * 2,
+                                                jax.ShapeDtypeStruct(v.shape, v.dtype), v) + 1)
+        for _ in range(3):
+            f(x).block_until_ready()
+        g = jax.jit(lambda v: io_callback(lambda a: np.float64(a.sum()),  # float64 -> float32
+                                          jax.ShapeDtypeStruct((), np.float32), v))
+        g(x).block_until_ready()
+        h = jax.jit(lambda v: jax.debug.callback(lambda a: seen.append(float(a.sum())), v) or v)
+        h(x).block_until_ready()
+    assert seen == [256.0]
+    # pure_callback x3: 1,024 B out and 1,024 B back; io_callback: 1,024 B out, 4 B back;
+    # debug.callback: 1,024 B out, nothing back; reads inside the callbacks move nothing more
+    assert [(t.kind, t.bytes, t.api) for t in r.transfers] == [
+        *[("d2h", 1024, "jax.pure_callback (operands to host)"),
+          ("h2d", 1024, "jax.pure_callback (results to device)")] * 3,
+        ("d2h", 1024, "jax.experimental.io_callback (operands to host)"),
+        ("h2d", 4, "jax.experimental.io_callback (results to device)"),
+        ("d2h", 1024, "jax.debug.callback (operands to host)"),
+    ]
+    assert {(t.src, t.dst) for t in r.of("d2h")} == {("cpu:0", "host")}
+
+
+def test_copy_to_host_async_is_one_non_blocking_read():
+    with recorded() as r:
+        x = jnp.arange(1024, dtype=np.float32)  # 4,096 B
+        x.copy_to_host_async()
+        total = float(np.asarray(x).sum()) + float(x[3])
+    assert total == 523776.0 + 3.0
+    # the async copy is the only read of x; x[3] is a new 4 B array, read (and waited for)
+    assert [(t.kind, t.bytes, t.blocking, t.api) for t in r.of("d2h")] == [
+        ("d2h", 4096, False, ".copy_to_host_async()"), ("d2h", 4, True, "float()")]
