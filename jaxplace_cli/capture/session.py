@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxplace_cli import __version__
+from jaxplace_cli.capture import distributed
 from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
 from jaxplace_cli.store.layout import EVENTS, MANIFEST_SCHEMA_VERSION, RunDirError, create_run_dir, write_manifest
@@ -133,7 +134,9 @@ def _writer_manifest(writer) -> dict:
 class Session:
     def __init__(self, opts: RunOptions):
         self.opts = opts
-        self.run_dir = create_run_dir(opts.out)
+        # a process of a jax.distributed job records into OUT/proc-<i>/ (capture/distributed.py)
+        self.job = distributed.detect_process()
+        self.run_dir = create_run_dir(distributed.process_out(opts.out, self.job))
         self.manifest: dict = {
             "schema_version": MANIFEST_SCHEMA_VERSION,
             "tool": "jaxplace",
@@ -151,6 +154,8 @@ class Session:
             "status": "running",
             "exit_code": None,
         }
+        if self.job is not None:  # said from the start: a process killed mid-run is still named
+            self.manifest["distributed"] = self.job.manifest()
         write_manifest(self.run_dir, self.manifest)
         from jaxplace_cli.store.sqlite import StoreWriter
         from jaxplace_cli.store.writer_process import open_writer
@@ -187,6 +192,7 @@ class Session:
         from jaxplace_cli.store.sqlite import BackgroundWriter
 
         self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
+        distributed.before_script(self.job)  # jaxplace launch: initialize() finds its coordinator
         self.recorder = Recorder()
         from jaxplace_cli.store.writer_process import WriterProcess
 
@@ -310,6 +316,7 @@ class Session:
                    "files": self.trace.files() if self.trace else [],
                    "note": self.trace.note if self.trace else ""},
         )
+        distributed.finish(self.manifest, self.job)  # process index/count, coordinator, devices
         try:
             write_manifest(self.run_dir, self.manifest)
             self.saved = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from jaxplace_cli import __version__
-from jaxplace_cli.cli import audit, devices, diff, run, suggest
+from jaxplace_cli.cli import audit, devices, diff, launch, run, suggest
 
 app = typer.Typer(
     add_completion=False,
@@ -44,6 +44,11 @@ def _run(ctx: typer.Context) -> None:
     run.main(list(ctx.args))
 
 
+@app.command("launch", context_settings=RUN_CONTEXT, add_help_option=False, help=launch.DESCRIPTION,
+             options_metavar="-n N [--devices-per-process K] [RUN OPTIONS] SCRIPT|-m MODULE [ARGS]...")
+def _launch(ctx: typer.Context) -> None:
+    # like run: cli/main.py hands `jaxplace launch` to argparse before typer is imported
+    launch.main(list(ctx.args))
 
 app.command("audit")(audit.audit)
 app.command("devices")(devices.devices)
