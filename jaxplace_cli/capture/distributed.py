@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +48,8 @@ PROCESS_INDEX = "JAXPLACE_PROCESS_INDEX"
 PROCESS_COUNT = "JAXPLACE_PROCESS_COUNT"
 JOB_ID = "JAXPLACE_JOB_ID"
 LAUNCH_COORDINATOR = "JAXPLACE_LAUNCH_COORDINATOR"  # jaxhooks/cluster.py reads the same name
+CONTROL_FD = "JAXPLACE_LAUNCH_CONTROL_FD"  # the read end of launch's stop pipe
+STUCK_S = 1.0  # after a stop request, how long the main thread gets to act on the SIGINT
 
 
 @dataclass
@@ -112,20 +117,58 @@ def process_out(out: Path, job: JobProcess | None) -> Path:
     return process_run_dir(out, job.index)
 
 
-def before_script(job: JobProcess | None) -> None:
+def before_script(job: JobProcess | None, session=None) -> None:
     """Under ``jaxplace launch``: let ``jax.distributed.initialize()`` find the launch's
-    coordinator, count and index (jaxhooks/cluster.py). Called once JAX is imported."""
-    if job is not None and job.coordinator:
-        from jaxplace_cli.capture.jaxhooks.cluster import register
+    coordinator, count and index (jaxhooks/cluster.py), and watch the launch's stop request
+    (``watch_launch``). Called once JAX is imported, before the script runs."""
+    if job is None or not job.coordinator:
+        return
+    from jaxplace_cli.capture.jaxhooks.cluster import register
 
-        register()
+    register()
+    fd = _int(os.environ, CONTROL_FD)
+    if fd is not None and session is not None:
+        try:
+            os.set_inheritable(fd, False)  # the script's own children do not get it
+        except OSError:
+            return
+        threading.Thread(target=watch_launch, args=(fd, session), daemon=True,
+                         name="jaxplace-launch-watch").start()
+
+
+def watch_launch(fd: int, session, stuck_s: float = STUCK_S) -> None:
+    """Save the run when launch asks this process to stop and the script cannot.
+
+    Launch stops a process with SIGINT (cli/launch.py) and writes why into this pipe (or the
+    pipe closes: launch died). Python acts on a signal only in the main thread, between
+    bytecodes; a main thread blocked in a collective whose peer died never gets there
+    (measured: a 2-process gloo job, the survivor blocked in the next jit call for as long as
+    it was watched, its other threads running). So if the session has not started saving
+    ``stuck_s`` seconds after the request, this thread saves it — status ``interrupted``, the
+    reason in ``error`` — and ends the process (exit 130, as the SIGINT would have)."""
+    try:
+        reason = os.read(fd, 512).decode("utf-8", "replace").strip() or "jaxplace launch ended"
+    except OSError:
+        return
+    deadline = time.monotonic() + stuck_s
+    while time.monotonic() < deadline:
+        if session._finalized:
+            return  # the main thread acted on the SIGINT and is saving the run
+        time.sleep(0.05)
+    if session._finalized:
+        return
+    from jaxplace_cli.capture.runner import Outcome
+
+    session.finalize(Outcome("interrupted", 130, f"stopped by jaxplace launch ({reason[:200]}) while "
+                                                 "the script was blocked in JAX"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def finish(manifest: dict, job: JobProcess | None) -> None:
     """Add what ``jax.distributed`` was initialised with to the manifest (``distributed``); a
     run of one process that never initialised it gets no such key."""
-    import sys
-
     state = None
     if "jax" in sys.modules:
         from jaxplace_cli.capture.jaxhooks.cluster import state as jax_state

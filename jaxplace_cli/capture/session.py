@@ -192,7 +192,7 @@ class Session:
         from jaxplace_cli.store.sqlite import BackgroundWriter
 
         self.manifest.update(jax_version=jax.__version__, jaxlib_version=jaxlib.__version__)
-        distributed.before_script(self.job)  # jaxplace launch: initialize() finds its coordinator
+        distributed.before_script(self.job, self)  # jaxplace launch: coordinator, stop requests
         self.recorder = Recorder()
         from jaxplace_cli.store.writer_process import WriterProcess
 

@@ -174,6 +174,7 @@ class Launch:
         self.command = [sys.executable, "-m", "jaxplace_cli", "run", *forward, "--out", str(job_dir),
                         *dev, *rest]
         self.procs: list[subprocess.Popen] = []
+        self.controls: list[int] = []  # write ends of each process's stop pipe
         self.ends: list[dict | None] = [None] * self.n
         self.first_failure: tuple[int, int] | None = None
         self.signals: list[int] = []
@@ -203,9 +204,16 @@ class Launch:
         try:
             die_with_parent = _die_with_parent()
             for i in range(self.n):  # every fork before any reader thread starts (preexec_fn)
-                self.procs.append(subprocess.Popen(
-                    self.command, env=self.env(i), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, process_group=0, preexec_fn=die_with_parent))
+                r, w = os.pipe()  # stop requests (capture/distributed.py watch_launch)
+                env = dict(self.env(i), JAXPLACE_LAUNCH_CONTROL_FD=str(r))
+                try:
+                    self.procs.append(subprocess.Popen(
+                        self.command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, process_group=0, preexec_fn=die_with_parent,
+                        pass_fds=(r,)))
+                finally:
+                    os.close(r)
+                self.controls.append(w)
             readers = [threading.Thread(target=self._pump, args=(i, stream, fd), daemon=True)
                        for i, p in enumerate(self.procs) for stream, fd in ((p.stdout, 1), (p.stderr, 2))]
             for t in readers:
@@ -216,6 +224,8 @@ class Launch:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+            for w in self.controls:
+                os.close(w)
             self._finish(write_job)
         return self.exit_code()
 
@@ -224,13 +234,15 @@ class Launch:
         self.signals.append(signum)
         if not first:  # asked twice: no more grace
             self._kill_groups()
-            return
-        for p in self._alive():
-            try:  # Ctrl-C goes to the process group, as a terminal sends it; SIGTERM to the process
-                os.killpg(p.pid, signum) if signum == signal.SIGINT else p.send_signal(signum)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self.stopping_since = time.monotonic()
+        elif signum == signal.SIGINT:
+            self._stop(f"launch interrupted by {signal.Signals(signum).name}")
+        else:  # SIGTERM: passed on as it came (a preemption notice to JAX); SIGKILL after the grace
+            for p in self._alive():
+                try:
+                    p.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+            self.stopping_since = time.monotonic()
 
     def _alive(self) -> list[subprocess.Popen]:
         return [p for p, end in zip(self.procs, self.ends) if end is None and p.poll() is None]
@@ -249,22 +261,29 @@ class Launch:
     def _ended(self, i: int, returncode: int) -> None:
         code = 128 - returncode if returncode < 0 else returncode
         sig = signal.Signals(-returncode).name if returncode < 0 and -returncode in signal.valid_signals() else None
-        stopped = self.stopping_since is not None and self.first_failure is not None or bool(self.signals)
+        stopped = self.stopping_since is not None  # launch had asked it to stop
         self.ends[i] = {"index": i, "pid": self.procs[i].pid, "exit_code": code, "signal": sig,
                         "stopped_by_launch": stopped and code != 0,
                         "seconds": round(time.monotonic() - self.t0, 3)}
         if code != 0 and self.first_failure is None:
             self.first_failure = (i, code)
             if not self.signals:
-                self._stop_others()
+                self._stop(f"process {i} failed first: {describe_end(self.ends[i])}")
 
-    def _stop_others(self) -> None:
-        """SIGTERM to every process still running; SIGKILL to its group after the grace."""
-        for p in self._alive():
-            try:
-                p.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+    def _stop(self, reason: str) -> None:
+        """SIGINT to the group of every process still running (what Ctrl-C at a terminal sends:
+        ``jaxplace run`` saves the run, then dies of it); SIGKILL to the group after the grace.
+
+        Not SIGTERM: once ``jax.distributed`` is initialised, JAX's preemption notifier takes
+        SIGTERM for a preemption notice (it logs "SIGTERM caught" and the process goes on,
+        waiting for a sync point its dead peer will never reach) — measured with JAX 0.10.2."""
+        for p, w in zip(self.procs, self.controls):
+            if p in self._alive():
+                try:
+                    os.killpg(p.pid, signal.SIGINT)
+                    os.write(w, reason.encode() + b"\n")  # a process blocked in JAX saves from another thread
+                except (ProcessLookupError, PermissionError, BrokenPipeError):
+                    pass
         self.stopping_since = time.monotonic()
 
     def _kill_groups(self) -> None:
