@@ -8,6 +8,7 @@ from rich.text import Text
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.paths import below
 from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.report.distributed import render_job
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -80,6 +81,7 @@ def render(result: AuditResult, console: Console) -> None:
 
     if len(result.hosts) > 1:
         _hosts(console, result)
+    render_job(console, result)  # a jax.distributed job: per process (report/distributed.py)
 
     if result.budget is not None:
         b = result.budget
