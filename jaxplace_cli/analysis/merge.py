@@ -19,6 +19,11 @@ def device_order(name: str):
     return (kind, int(num) if num.isdigit() else 0, name)
 
 
+def group_order(names: str):
+    """``cpu:0`` < ``cpu:0,cpu:1`` < ``cpu:1`` < ``cpu:2048``: comma-joined device groups."""
+    return tuple(device_order(x) for x in names.split(","))
+
+
 def local_devices(devices: str, index: int, owner: dict[str, int]) -> str:
     """The devices of a recorded call that belong to process ``index`` (all when unknown): a
     jit call over a global mesh lists the whole mesh, but runs on the caller's devices only."""
@@ -38,21 +43,23 @@ def merge_summaries(indexed: list[tuple[Summary, int]], top_sites: int, owner: d
              for k in TRANSFER_KINDS}
     unknown = {k: sum(p.unknown_size.get(k, 0) for p in parts) for k in TRANSFER_KINDS}
     sites: dict[tuple, TransferSite] = {}
-    for p in parts:
+    for p, index in indexed:
         for t in p.sites:
             key = (t.kind, t.file, t.line, t.function, t.api, t.implicit, t.blocking)
+            mine = {">".join(local_devices(x, index, owner) for x in r.split(">")) for r in t.routes}
             m = sites.get(key)
             if m is None:
-                sites[key] = replace(t, routes=list(t.routes))
+                sites[key] = replace(t, routes=sorted(mine))
             else:
                 m.count, m.bytes = m.count + t.count, m.bytes + t.bytes
-                m.routes = sorted(set(m.routes) | set(t.routes))
+                m.routes = sorted(set(m.routes) | mine)
     routes: dict[tuple, object] = {}
-    for p in parts:
+    for p, index in indexed:
         for r in p.routes:
-            m = routes.get((r.kind, r.src, r.dst))
+            src, dst = local_devices(r.src, index, owner), local_devices(r.dst, index, owner)
+            m = routes.get((r.kind, src, dst))
             if m is None:
-                routes[(r.kind, r.src, r.dst)] = replace(r)
+                routes[(r.kind, src, dst)] = replace(r, src=src, dst=dst)
             else:
                 for f in ("count", "bytes", "small_count", "small_bytes", "unknown_size", "blocking"):
                     setattr(m, f, getattr(m, f) + getattr(r, f))
@@ -73,7 +80,7 @@ def merge_summaries(indexed: list[tuple[Summary, int]], top_sites: int, owner: d
     order = {k: i for i, k in enumerate(TRANSFER_KINDS)}
     return Summary(parts[0].min_bytes, totals, small, unknown,
                    sorted(sites.values(), key=lambda t: (-t.bytes, -t.count))[:top_sites],
-                   sum(p.ops_total for p in parts), sorted(by_dev.values(), key=lambda d: device_order(d.device)),
+                   sum(p.ops_total for p in parts), sorted(by_dev.values(), key=lambda d: group_order(d.device)),
                    sum(p.op_errors for p in parts), sorted(devices, key=device_order),
                    sorted(routes.values(), key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count, r.src, r.dst)))
 
