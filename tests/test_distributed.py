@@ -14,8 +14,9 @@ import subprocess
 import sys
 import time
 
+import jsonschema
 import pytest
-from conftest import SCRIPTS, audit_json, child_env, jaxplace
+from conftest import REPO, SCRIPTS, audit_json, child_env, jaxplace
 
 SCRIPT = SCRIPTS / "distributed" / "spmd_step.py"
 N, L = 2, 2  # processes, devices per process
@@ -62,6 +63,7 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
     assert [p["exit_code"] for p in launched["processes"]] == [0, 0]
 
     r = audit_json(out)
+    jsonschema.validate(r, json.loads((REPO / "docs" / "audit-json-schema.json").read_text()))
     d = r["distributed"]
     assert d["process_count"] == N and d["launcher"] == "jaxplace launch"
     assert d["coordinator"] == launched["coordinator"] and d["coordinator"].startswith("127.0.0.1:")

@@ -26,8 +26,9 @@ without a key every process would pick its own timestamped directory, so the run
 says to pass ``--out``.
 
 Device names: JAX's own global device ids (``cpu:0``, ``cpu:2048``), which ``device_label``
-already uses. They are unique across the processes of a job (JAX numbers CPU devices
-``process_index * 2048 + local id``; GPU and TPU ids are global too), they are what the
+already uses. They are unique across the processes of a job (CPU: ``cpu:0``, ``cpu:1``,
+``cpu:2048``, ``cpu:2049`` for 2 processes x 2 devices, measured on JAX 0.10.2; GPU and TPU
+ids are global too), they are what the
 script itself sees in ``jax.devices()`` in every process, and a run recorded before this
 module existed names its devices the same way. The manifest maps each device to its process
 (``devices[].process``), which is how the merged audit shows ``p1`` next to ``cpu:2048``.
