@@ -44,7 +44,7 @@ P5_FIXTURE = REPO / "tests" / "data" / "foreign_traces" / "tf-gpu-v100-multiwork
 PY = sys.executable
 RESULT_PREFIX = "BENCH_RESULT "
 JSON_SCHEMA = 1
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 
 
 @dataclass
@@ -71,18 +71,23 @@ class Sizes:
     p5_runs: int = 3  # P5: pairs of (reference, audit)
     p3_trace_off_runs: int = 1  # P3: --trace off at the short length (what the trace window costs)
     p3_plain_short: bool = True  # measure plain at the short length too (else reuse the long one)
+    launch_pairs: int = 3  # P7: pairs of (by hand, jaxplace launch -n 2) (bench_launch.py)
+    launch_steps: int = 300  # P7: data-parallel steps per process
+    launch_trace_off_runs: int = 1  # P7: rounds that also run launch --trace off
 
 
 PROFILES = {
     "full": Sizes(),
     # ~3 min: the same workloads, smaller; fewer pairs (ratios are noisier)
     "quick": Sizes(pairs=3, steps=500, ops=9000, events=300_000, events_short=100_000,
-                   p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2),
+                   p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2, launch_pairs=2,
+                   launch_steps=150),
     # test_bench_smoke: every code path once, tiny sizes, numbers meaningless
     "smoke": Sizes(pairs=1, steps=10, batch=8, width=64, ops=60, events=3000, events_short=1500,
                    wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1,
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path"),
-                   p3_plain_short=False, p3_trace_off_runs=0),
+                   p3_plain_short=False, p3_trace_off_runs=0, launch_pairs=1, launch_steps=3,
+                   launch_trace_off_runs=0),
 }
 
 # name -> (jaxplace run options or None for plain python, BENCH_MODE)
@@ -104,6 +109,7 @@ TARGETS = {
     "P4": ("jaxplace audit of the 1M-event run", "≤ 5 s, ≥ 200k ev/s, ≤ 400 MB"),
     "P5": ("jaxplace audit of a foreign .xplane.pb vs from_file + 1 pass", "≤ ×1.5"),
     "P6": ("recorder throughput (events in store / script loop time)", "≥ 200k ev/s, none lost"),
+    "P7": ("jaxplace launch -n 2 (2 CPU devices each) vs the same job by hand", "≤ ×1.10"),
 }
 FLAT_TOLERANCE_MB = 25.0  # P3: overhead at the long length may exceed the short one by this much
 
@@ -551,6 +557,17 @@ def rows(res: dict) -> list[dict]:
         row("P6", f"{eps / 1e3:.0f}k ev/s, lost {worst} of {len(lost)} runs' events" if worst != 0
             else f"{eps / 1e3:.0f}k ev/s, 0 events lost ({len(lost)} runs)",
             eps >= 200_000 and none_lost, eps, note)
+    g = res.get("P7")
+    if g is None:
+        row("P7", "skipped", None)
+    elif g["median_wall_ratio"] is None:
+        row("P7", "n/a", False, None, "; ".join(g["errors"])[:300])
+    else:
+        v, w = g["median_wall_ratio"], g["median_wall_s"]
+        off = g.get("median_trace_off_ratio")
+        row("P7", fmt_ratio(v) + f" ({w['jaxplace launch']:.2f} s vs {w['by hand']:.2f} s)", v <= 1.10, v,
+            f"pairs {', '.join(f'×{x:.2f}' for x in g['pair_wall_ratios'])}"
+            + (f"; launch --trace off ×{off:.2f}" if off is not None else ""))
     return out
 
 
@@ -692,6 +709,13 @@ def main(argv=None) -> int:
             bench.log(f"P2: eager loop, {sizes.ops} ops")
             res["P2"] = loop_group(bench, "eager_ops.py", ["--ops", str(sizes.ops)], sizes.p2_extras,
                                    sizes.p2_extra_runs)
+        if want("P7"):
+            from bench_launch import launch_group
+
+            bench.log(f"P7: jaxplace launch -n 2 vs by hand, dist_mlp.py {sizes.launch_steps} steps")
+            res["P7"] = launch_group(sizes.launch_pairs, sizes.launch_steps, tmp, bench.timeout, bench.log,
+                                     sizes.launch_trace_off_runs)
+            bench.errors += [f"P7 {e}" for e in res["P7"]["errors"]]
         if need_p3:
             bench.log(f"P3/P6: {sizes.events:,} and {sizes.events_short:,} events, {sizes.threads} threads")
             p3 = p3_group(bench)

@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
@@ -33,7 +33,7 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
         assert set(r) >= {"id", "what", "target", "measured", "value", "pass", "note"}
         assert r["measured"] and r["target"]
     groups = doc["groups"]
-    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5"}
+    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5", "P7"}
     # the workloads and their reference modes ran (a broken workload script shows up here)
     for pid in ("P1", "P2"):
         assert groups[pid]["configs"]["plain"]["ok"] == 1, groups[pid]["configs"]["plain"]
@@ -46,3 +46,5 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     assert checks and all(c["events_in_store"] is not None and c["events_expected"] > 0 for c in checks)
     assert groups["P4"]["events"] == checks[0]["events_in_store"]
     assert groups["P5"]["ref_median_wall_s"] is not None  # ProfileData.from_file reference ran
+    # P7: the same 2-process job by hand and under jaxplace launch, both ran
+    assert groups["P7"]["median_wall_ratio"] is not None, groups["P7"]["errors"]
