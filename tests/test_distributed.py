@@ -206,3 +206,64 @@ def test_detect_process_from_launcher_environments():
     p = detect_process({"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "a,b,c,d"})
     assert (p.index, p.count) == (1, 4)
     assert detect_process({"PMI_RANK": "5", "PMI_SIZE": "4"}) is None  # not a valid index
+
+
+# -- the job rules on views built by hand (the fields the launch tests above check come from runs)
+
+def _proc(index, ops=100, h2d=(0, 0), h2d_step=0.0, steps=10, died="", ended="exit 0"):
+    from jaxplace_cli.analysis.distributed import ProcessView
+    from jaxplace_cli.analysis.summary import KindTotal
+
+    v = ProcessView(index, f"job/proc-{index}", ops=ops, steps=steps, died=died, ended=ended,
+                    devices=[f"cpu:{2048 * index}", f"cpu:{2048 * index + 1}"])
+    v.totals = {"h2d": KindTotal(*h2d), "d2h": KindTotal(), "d2d": KindTotal()}
+    v.step_medians = {"h2d": {"count": 1, "bytes": h2d_step}}
+    v.result = object()  # its run was readable
+    return v
+
+
+def _findings(*procs, **kw):
+    from jaxplace_cli.analysis.distributed import JobView
+    from jaxplace_cli.analysis.findings import RuleConfig
+    from jaxplace_cli.analysis.rules.distributed import job_findings
+
+    view = JobView("job", kw.pop("count", len(procs)), list(procs), **kw)
+    return [(f.rule, f.message, f.count, f.bytes) for f in job_findings(view, RuleConfig())]
+
+
+def test_job_rules_stay_quiet_on_a_balanced_job():
+    assert _findings(_proc(0, h2d=(40, 163_840), h2d_step=16_384),
+                     _proc(1, h2d=(40, 163_840), h2d_step=16_384)) == []
+
+
+def test_process_idle_under_a_tenth_of_the_busiest():
+    hits = _findings(_proc(0, ops=100), _proc(1, ops=9))
+    assert [(r, c) for r, _, c, _ in hits] == [("process-idle", 9)]
+    assert "process 1 dispatched 9 ops while process 0 dispatched 100" in hits[0][1]
+    assert _findings(_proc(0, ops=100), _proc(1, ops=10)) == []  # a tenth is not under it
+    assert _findings(_proc(0, ops=9), _proc(1, ops=0)) == []  # the busiest did under 10
+
+
+def test_single_process_io():
+    hits = _findings(_proc(0, h2d=(12, 49_152), h2d_step=4096), _proc(1))
+    assert [(r, c, b) for r, _, c, b in hits] == [("single-process-io", 12, 49_152)]
+    assert "process 0 did all 12 host->device transfers of the job (48.0 KiB)" in hits[0][1]
+    assert _findings(_proc(0, h2d=(2, 8192)), _proc(1)) == []  # fewer than loop_threshold (3)
+
+
+def test_unequal_step_transfers():
+    hits = _findings(_proc(0, h2d=(10, 40_960), h2d_step=4096), _proc(1, h2d=(10, 81_920), h2d_step=8192))
+    assert [(r, b) for r, _, _, b in hits] == [("unequal-step-transfers", 4096)]
+    assert "(p0 4.0 KiB, p1 8.0 KiB;" in hits[0][1]
+    assert _findings(_proc(0, h2d=(10, 1), h2d_step=4096), _proc(1, h2d=(10, 1), h2d_step=6144)) == []  # x1.5
+    assert _findings(_proc(0, h2d=(10, 1), h2d_step=100), _proc(1, h2d=(10, 1), h2d_step=900)) == []  # < 1 KiB
+
+
+def test_process_died_names_the_first_and_the_stopped():
+    hits = _findings(_proc(0, ended="exit 130 after launch stopped it", ops=3),
+                     _proc(1, died="killed by SIGKILL", ended="killed by SIGKILL"),
+                     first_failure=1, count=3, missing=[2])
+    assert [r for r, *_ in hits] == ["process-died", "process-died"]  # the survivor is not idle: it was stopped
+    assert hits[0][1].startswith("process 1 died first: killed by SIGKILL; launch stopped the others "
+                                 "(p0: exit 130 after launch stopped it)")
+    assert hits[1][1].startswith("1 of the job's 3 processes recorded nothing (no proc-<i>/ for process 2)")

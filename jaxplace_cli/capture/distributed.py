@@ -128,6 +128,9 @@ def before_script(job: JobProcess | None, session=None) -> None:
 
     register()
     fd = _int(os.environ, CONTROL_FD)
+    # the descriptor is this process's alone: a child Python (subprocess, --follow-children)
+    # must not take whatever it has under that number for launch's pipe
+    os.environ.pop(CONTROL_FD, None)
     if fd is not None and session is not None:
         try:
             os.set_inheritable(fd, False)  # the script's own children do not get it
