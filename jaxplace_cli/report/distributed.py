@@ -13,6 +13,7 @@ from rich.text import Text
 
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes, human_ns
 
 
@@ -20,9 +21,9 @@ def render_job(console: Console, result: AuditResult) -> None:
     view = result.distributed
     if view is None:
         return
-    how = ", ".join(x for x in (view.launcher, f"coordinator {view.coordinator}" if view.coordinator else "") if x)
-    pt = Table(title=f"Processes ({len(view.processes)} of {view.process_count}"
-               + (f"; {how}" if how else "") + ")", title_justify="left")
+    how = plain(", ".join(x for x in (view.launcher, f"coordinator {view.coordinator}" if view.coordinator else "") if x))
+    pt = Table(title=Text(f"Processes ({len(view.processes)} of {view.process_count}"
+                          + (f"; {how}" if how else "") + ")"), title_justify="left")
     for col in ("process", "host", "ended", "devices", *TRANSFER_KINDS, "h2d/step", "ops", "steps"):
         pt.add_column(col, justify="left" if col in ("process", "host", "ended", "devices") else "right",
                       overflow="fold")
@@ -30,8 +31,8 @@ def render_job(console: Console, result: AuditResult) -> None:
         cells = [f"{v.totals[k].count:,} · {human_bytes(v.totals[k].bytes)}" if k in v.totals else "?"
                  for k in TRANSFER_KINDS]
         per = v.step_medians.get("h2d")
-        pt.add_row(Text(f"p{v.index}", style="bold red" if v.died else ""), Text(v.host), Text(v.ended),
-                   Text(", ".join(v.devices)), *cells,
+        pt.add_row(Text(f"p{v.index}", style="bold red" if v.died else ""), Text(plain(v.host)),
+                   Text(plain(v.ended)), Text(plain(", ".join(v.devices))), *cells,
                    human_bytes(int(per["bytes"])) if per else "", f"{v.ops:,}",
                    "" if v.steps is None else str(v.steps))
     console.print(pt)
@@ -40,7 +41,7 @@ def render_job(console: Console, result: AuditResult) -> None:
         for col in ("device", "process", "ops", "dispatch time"):
             dt.add_column(col, justify="left" if col == "device" else "right")
         for w in view.devices:
-            dt.add_row(Text(w.device), "?" if w.process is None else f"p{w.process}", f"{w.ops:,}",
+            dt.add_row(Text(plain(w.device)), "?" if w.process is None else f"p{w.process}", f"{w.ops:,}",
                        human_ns(w.dispatch_ns))
         console.print(dt)
     _cross(console, view)
@@ -56,10 +57,10 @@ def _cross(console: Console, view) -> None:
         calls.setdefault(c["name"], []).append(c)
     for name, cs in calls.items():
         per = ", ".join(f"p{c['process']} {c['count']:,}" for c in cs)
-        console.print(Text(f"    {name}: calls over {cs[0]['devices']} devices of several processes ({per})"))
+        console.print(Text(f"    {plain(name)}: calls over {cs[0]['devices']} devices of several processes ({per})"))
     for c in view.collectives:
         size = (f"{human_bytes(c.bytes_per_execution)} per execution" if c.bytes_per_execution is not None
                 else "size not in the trace")
         execs = f" in {c.executions} executions" if c.executions else ""
-        console.print(Text(f"    p{c.process}: {c.kind} in {c.module or '?'}: {c.count:,} ops{execs} on "
+        console.print(Text(f"    p{c.process}: {c.kind} in {plain(c.module or '?')}: {c.count:,} ops{execs} on "
                            f"{c.devices} devices, {human_ns(c.time_ns)}; {size} (trace window)"))
