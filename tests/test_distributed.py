@@ -177,8 +177,11 @@ def test_killed_process_stops_the_job_and_both_stores_audit(tmp_path):
     for i in range(N):  # each store audits on its own
         alone = audit_json(out / f"proc-{i}")
         assert alone["transfers"]["totals"]["h2d"]["count"] >= 2 * L  # steps 0 and 1 at least
+    # process 0 saved its run: on the SIGINT (KeyboardInterrupt when gloo gives up on the dead
+    # peer and the wait returns to Python) or, still blocked, from the stop watcher
     m0 = json.loads((out / "proc-0" / "run.json").read_text())
-    assert m0["status"] == "interrupted" and "stopped by jaxplace launch" in m0["error"]
+    assert m0["status"] == "interrupted", m0
+    assert m0["error"] == "KeyboardInterrupt" or m0["error"].startswith("stopped by jaxplace launch")
     r = audit_json(out)
     procs = {p["index"]: p for p in r["distributed"]["processes"]}
     assert procs[1]["died"] == "killed by SIGKILL" and procs[0]["died"] is None
@@ -267,3 +270,30 @@ def test_process_died_names_the_first_and_the_stopped():
     assert hits[0][1].startswith("process 1 died first: killed by SIGKILL; launch stopped the others "
                                  "(p0: exit 130 after launch stopped it)")
     assert hits[1][1].startswith("1 of the job's 3 processes recorded nothing (no proc-<i>/ for process 2)")
+
+
+def test_a_process_stuck_outside_python_is_saved_by_the_stop_watcher(tmp_path):
+    """Process 0's main thread never acts on launch's SIGINT (it blocks SIGINT and sleeps, as a
+    main thread blocked in a collective would be); process 1 then exits 3. The watcher thread
+    must save process 0's run (status interrupted, the reason in error) and exit 130 before
+    launch's grace runs out (otherwise SIGKILL leaves the manifest at 'running')."""
+    out = tmp_path / "job"
+    proc = jaxplace("launch", "-n", 2, "--grace", 20, "--trace", "off", "--out", out,
+                    SCRIPTS / "distributed" / "stuck.py", tmp_path / "blocked", timeout=120)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    ends = {p["index"]: p for p in json.loads((out / "job.json").read_text())["processes"]}
+    assert (ends[1]["exit_code"], ends[1]["stopped_by_launch"]) == (3, False)
+    assert (ends[0]["exit_code"], ends[0]["signal"], ends[0]["stopped_by_launch"]) == (130, None, True)
+    m0 = json.loads((out / "proc-0" / "run.json").read_text())
+    assert m0["status"] == "interrupted" and m0["exit_code"] == 130
+    assert m0["error"] == ("stopped by jaxplace launch (process 1 failed first: exit 3) while the "
+                           "script was blocked in JAX")
+    r = audit_json(out)
+    assert [f["message"].split(":")[0] for f in r["findings"]] == ["process 1 died first"]
+
+
+def test_launch_of_one_process_keeps_the_job_layout(tmp_path):
+    out = tmp_path / "job"
+    proc = jaxplace("launch", "-n", 1, "--trace", "off", "--out", out, SCRIPTS / "exit_code.py", 0)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "proc-0" / "run.json").is_file() and (out / "job.json").is_file()

@@ -20,7 +20,8 @@ MPICH / Intel MPI (PMI)     ``PMI_RANK`` / ``PMI_SIZE``                 —
 GKE TPU                     ``TPU_WORKER_ID`` / ``TPU_WORKER_HOSTNAMES``  —
 ==========================  =========================================  =================
 
-A job of one process (count 1) records as an ordinary run. Without ``--out``, a job with a
+A job of one process (count 1) records as an ordinary run (except under ``jaxplace launch -n 1``,
+whose job directory is already made). Without ``--out``, a job with a
 job key records into ``jaxplace-runs/<script>-<key>/`` (the same directory in every process);
 without a key every process would pick its own timestamped directory, so the run summary
 says to pass ``--out``.
@@ -94,8 +95,10 @@ def detect_process(env=None) -> JobProcess | None:
     elif _int(env, "TPU_WORKER_ID") is not None and env.get("TPU_WORKER_HOSTNAMES"):
         found = JobProcess(_int(env, "TPU_WORKER_ID"),
                            len(env["TPU_WORKER_HOSTNAMES"].split(",")), "GKE TPU")
-    if found is None or found.count == 1 or (found.count is not None and found.index >= found.count):
+    if found is None or (found.count is not None and found.index >= found.count):
         return None
+    if found.count == 1 and not found.coordinator:
+        return None  # a job of one process records as an ordinary run (launch -n 1 keeps JOB/proc-0/)
     return found
 
 
