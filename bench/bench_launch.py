@@ -14,7 +14,9 @@ collectives, a jitted data-parallel step over the global mesh and a host batch p
 * ``jaxplace launch ... --trace off`` (first round only): what the trace window costs.
 
 Wall time is spawn to the last process reaped, alternating A B A B (drift hits both alike);
-the ratio is the median of the per-pair ratios. The target (issue 17) is ≤ ×1.10.
+the ratio is the median of the per-pair ratios. The target (issue 17) is ≤ ×1.10. CPU seconds
+(user + system of every process, from ``wait4``) are reported beside it: on a shared machine
+the wall ratio of one pair swings by ±20 % with the neighbours' load.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -67,27 +70,51 @@ def _results(text: str) -> list[dict]:
     return out
 
 
+def _spawn(argv: list[str], env: dict, tmp: Path, name: str):
+    out, err = open(tmp / f"{name}.out", "w+"), open(tmp / f"{name}.err", "w+")
+    p = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                         cwd=str(REPO))
+    return p, out, err
+
+
+def _reap(spawned, timeout: float) -> tuple[list[int], float, list[str], str]:
+    """Wait for every process (SIGKILL after ``timeout``: a jax.distributed process takes
+    SIGTERM as a preemption notice); exit codes, CPU seconds (user + system, each process with
+    the descendants it reaped: launch's processes and their writers), stdouts, last stderr."""
+    timers = [threading.Timer(timeout, p.kill) for p, _, _ in spawned]
+    for t in timers:
+        t.start()
+    codes, cpu, outs, err_tail = [], 0.0, [], ""
+    try:
+        for p, out, err in spawned:
+            _, status, ru = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            codes.append(p.returncode)
+            cpu += ru.ru_utime + ru.ru_stime
+            out.seek(0)
+            err.seek(0)
+            outs.append(out.read())
+            err_tail = err.read()[-1500:]
+            out.close()
+            err.close()
+    finally:
+        for t in timers:
+            t.cancel()
+    return codes, cpu, outs, err_tail
+
+
 def by_hand(args: list[str], tmp: Path, timeout: float) -> dict:
     """Both processes at once, as a cluster launcher would start them; wall to the last reaped."""
     env = _env(2)
     env.update(BENCH_COORDINATOR=f"127.0.0.1:{_port()}", BENCH_PROCESS_COUNT="2")
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([PY, str(WORKLOAD), *args], env=dict(env, BENCH_PROCESS_ID=str(i)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                              text=True, cwd=str(REPO)) for i in range(2)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=timeout))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()  # SIGKILL: a jax.distributed process takes SIGTERM as a preemption notice
-            outs.append(p.communicate())
+    spawned = [_spawn([PY, str(WORKLOAD), *args], dict(env, BENCH_PROCESS_ID=str(i)), tmp, f"hand{i}")
+               for i in range(2)]
+    codes, cpu, outs, err = _reap(spawned, timeout)
     wall = time.perf_counter() - t0
-    codes = [p.returncode for p in procs]
-    results = [r for o, _ in outs for r in _results(o)]
-    return {"config": "by hand", "wall_s": wall, "exit_codes": codes, "results": results,
-            "ok": codes == [0, 0] and len(results) == 2, "stderr_tail": outs[-1][1][-1500:]}
+    results = [r for o in outs for r in _results(o)]
+    return {"config": "by hand", "wall_s": wall, "cpu_s": cpu, "exit_codes": codes, "results": results,
+            "ok": codes == [0, 0] and len(results) == 2, "stderr_tail": err}
 
 
 def launched(args: list[str], tmp: Path, timeout: float, extra: list[str], n: int) -> dict:
@@ -95,19 +122,13 @@ def launched(args: list[str], tmp: Path, timeout: float, extra: list[str], n: in
     argv = [PY, "-m", "jaxplace_cli", "launch", "-n", "2", "--devices-per-process", "2", *extra,
             "--out", str(out), str(WORKLOAD), *args]
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, env=_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         stdin=subprocess.DEVNULL, text=True, cwd=str(REPO))
-    try:
-        stdout, stderr = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        stdout, stderr = p.communicate()
+    codes, cpu, outs, err = _reap([_spawn(argv, _env(None), tmp, "launch")], timeout)
     wall = time.perf_counter() - t0
-    results = _results(stdout)
+    results = _results(outs[0])
     shutil.rmtree(out, ignore_errors=True)
     return {"config": "jaxplace launch" + (" " + " ".join(extra) if extra else ""), "wall_s": wall,
-            "exit_codes": [p.returncode], "results": results,
-            "ok": p.returncode == 0 and len(results) == 2, "stderr_tail": stderr[-1500:]}
+            "cpu_s": cpu, "exit_codes": codes, "results": results,
+            "ok": codes == [0] and len(results) == 2, "stderr_tail": err}
 
 
 def launch_group(pairs: int, steps: int, tmp: Path, timeout: float = 600, log=print, extras: int = 1) -> dict:
@@ -121,9 +142,11 @@ def launch_group(pairs: int, steps: int, tmp: Path, timeout: float = 600, log=pr
             runs[r["config"]].append(r)
             loop = max((x.get("loop_s") or 0 for x in r["results"]), default=0)
             log(f"  dist_mlp.py x2       {r['config']:<28} {r['wall_s']:7.2f} s  loop {loop:5.2f} s"
+                f"  cpu {r['cpu_s']:6.2f} s"
                 + ("" if r["ok"] else f"  FAILED {r['exit_codes']}: {r['stderr_tail'][-300:]}"))
     pairs_ok = [(a, b) for a, b in zip(runs["by hand"], runs["jaxplace launch"]) if a["ok"] and b["ok"]]
     ratios = [b["wall_s"] / a["wall_s"] for a, b in pairs_ok]
+    cpu = [b["cpu_s"] / a["cpu_s"] for a, b in pairs_ok if a["cpu_s"]]
     off = [b["wall_s"] / a["wall_s"] for a, b in zip(runs["by hand"], runs["jaxplace launch --trace off"])
            if a["ok"] and b["ok"]]
 
@@ -134,6 +157,9 @@ def launch_group(pairs: int, steps: int, tmp: Path, timeout: float = 600, log=pr
             "walls_s": {c: [round(r["wall_s"], 3) for r in rs] for c, rs in runs.items()},
             "pair_wall_ratios": [round(x, 4) for x in ratios], "median_wall_ratio": med(ratios),
             "trace_off_ratios": [round(x, 4) for x in off], "median_trace_off_ratio": med(off),
+            # CPU seconds of every process (launch: with its processes and their writers): what
+            # the job costs the machine, less sensitive than wall to a shared box's load
+            "pair_cpu_ratios": [round(x, 4) for x in cpu], "median_cpu_ratio": med(cpu),
             "median_wall_s": {c: med([r["wall_s"] for r in rs if r["ok"]]) for c, rs in runs.items()},
             "errors": [f"{r['config']}: exit {r['exit_codes']}: {r['stderr_tail'][-300:]}"
                        for rs in runs.values() for r in rs if not r["ok"]]}
@@ -153,6 +179,7 @@ def main(argv=None) -> int:
     v = g["median_wall_ratio"]
     print(f"P7 launch -n 2 vs by hand: {'n/a' if v is None else f'×{v:.3f}'} (target ≤ ×{TARGET:.2f}); "
           f"pairs {g['pair_wall_ratios']}; --trace off {g['trace_off_ratios']}; "
+          f"CPU ×{g['median_cpu_ratio'] or 0:.3f} {g['pair_cpu_ratios']}; "
           f"median walls {json.dumps({k: v and round(v, 2) for k, v in g['median_wall_s'].items()})}")
     if a.json:
         a.json.write_text(json.dumps(g, indent=1) + "\n")

@@ -567,7 +567,8 @@ def rows(res: dict) -> list[dict]:
         off = g.get("median_trace_off_ratio")
         row("P7", fmt_ratio(v) + f" ({w['jaxplace launch']:.2f} s vs {w['by hand']:.2f} s)", v <= 1.10, v,
             f"pairs {', '.join(f'×{x:.2f}' for x in g['pair_wall_ratios'])}"
-            + (f"; launch --trace off ×{off:.2f}" if off is not None else ""))
+            + (f"; launch --trace off ×{off:.2f}" if off is not None else "")
+            + (f"; CPU ×{g['median_cpu_ratio']:.2f}" if g.get("median_cpu_ratio") else ""))
     return out
 
 

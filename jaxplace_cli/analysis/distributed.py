@@ -215,6 +215,11 @@ def _job_view(path: Path, job: dict | None, views, runs, owner) -> JobView:
                                               "devices": len(names)})
     jv.devices = sorted(work.values(), key=lambda w: device_order(w.device))
     jv.collectives, jv.notes = _collectives(views)
+    alone = [v.index for (v, _), d in zip(runs, dist) if d and d.get("initialized") is False and v.status != "running"]
+    if alone:
+        jv.notes.append(f"process(es) {', '.join(map(str, alone))} never called jax.distributed.initialize: "
+                        "each used only its own devices, whose names repeat across processes (cpu:0 "
+                        "in each), so per-device counts of the merged tables add up different devices")
     return jv
 
 

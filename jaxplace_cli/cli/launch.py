@@ -267,8 +267,8 @@ class Launch:
                         "seconds": round(time.monotonic() - self.t0, 3)}
         if code != 0 and self.first_failure is None:
             self.first_failure = (i, code)
-            if not self.signals:
-                self._stop(f"process {i} failed first: {describe_end(self.ends[i])}")
+            if not self.signals:  # (what describe_end says, without importing analysis first)
+                self._stop(f"process {i} failed first: " + (f"killed by {sig}" if sig else f"exit {code}"))
 
     def _stop(self, reason: str) -> None:
         """SIGINT to the group of every process still running (what Ctrl-C at a terminal sends:
@@ -327,6 +327,8 @@ class Launch:
             print(f"jaxplace: could not write {self.job_dir}/job.json: {exc}", file=sys.stderr)
 
     def summary_lines(self) -> list[str]:
+        from jaxplace_cli.analysis.distributed import describe_end
+
         ends = [e for e in self.ends if e is not None]
         lines = []
         if self.first_failure is None and not self.signals:
@@ -344,15 +346,6 @@ class Launch:
                     lines.append(f"jaxplace: launch: process {e['index']}: {describe_end(e)}")
         lines.append(f"jaxplace: job saved to {self.job_dir}; audit it with: jaxplace audit {self.job_dir}")
         return lines
-
-
-def describe_end(end: dict | None) -> str:
-    """How a process ended, in words: ``exit 1``, ``killed by SIGKILL``."""
-    if not end:
-        return "did not end"
-    if end.get("signal"):
-        return f"killed by {end['signal']}" + (" from launch" if end.get("stopped_by_launch") else "")
-    return f"exit {end.get('exit_code')}" + (" after launch stopped it" if end.get("stopped_by_launch") else "")
 
 
 def _die_with_parent():
