@@ -297,3 +297,31 @@ def test_launch_of_one_process_keeps_the_job_layout(tmp_path):
     proc = jaxplace("launch", "-n", 1, "--trace", "off", "--out", out, SCRIPTS / "exit_code.py", 0)
     assert proc.returncode == 0, proc.stderr
     assert (out / "proc-0" / "run.json").is_file() and (out / "job.json").is_file()
+
+
+def test_ctrl_c_reaches_every_process_once_and_each_saves_its_run(tmp_path):
+    """SIGINT to launch (a Ctrl-C at the terminal reaches launch alone: the processes run in
+    groups of their own) is sent on to each process group; each run ends as python would on a
+    Ctrl-C (status interrupted, exit 130) and launch exits 130."""
+    out = tmp_path / "job"
+    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "launch", "-n", "2", "--trace", "off",
+                             "--out", str(out), str(SCRIPTS / "sleeps.py")],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = 0
+        for line in proc.stdout:  # "[p0] ready", "[p1] ready"
+            ready += line.rstrip().endswith("] ready")
+            if ready == 2:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert ready == 2 and proc.returncode == 130, stderr[-3000:]
+    launched = json.loads((out / "job.json").read_text())
+    assert launched["signals"] == ["SIGINT"] and launched["status"] == "interrupted"
+    for i in range(2):
+        m = json.loads((out / f"proc-{i}" / "run.json").read_text())
+        assert (m["status"], m["exit_code"]) == ("interrupted", 130)
+    assert stderr.count("KeyboardInterrupt") >= 2  # python's traceback, from each process
