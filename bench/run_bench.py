@@ -46,7 +46,7 @@ P5_FIXTURE = REPO / "tests" / "data" / "foreign_traces" / "tf-gpu-v100-multiwork
 PY = sys.executable
 RESULT_PREFIX = "BENCH_RESULT "
 JSON_SCHEMA = 1
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10", "P11")
 
 
 @dataclass
@@ -76,18 +76,23 @@ class Sizes:
     p3_plain_short: bool = True  # measure plain at the short length too (else reuse the long one)
     bounces: int = 16384  # P10: device-to-device moves of one array (target: audit <= 200 MB)
     bounces_long: int = 65536  # P10: the longer ping-pong run (target: audit <= 400 MB)
+    launch_pairs: int = 3  # P11: pairs of (by hand, jaxplace launch -n 2) (bench_launch.py)
+    launch_steps: int = 300  # P11: data-parallel steps per process
+    launch_trace_off_runs: int = 1  # P11: rounds that also run launch --trace off
 
 
 PROFILES = {
     "full": Sizes(),
     # ~3 min: the same workloads, smaller; fewer pairs (ratios are noisier)
     "quick": Sizes(pairs=3, steps=500, ops=9000, events=300_000, events_short=100_000,
-                   p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2, p7_runs=2),
+                   p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2, p7_runs=2, launch_pairs=2,
+                   launch_steps=150),
     # test_bench_smoke: every code path once, tiny sizes, numbers meaningless
     "smoke": Sizes(pairs=1, steps=10, batch=8, width=64, ops=60, events=3000, events_short=1500,
                    wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1, p7_runs=1,
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path"),
-                   p3_plain_short=False, p3_trace_off_runs=0, bounces=200, bounces_long=800),
+                   p3_plain_short=False, p3_trace_off_runs=0, bounces=200, bounces_long=800,
+                   launch_pairs=1, launch_steps=3, launch_trace_off_runs=0),
 }
 
 # name -> (jaxplace run options or None for plain python, BENCH_MODE)
@@ -112,6 +117,7 @@ TARGETS = {
     "P7": ("jaxplace audit of a 4 MiB TPU trace, huge core_details stat", "≤ 5 s"),
     "P9": ("jaxplace report (one HTML file) of the 1M-event run", "≤ 10 s, ≤ 20 MB"),
     "P10": ("peak RSS of jaxplace audit of ping-pong runs (16k and 64k bounces)", "≤ 200 MB and ≤ 400 MB"),
+    "P11": ("jaxplace launch -n 2 (2 CPU devices each) vs the same job by hand", "≤ ×1.10"),
 }
 P10_TARGETS_MB = (200.0, 400.0)  # the short and the long ping-pong run
 FLAT_TOLERANCE_MB = 25.0  # P3: overhead at the long length may exceed the short one by this much
@@ -658,6 +664,18 @@ def rows(res: dict) -> list[dict]:
             all(r["rss_mb"] <= r["target_mb"] for r in rs), rs[0]["rss_mb"],
             "; ".join(f"{r['bounces']:,} bounces: audit {r['wall_s']:.1f} s, {r['pingpong_round_trips']:,} "
                       f"round trips found" for r in rs))
+    g = res.get("P11")
+    if g is None:
+        row("P11", "skipped", None)
+    elif g["median_wall_ratio"] is None:
+        row("P11", "n/a", False, None, "; ".join(g["errors"])[:300])
+    else:
+        v, w = g["median_wall_ratio"], g["median_wall_s"]
+        off = g.get("median_trace_off_ratio")
+        row("P11", fmt_ratio(v) + f" ({w['jaxplace launch']:.2f} s vs {w['by hand']:.2f} s)", v <= 1.10, v,
+            f"pairs {', '.join(f'×{x:.2f}' for x in g['pair_wall_ratios'])}"
+            + (f"; launch --trace off ×{off:.2f}" if off is not None else "")
+            + (f"; CPU ×{g['median_cpu_ratio']:.2f}" if g.get("median_cpu_ratio") else ""))
     return out
 
 
@@ -805,6 +823,13 @@ def main(argv=None) -> int:
         if want("P10"):
             bench.log(f"P10: audit of ping-pong runs, {bench.sizes.bounces:,} and {bench.sizes.bounces_long:,} bounces")
             res["P10"] = p10_group(bench)
+        if want("P11"):
+            from bench_launch import launch_group
+
+            bench.log(f"P11: jaxplace launch -n 2 vs by hand, dist_mlp.py {bench.sizes.launch_steps} steps")
+            res["P11"] = launch_group(bench.sizes.launch_pairs, bench.sizes.launch_steps, bench.tmp, bench.timeout,
+                                      bench.log, bench.sizes.launch_trace_off_runs)
+            bench.errors += [f"P11 {e}" for e in res["P11"]["errors"]]
         if need_p3:
             bench.log(f"P3/P6: {sizes.events:,} and {sizes.events_short:,} events, {sizes.threads} threads")
             p3 = p3_group(bench)

@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10", "P11")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
@@ -33,7 +33,7 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
         assert set(r) >= {"id", "what", "target", "measured", "value", "pass", "note"}
         assert r["measured"] and r["target"]
     groups = doc["groups"]
-    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5", "P7", "P9"}
+    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5", "P7", "P9", "P10", "P11"}
     # the workloads and their reference modes ran (a broken workload script shows up here)
     for pid in ("P1", "P2"):
         assert groups[pid]["configs"]["plain"]["ok"] == 1, groups[pid]["configs"]["plain"]
@@ -55,3 +55,5 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     p10 = groups["P10"]["runs"]
     assert [r["bounces"] for r in p10] == [200, 800] and all(r["rss_mb"] for r in p10), p10
     assert [r["pingpong_round_trips"] for r in p10] == [199, 799], p10
+    # P11: the same 2-process job by hand and under jaxplace launch, both ran
+    assert groups["P11"]["median_wall_ratio"] is not None, groups["P11"]["errors"]

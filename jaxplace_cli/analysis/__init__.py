@@ -58,6 +58,7 @@ class AuditResult:
     trace: TraceInput | None = None
     budget: BudgetVerdict | None = None  # set when a budget was checked
     suggestion: object | None = None  # suggest.top.Suggestion: the best transfer-saving change
+    distributed: object | None = None  # distributed.JobView: a jax.distributed job's processes
 
 
 @dataclass

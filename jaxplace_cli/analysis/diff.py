@@ -73,11 +73,14 @@ def load_side(path: Path, min_bytes: int) -> dict:
         check_saved_audit(data, str(path))
         return data
     from jaxplace_cli.analysis import audit_run
+    from jaxplace_cli.analysis.distributed import audit_job, is_job
     from jaxplace_cli.analysis.document import to_dict
     from jaxplace_cli.analysis.findings import RuleConfig
     from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
 
     try:
+        if is_job(path):  # a jax.distributed job: its processes merged
+            return to_dict(audit_job(path, RuleConfig(min_bytes=min_bytes), top_sites=10_000))
         if classify_input(path) != "run":
             raise DiffInputError(f"{path} is not a jaxplace run directory or a saved audit JSON")
         run = open_run(path)

@@ -59,7 +59,17 @@ def to_dict(result: AuditResult) -> dict:
         "trace": asdict(result.trace) if result.trace is not None else None,
         "hosts": [_host(h) for h in result.hosts],
         "suggestion": _suggestion(result.suggestion),
+        **_distributed(result),
     }
+
+
+def _distributed(result: AuditResult) -> dict:
+    """A jax.distributed job's per-process view; absent from the audit of a single run."""
+    if result.distributed is None:
+        return {}
+    from jaxplace_cli.analysis.distributed import job_dict
+
+    return {"distributed": job_dict(result.distributed)}
 
 
 def _suggestion(sg) -> dict | None:

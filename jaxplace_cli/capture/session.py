@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxplace_cli import __version__
+from jaxplace_cli.capture import distributed
 from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
@@ -155,13 +156,17 @@ def _writer_manifest(writer) -> dict:
 class Session:
     def __init__(self, opts: RunOptions):
         self.opts = opts
-        self.run_dir = create_run_dir(opts.out)
+        # a process of a jax.distributed job records into OUT/proc-<i>/ (capture/distributed.py)
+        self.job = distributed.detect_process()
+        self.run_dir = create_run_dir(distributed.process_out(opts.out, self.job))
         self.manifest = Manifest(
             tool_version=__version__, target=Target(opts.kind, opts.target),
             argv=[opts.target, *opts.args], command=opts.command, cwd=os.getcwd(),
             python=platform.python_version(), host=platform.node(), pid=os.getpid(),
             policy=opts.policy, simulated_devices=opts.devices,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="running", exit_code=None)
+        if self.job is not None:  # said from the start: a process killed mid-run is still named
+            self.manifest.distributed = self.job.manifest()
         write_manifest(self.run_dir, self.manifest)
         from jaxplace_cli.store.writer import StoreWriter
         from jaxplace_cli.store.writer_process import open_writer
@@ -198,6 +203,7 @@ class Session:
         from jaxplace_cli.store.writer import BackgroundWriter
 
         self.manifest.jax_version, self.manifest.jaxlib_version = jax.__version__, jaxlib.__version__
+        distributed.before_script(self.job, self)  # jaxplace launch: coordinator, stop requests
         self.recorder = Recorder()
         if self.opts.progress:  # before the writer thread binds recorder.take
             from jaxplace_cli.capture.progress import LiveStatus
@@ -324,6 +330,9 @@ class Session:
                         self.opts.trace_seconds, self.opts.trace_ops,
                         self.trace.traced_ops if self.trace else 0,
                         self.trace.files() if self.trace else [], self.trace.note if self.trace else "")
+        section = {"devices": devices, "distributed": m.distributed}
+        distributed.finish(section, self.job)  # process index/count, coordinator, devices
+        m.distributed = section.get("distributed")
         try:
             write_manifest(self.run_dir, self.manifest)
             self.saved = True

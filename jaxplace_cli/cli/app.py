@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from jaxplace_cli import __version__
-from jaxplace_cli.cli import audit, devices, diff, export, report, run, suggest, view
+from jaxplace_cli.cli import audit, devices, diff, export, launch, report, run, suggest, view
 
 # Plain (click-style) help, not typer's rich panels: those cut long option names at 80
 # columns ("--max-h2d-bytes-per-st…") and print a "<bool>" type after every flag.
@@ -50,6 +50,13 @@ def _run(ctx: typer.Context) -> None:
     # cli/main.py hands `jaxplace run` to argparse before typer is imported; this entry only
     # lists the command in `jaxplace --help` (and serves callers of the typer app itself)
     run.main(list(ctx.args))
+
+
+@app.command("launch", context_settings=RUN_CONTEXT, add_help_option=False, help=launch.DESCRIPTION,
+             options_metavar="-n N [--devices-per-process K] [RUN OPTIONS] SCRIPT|-m MODULE [ARGS]...")
+def _launch(ctx: typer.Context) -> None:
+    # like run: cli/main.py hands `jaxplace launch` to argparse before typer is imported
+    launch.main(list(ctx.args))
 
 
 app.command("audit", epilog=audit.EPILOG,

@@ -147,14 +147,21 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         min_b = parse_size(min_bytes)
     except ValueError as exc:
         fail(f"--min-bytes: {exc}")
+    from jaxplace_cli.analysis.rules.distributed import JOB_RULES
+
     for r in (rule or []) + (ignore or []):
-        if r not in RULES:
-            fail(f"unknown rule {r!r}{_did_you_mean(r, RULES) or ''}; rules are: {', '.join(RULES)}")
+        if r not in RULES and r not in JOB_RULES:
+            fail(f"unknown rule {r!r}{_did_you_mean(r, [*RULES, *JOB_RULES]) or ''}; rules are: "
+                 f"{', '.join([*RULES, *JOB_RULES])}")
     gate = load_gate_budget(budget_path, flags or {})
     cfg = RuleConfig(min_bytes=min_b, loop_threshold=loop_threshold, recompile_threshold=recompile_threshold)
     try:
-        kind = classify_input(path)
-        if kind == "run":
+        from jaxplace_cli.analysis.distributed import audit_job, is_job
+
+        kind = "job" if is_job(path) else classify_input(path)
+        if kind == "job":  # a jax.distributed job: its processes merged (analysis/distributed.py)
+            result = audit_job(path, cfg, rule, ignore, top_sites=top)
+        elif kind == "run":
             run = open_run(path)
             from jaxplace_cli.cli.report import BIG_RUN, stages
             from jaxplace_cli.suggest.top import attach_suggestion
@@ -174,7 +181,12 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         fail(str(exc))
     except (sqlite3.DatabaseError, StoreError) as exc:  # a store corrupt past its header
         fail(f"{path}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
-    if gate is not None:
+    if gate is not None and kind == "job":  # every process, and the job in total
+        from jaxplace_cli.analysis.budgets import check, total_breaches
+        from jaxplace_cli.analysis.distributed import job_verdict
+
+        result.budget = job_verdict(result, gate, min_b, check, total_breaches)
+    elif gate is not None:
         from jaxplace_cli.analysis.budgets import check
 
         result.budget = BudgetVerdict(gate.source, gate.limit_names(), check(result, run, gate, min_b))

@@ -25,6 +25,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         from jaxplace_cli.cli.run import main as run_main
 
         _guarded(lambda: run_main(args[1:]))
+    if args[:1] == ["launch"]:  # argparse too (it shares run's options): no typer start-up
+        from jaxplace_cli.cli.launch import main as launch_main
+
+        _guarded(lambda: launch_main(args[1:]))
     _guarded(lambda: _typer_main(args))
 
 

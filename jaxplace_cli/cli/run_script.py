@@ -17,7 +17,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     from jaxplace_cli.capture.jaxhooks.trace_window import OFF, TRACE_MODES
     from jaxplace_cli.capture.runner import ScriptNotFound, exit_like_python, resolve_target
     from jaxplace_cli.capture.session import RunOptions, Session
-    from jaxplace_cli.store.layout import RunDirError, default_run_dir
+    from jaxplace_cli.store.layout import RunDirError
 
     if module is None and script is None:
         fail("nothing to run: give a script (jaxplace run train.py) or -m MODULE")
@@ -57,7 +57,9 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
         from jaxplace_cli.cli.audit import load_gate_budget
 
         gate = load_gate_budget(budget, {})
-    run_dir = out if out is not None else default_run_dir(target)
+    from jaxplace_cli.capture.distributed import default_out, detect_process
+
+    run_dir = out if out is not None else default_out(target, detect_process())  # a job: one dir
     opts = RunOptions(kind, target, args, run_dir, None, OFF if no_trace else trace,
                       trace_seconds, policy=policy, placer=placer, record=record,
                       command=["jaxplace", *sys.argv[1:]])

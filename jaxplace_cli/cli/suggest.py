@@ -84,11 +84,15 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
                  verify, verify_out, fmt) -> None:
     import sqlite3
 
+    from jaxplace_cli.analysis.distributed import is_job
     from jaxplace_cli.analysis.run import InputError, analyse, open_run
     from jaxplace_cli.report.suggest_render import plan_json, render_plan, render_verification
     from jaxplace_cli.store.reader import StoreError
     from jaxplace_cli.suggest.plan import make_plan
 
+    if is_job(path):  # placement is per process: each process places its own ops
+        fail(f"{path} is a jax.distributed job; suggest a placement for one process's run: "
+             f"jaxplace suggest {Path(path) / 'proc-0'}")
     try:
         run = open_run(path)
     except InputError as exc:

@@ -129,6 +129,7 @@ class Manifest:
     follow_children: bool = False
     parent_pid: int | None = field(default=None, metadata=COUNT)
     devices_override: DevicesOverride | None = None
+    distributed: dict | None = None  # a process of a jax.distributed job (capture/distributed.py)
     warnings: list[str] = field(default_factory=list)  # said on stderr after the run, kept here
 
     REQUIRED: typing.ClassVar[tuple[str, ...]] = ("schema_version", "status")
@@ -202,6 +203,10 @@ def _value(hint, value, where: str, name: str, meta):
         if len(value) > MAX_LIST:
             raise ManifestError(f"{where}: field {name!r} has {len(value):,} entries (at most {MAX_LIST:,})")
         return [_value(args[0], v, where, f"{name}[{i}]", meta) for i, v in enumerate(value)]
+    if hint is dict:  # a free-form section (its JSON was bounded in depth and size when read)
+        if not isinstance(value, dict):
+            _wrong(where, name, "an object", value)
+        return value
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             _wrong(where, name, "an object", value)

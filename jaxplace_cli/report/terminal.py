@@ -23,6 +23,7 @@ from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import below, file_name
 from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.report.distributed import render_job
 from jaxplace_cli.report.verdict import by_rule, severity_counts, verdict_parts
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -196,6 +197,7 @@ def _tables(result: AuditResult, console: Console, verbose: bool) -> None:
     _steps(console, result)
     if len(result.hosts) > 1:
         _hosts(console, result)
+    render_job(console, result)  # a jax.distributed job: per process (report/distributed.py)
 
 
 def _sites(console: Console, s) -> None:

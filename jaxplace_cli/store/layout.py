@@ -97,3 +97,68 @@ def _show(value) -> str:
 
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
+
+
+# -- distributed jobs (capture/distributed.py, cli/launch.py, analysis/distributed.py) -----------
+#
+#     <job>/job.json          what `jaxplace launch` knows: processes, coordinator, exit codes
+#     <job>/proc-<i>/         process i's run (run.json, events.sqlite, plugins/...)
+#
+# A job recorded without `jaxplace launch` (srun, mpirun, Kubernetes) has no job.json: its
+# processes are found by their directories.
+
+JOB = "job.json"
+PROCESS_PREFIX = "proc-"
+JOB_SCHEMA_VERSION = 1
+MAX_PROCESSES = 4096  # an audit reads at most this many process directories (untrusted input)
+
+
+def process_run_dir(job_dir: Path, index: int) -> Path:
+    return Path(job_dir) / f"{PROCESS_PREFIX}{int(index)}"
+
+
+def process_dirs(job_dir: Path) -> list[tuple[int, Path]]:
+    """``(index, path)`` of every ``proc-<i>/`` directory of a job, by index (at most
+    MAX_PROCESSES; names that are not ``proc-<digits>`` are ignored)."""
+    out = []
+    try:
+        entries = list(Path(job_dir).iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        tail = p.name[len(PROCESS_PREFIX):]
+        if p.name.startswith(PROCESS_PREFIX) and tail.isdigit() and len(tail) < 8 and p.is_dir():
+            out.append((int(tail), p))
+    return sorted(out)[:MAX_PROCESSES]
+
+
+def is_job_dir(path: Path) -> bool:
+    """A distributed job: a ``job.json``, or no ``run.json`` but ``proc-<i>/run.json`` inside."""
+    path = Path(path)
+    if not path.is_dir() or (path / MANIFEST).is_file():
+        return False
+    return (path / JOB).is_file() or any(is_run_dir(p) for _, p in process_dirs(path))
+
+
+def write_job(path: Path, job: dict) -> None:
+    """Write ``job.json`` atomically."""
+    path = Path(path)
+    tmp = path / (JOB + ".tmp")
+    tmp.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path / JOB)
+
+
+def read_job(path: Path) -> dict | None:
+    """``job.json`` of a job directory; None when there is none; RunDirError when unreadable."""
+    file = Path(path) / JOB
+    try:
+        if file.stat().st_size > 16 * 2**20:
+            raise RunDirError(f"{file} is larger than 16 MiB; it is not a jaxplace job manifest")
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{file} is unreadable or corrupt ({exc}); the job cannot be audited") from None
+    if not isinstance(data, dict) or data.get("schema_version") != JOB_SCHEMA_VERSION:
+        raise RunDirError(f"{file} is not a jaxplace job manifest of schema version {JOB_SCHEMA_VERSION}")
+    return data

@@ -1,0 +1,202 @@
+"""``jaxplace run`` inside one process of a ``jax.distributed`` job.
+
+Every process of the job runs ``jaxplace run --out JOB ...`` (``jaxplace launch`` does it for
+local jobs; ``srun``/``mpirun``/a Kubernetes Job on a cluster) and records into its own
+``JOB/proc-<i>/`` — its own store, writer and trace, nothing shared but the parent directory,
+so processes never contend for a file and a process that dies leaves the others' stores
+whole. ``jaxplace audit JOB`` merges them (analysis/distributed.py).
+
+Which process this is must be known *before* the script runs (the store is created first), so
+it comes from the environment of the launcher, never from JAX:
+
+==========================  =========================================  =================
+launcher                    index / count                              job key
+==========================  =========================================  =================
+``jaxplace launch``         ``JAXPLACE_PROCESS_INDEX`` / ``_COUNT``     (launch gives --out)
+anything else, by the user  ``JAXPLACE_PROCESS_INDEX`` / ``_COUNT``     ``JAXPLACE_JOB_ID``
+SLURM ``srun``              ``SLURM_PROCID`` / ``SLURM_NTASKS``         ``SLURM_JOB_ID.SLURM_STEP_ID``
+Open MPI ``mpirun``         ``OMPI_COMM_WORLD_RANK`` / ``_SIZE``        ``OMPI_MCA_ess_base_jobid``
+MPICH / Intel MPI (PMI)     ``PMI_RANK`` / ``PMI_SIZE``                 —
+GKE TPU                     ``TPU_WORKER_ID`` / ``TPU_WORKER_HOSTNAMES``  —
+==========================  =========================================  =================
+
+A job of one process (count 1) records as an ordinary run (except under ``jaxplace launch -n 1``,
+whose job directory is already made). Without ``--out``, a job with a
+job key records into ``jaxplace-runs/<script>-<key>/`` (the same directory in every process);
+without a key every process would pick its own timestamped directory, so the run summary
+says to pass ``--out``.
+
+Device names: JAX's own global device ids (``cpu:0``, ``cpu:2048``), which ``device_label``
+already uses. They are unique across the processes of a job (CPU: ``cpu:0``, ``cpu:1``,
+``cpu:2048``, ``cpu:2049`` for 2 processes x 2 devices, measured on JAX 0.10.2; GPU and TPU
+ids are global too), they are what the
+script itself sees in ``jax.devices()`` in every process, and a run recorded before this
+module existed names its devices the same way. The manifest maps each device to its process
+(``devices[].process``), which is how the merged audit shows ``p1`` next to ``cpu:2048``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from jaxplace_cli.store.layout import MANIFEST, RunDirError, default_run_dir, process_run_dir
+
+PROCESS_INDEX = "JAXPLACE_PROCESS_INDEX"
+PROCESS_COUNT = "JAXPLACE_PROCESS_COUNT"
+JOB_ID = "JAXPLACE_JOB_ID"
+LAUNCH_COORDINATOR = "JAXPLACE_LAUNCH_COORDINATOR"  # jaxhooks/cluster.py reads the same name
+CONTROL_FD = "JAXPLACE_LAUNCH_CONTROL_FD"  # the read end of launch's stop pipe
+STUCK_S = 1.0  # after a stop request, how long the main thread gets to act on the SIGINT
+
+
+@dataclass
+class JobProcess:
+    """This process's place in a distributed job, as its launcher's environment says."""
+
+    index: int
+    count: int | None  # None: the launcher does not say (the manifest gets JAX's at the end)
+    source: str  # which launcher's variables said so
+    job_id: str = ""
+    coordinator: str = ""  # the launch's coordinator (jaxplace launch only)
+
+    def manifest(self) -> dict:
+        return {"process_index": self.index, "process_count": self.count, "source": self.source,
+                "job_id": self.job_id, "coordinator": self.coordinator or None,
+                "initialized": False}
+
+
+def _int(env, key) -> int | None:
+    v = env.get(key, "").strip()
+    return int(v) if v.isdigit() else None
+
+
+def detect_process(env=None) -> JobProcess | None:
+    """This process's index in a job of more than one process; None for an ordinary run."""
+    env = os.environ if env is None else env
+    found = None
+    if _int(env, PROCESS_INDEX) is not None:
+        source = "jaxplace launch" if env.get(LAUNCH_COORDINATOR) else PROCESS_INDEX
+        found = JobProcess(_int(env, PROCESS_INDEX), _int(env, PROCESS_COUNT), source,
+                           env.get(JOB_ID, ""), env.get(LAUNCH_COORDINATOR, ""))
+    elif _int(env, "SLURM_PROCID") is not None and _int(env, "SLURM_NTASKS") is not None \
+            and "SLURM_STEP_ID" in env:  # a task of an srun step (not the batch script itself)
+        found = JobProcess(_int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), "SLURM",
+                           f"{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}")
+    elif _int(env, "OMPI_COMM_WORLD_RANK") is not None:
+        found = JobProcess(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
+                           "Open MPI", env.get("OMPI_MCA_ess_base_jobid", ""))
+    elif _int(env, "PMI_RANK") is not None:
+        found = JobProcess(_int(env, "PMI_RANK"), _int(env, "PMI_SIZE"), "PMI (MPICH, Intel MPI)")
+    elif _int(env, "TPU_WORKER_ID") is not None and env.get("TPU_WORKER_HOSTNAMES"):
+        found = JobProcess(_int(env, "TPU_WORKER_ID"),
+                           len(env["TPU_WORKER_HOSTNAMES"].split(",")), "GKE TPU")
+    if found is None or (found.count is not None and found.index >= found.count):
+        return None
+    if found.count == 1 and not found.coordinator:
+        return None  # a job of one process records as an ordinary run (launch -n 1 keeps JOB/proc-0/)
+    return found
+
+
+def default_out(target: str, job: JobProcess | None) -> Path:
+    """Where a run goes without ``--out``: one directory for the whole job when it has a key."""
+    if job is not None and job.job_id:
+        key = re.sub(r"[^A-Za-z0-9_.-]+", "_", job.job_id)[:64]
+        stem = Path(target).stem if "/" in target or target.endswith(".py") else target
+        return Path("jaxplace-runs") / (re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) + f"-job{key}")
+    return default_run_dir(target)
+
+
+def process_out(out: Path, job: JobProcess | None) -> Path:
+    """The directory this process records into: ``OUT/proc-<i>/`` in a job, else ``OUT``."""
+    if job is None:
+        return Path(out)
+    if (Path(out) / MANIFEST).is_file():
+        raise RunDirError(f"--out {out} holds a single-process run; a job of {job.count or 'several'} "
+                          f"processes needs a new directory")
+    return process_run_dir(out, job.index)
+
+
+def before_script(job: JobProcess | None, session=None) -> None:
+    """Under ``jaxplace launch``: let ``jax.distributed.initialize()`` find the launch's
+    coordinator, count and index (jaxhooks/cluster.py), and watch the launch's stop request
+    (``watch_launch``). Called once JAX is imported, before the script runs."""
+    if job is None or not job.coordinator:
+        return
+    from jaxplace_cli.capture.jaxhooks.cluster import register
+
+    register()
+    fd = _int(os.environ, CONTROL_FD)
+    # the descriptor is this process's alone: a child Python (subprocess, --follow-children)
+    # must not take whatever it has under that number for launch's pipe
+    os.environ.pop(CONTROL_FD, None)
+    if fd is not None and session is not None:
+        try:
+            os.set_inheritable(fd, False)  # the script's own children do not get it
+        except OSError:
+            return
+        threading.Thread(target=watch_launch, args=(fd, session), daemon=True,
+                         name="jaxplace-launch-watch").start()
+
+
+def watch_launch(fd: int, session, stuck_s: float = STUCK_S) -> None:
+    """Save the run when launch asks this process to stop and the script cannot.
+
+    Launch stops a process with SIGINT (cli/launch.py) and writes why into this pipe (or the
+    pipe closes: launch died). Python acts on a signal only in the main thread, between
+    bytecodes; a main thread blocked in a collective whose peer died never gets there
+    (measured: a 2-process gloo job, the survivor blocked in the next jit call for as long as
+    it was watched, its other threads running). So if the session has not started saving
+    ``stuck_s`` seconds after the request, this thread saves it — status ``interrupted``, the
+    reason in ``error`` — and ends the process (exit 130, as the SIGINT would have)."""
+    try:
+        reason = os.read(fd, 512).decode("utf-8", "replace").strip() or "jaxplace launch ended"
+    except OSError:
+        return
+    deadline = time.monotonic() + stuck_s
+    while time.monotonic() < deadline:
+        if session._finalized:
+            return  # the main thread acted on the SIGINT and is saving the run
+        time.sleep(0.05)
+    if session._finalized:
+        return
+    from jaxplace_cli.capture.runner import Outcome
+
+    session.finalize(Outcome("interrupted", 130, f"stopped by jaxplace launch ({reason[:200]}) while "
+                                                 "the script was blocked in JAX"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def finish(manifest: dict, job: JobProcess | None) -> None:
+    """Add what ``jax.distributed`` was initialised with to the manifest (``distributed``); a
+    run of one process that never initialised it gets no such key."""
+    state = None
+    if "jax" in sys.modules:
+        from jaxplace_cli.capture.jaxhooks.cluster import state as jax_state
+
+        state = jax_state()
+    if job is None and state is None:
+        return
+    section = job.manifest() if job is not None else {"source": "jax.distributed.initialize"}
+    if state is not None:
+        section.update(state, initialized=True)
+        if job is not None and state["process_index"] != job.index:
+            section["note"] = (f"JAX says process {state['process_index']}, the launcher said "
+                               f"{job.index} (the directory's name)")
+    names = {d.get("name") for d in manifest.get("devices", []) if isinstance(d, dict)}
+    here = section.get("process_index")
+    section["local_devices"] = sorted(
+        (d["name"] for d in manifest.get("devices", []) if isinstance(d, dict) and d.get("process") == here),
+        key=_device_order) if names else []
+    manifest["distributed"] = section
+
+
+def _device_order(name: str):
+    kind, _, num = name.partition(":")
+    return (kind, int(num) if num.isdigit() else 0, name)
