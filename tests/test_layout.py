@@ -83,7 +83,7 @@ def test_jax_internals_only_in_one_package():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="layout move in progress (issue 12)")
+
 def test_sql_only_in_the_store():
     bad = []
     for rel, _, tree in _modules():
@@ -96,7 +96,7 @@ def test_sql_only_in_the_store():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="layout move in progress (issue 12)")
+
 def test_no_module_or_function_too_long_to_read():
     """Over ~400 lines a module, over ~80 a function, needs a reason: a function says it in a
     ``# long: why`` comment on the line after its signature."""

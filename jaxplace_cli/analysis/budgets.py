@@ -225,6 +225,8 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
     if budget.recompiles is not None:
         breaches += _recompiles(run, budget, result)
     if budget.total:  # a run of one process is a job of one: its total is its own
+        from jaxplace_cli.analysis.budget_total import total_breaches
+
         breaches += total_breaches([(result, run)], budget, default_min_bytes)
     if budget.fail_on:
         breaches += _fail_on(findings, budget)
@@ -299,48 +301,6 @@ def _fail_on(findings, budget: Budget) -> list[Breach]:
 
 
 _short = file_name
-
-
-def total_breaches(parts, budget: Budget, default_min_bytes: int) -> list[Breach]:
-    """``[total]`` limits over the processes of a job: ``parts`` is ``(AuditResult, run)`` per
-    process. Counted as ``check`` counts a kind (same floor, allowed sites left out); per step,
-    step i of every process is added up (SPMD processes run the same steps)."""
-    min_bytes = budget.min_bytes if budget.min_bytes is not None else default_min_bytes
-    breaches = []
-    for kind, limits in budget.total.items():
-        floor = min_bytes if kind != D2H or budget.min_bytes is not None else 0
-        total = {"count": 0, "bytes": 0}
-        steps: dict[int, list[int]] = {}
-        for result, run in parts:
-            allowed = _allowed_sites(run.store.sites(), budget.allow) if budget.allow else set()
-            info = result.steps
-            starts = [s.start_seq for s in info.steps] if info is not None else []
-            for t in run.store.transfers():
-                if t.kind != kind or t.bytes < floor or t.site in allowed:
-                    continue
-                total["count"] += 1
-                total["bytes"] += t.bytes
-                i = bisect.bisect_right(starts, t.seq) - 1
-                if starts and i >= info.warmup and t.seq < info.steps[i].end_seq:
-                    c = steps.setdefault(i, [0, 0])
-                    c[0], c[1] = c[0] + 1, c[1] + t.bytes
-        for key in ("count", "bytes"):
-            if key in limits and total[key] > limits[key]:
-                breaches.append(Breach(f"total.{kind}.{key}", limits[key], total[key],
-                                       f"{kind} {_noun(key)} of the job were limited to {_fmt(key, limits[key])} "
-                                       f"but its {len(parts)} processes {'did' if key == 'count' else 'moved'} "
-                                       f"{_fmt(key, total[key])}"))
-        for key, field_ in (("count_per_step", 0), ("bytes_per_step", 1)):
-            if key in limits and steps:
-                i, worst = max(steps.items(), key=lambda kv: (kv[1][field_], -kv[0]))
-                if worst[field_] > limits[key]:
-                    breaches.append(Breach(f"total.{kind}.{key}", limits[key], worst[field_],
-                                           f"{kind if field_ == 0 else kind + ' bytes'} per step of the job were "
-                                           f"limited to {_fmt(key, limits[key])} but step {i} did "
-                                           f"{_fmt(key, worst[field_])} over {len(parts)} processes"))
-    return breaches
-
-
 
 
 def _host_syncs_per_step(rows, limit: int, steps: _Steps, sites) -> list[Breach]:

@@ -283,7 +283,8 @@ def _job_status(views) -> str:
 def judge_job(path, budget, min_bytes: int = 1024) -> BudgetVerdict:
     """A budget over a job: every limit per process (a breach names the process), and the
     ``[total]`` limits over the job (analysis/budgets.py ``total_breaches``)."""
-    from jaxplace_cli.analysis.budgets import check, total_breaches
+    from jaxplace_cli.analysis.budget_total import total_breaches
+    from jaxplace_cli.analysis.budgets import check
 
     result = audit_job(path, RuleConfig(min_bytes=min_bytes))
     return job_verdict(result, budget, min_bytes, check, total_breaches)

@@ -182,7 +182,8 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
     except (sqlite3.DatabaseError, StoreError) as exc:  # a store corrupt past its header
         fail(f"{path}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
     if gate is not None and kind == "job":  # every process, and the job in total
-        from jaxplace_cli.analysis.budgets import check, total_breaches
+        from jaxplace_cli.analysis.budget_total import total_breaches
+        from jaxplace_cli.analysis.budgets import check
         from jaxplace_cli.analysis.distributed import job_verdict
 
         result.budget = job_verdict(result, gate, min_b, check, total_breaches)

@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jaxplace_cli.sources.xplane import _hlo_bytes, _load, _stats
+from jaxplace_cli.sources.xplane.common import stats as _stats
+from jaxplace_cli.sources.xplane.offload import hlo_bytes as _hlo_bytes
+from jaxplace_cli.sources.xplane.reader import load as _load
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
          "collective-permute", "collective-broadcast", "send", "recv")

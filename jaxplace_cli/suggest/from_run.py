@@ -102,6 +102,8 @@ def _ints(text) -> list[int]:
 
 
 def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool = False) -> RunGraph:
+    # long: one pass over the run's ops in dispatch order builds nodes, data edges, pins and the
+    # host legs together; split up, a dozen accumulators would travel between the pieces
     """``run``: an ``analysis.run.RunData``. ``devices``: labels the suggestion may use
     (default: every device the run saw)."""
     store = run.store
