@@ -10,7 +10,8 @@ is placed and recorded exactly as under ``jaxplace run``.
 """
 from __future__ import annotations
 
-from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, JitFunction
+from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec
+from jaxplace_cli.capture.jaxhooks.jit import JitFunction, jit_name
 from jaxplace_cli.model.events import OP_JIT
 
 _LIBRARIES = ("jax", "jaxlib", "jaxplace_cli", "flax", "optax", "equinox", "haiku")
@@ -28,8 +29,7 @@ def is_unhooked_jit(obj) -> bool:
 def adopt(obj) -> JitFunction:
     """``obj`` (a PjitFunction) as the JitFunction ``jax.jit`` returns under the hooks."""
     info = obj._jit_info
-    name = getattr(obj, "__name__", None) or type(obj).__name__
-    spec = CallSpec(f"jit({name})", OP_JIT, scalar_operands=True, flatten=True,
+    spec = CallSpec(jit_name(getattr(obj, "__wrapped__", obj)), OP_JIT, scalar_operands=True, flatten=True,
                     static_argnums=tuple(info.static_argnums or ()),
                     static_argnames=tuple(info.static_argnames or ()))
     return JitFunction(obj, spec)
