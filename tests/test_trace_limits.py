@@ -210,3 +210,18 @@ def test_varints_are_bounded_to_10_bytes():
     assert proto_varints("\x08" + "é" * 2000) == {}  # an endless varint, handed over as str
     assert proto_varints("\x10\x05" * (MAX_CORE_DETAILS // 2)) == {2: 5}  # at the size limit
     assert proto_varints("\x10\x05" * (MAX_CORE_DETAILS // 2) + "\x18\x01") == {}  # over it
+
+
+def test_a_device_plane_with_an_odd_index_is_data_not_a_bug(tmp_path):
+    """``/device:GPU:²``: ``"²".isdigit()`` is True but ``int("²")`` fails; such a plane is not a
+    device plane jaxplace knows (issue 15 #10), never "not supported yet, please report it"."""
+    trace = tmp_path / "odd.xplane.pb"
+    names = {1: "MemcpyH2D"}
+    stats = {1: "memcpy_details"}
+    events = [xspace.event(1, 1000, 500, [xspace.stat(1, "size:4096 dest:0 async:1")])]
+    trace.write_bytes(xspace.space([
+        xspace.plane(1, "/device:GPU:\u00b2", [xspace.line(1, "Stream #1(MemcpyH2D)", events)], names, stats),
+        xspace.plane(2, "/host:CPU", [], {}, {})]))
+    proc = jaxplace("audit", trace, "--format", "json")
+    assert proc.returncode in (0, 2), proc.stderr
+    assert "please report" not in proc.stderr and "Traceback" not in proc.stderr

@@ -100,7 +100,7 @@ def _recording():
     from jaxplace_cli.store.writer import StoreWriter
 
     rec = Recorder()
-    rec._buf_ids = _BUF_IDS  # see _BUF_IDS
+    rec.buf_ids = _BUF_IDS  # see _BUF_IDS
     installed_here = False
     if _INSTALLED or state.active.rec is not None:
         previous = state.active.rec

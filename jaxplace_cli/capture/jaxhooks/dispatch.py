@@ -161,7 +161,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
     """
     rec = active.rec
     site = rec.site_of(sys._getframe(1))
-    seq = next(rec._seq)
+    seq = next(rec.seqs)
     placed = ""
     if active.placing:
         placer = tls.placer or active.placer
@@ -211,7 +211,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
     if spec.host_data and not any(isinstance(a, _Array) for a in tree_leaves(args)):
         # jnp.array([1.0, 2.0, 3.0]), jnp.asarray(np_f64): the host value, whole, at the
         # device dtype: exactly the result's size
-        ev = (next(rec._seq), t0 - base, tid, H2D, HOST, _endpoint(dev, outs[0]),
+        ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, _endpoint(dev, outs[0]),
               array_nbytes(outs[0]), True, False, spec.name + " (host data)", site, 0, seq)
         transfers.append(ev)
         if on_transfer is not None:
@@ -234,7 +234,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             if adev != dev and "," not in dev and "," not in adev:
                 committed = getattr(a, "_committed", True)
                 api = spec.name + (" (uncommitted input)" if not committed else "")
-                ev = (next(rec._seq), t0 - base, tid, D2D, adev, dev, array_nbytes(a), True, False,
+                ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dev, array_nbytes(a), True, False,
                       api, site, b, seq)
                 transfers.append(ev)
                 if on_transfer is not None:
@@ -246,7 +246,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
                 dst, nbytes = _endpoint(dev, outs[0]), scalar_bytes[ta]
                 if dst is not dev:  # a multi-device call: every device gets the scalar
                     nbytes *= len(expand_device_group(dst))
-                ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dst, nbytes, True, False,
+                ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes, True, False,
                       spec.scalar_api, site, 0, seq)
                 transfers.append(ev)
                 if on_transfer is not None:
@@ -257,7 +257,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
                 from jaxplace_cli.capture.jaxhooks.uploads import sharded_upload
 
                 dst, nbytes = sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes)
-            ev = (next(rec._seq), t0 - base, tid, H2D, HOST, dst, nbytes,
+            ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
                   True, False, spec.name + " (numpy argument)", site, 0, seq)
             transfers.append(ev)
             if on_transfer is not None:
@@ -274,7 +274,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
         if b == 0 and od is not None:
             # A new array: its BufferEvent rides in the op's row (three more fields; split off
             # by store/rows.py; the row shape is model/raw.py) — one tuple per op instead of two, and no call.
-            b = od[BUF_ATTR] = next(rec._buf_ids)
+            b = od[BUF_ATTR] = next(rec.buf_ids)
             rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
             aval = o.aval
             dtype = aval.dtype
@@ -293,7 +293,7 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             od = getattr(o, "__dict__", None)
             b = od.get(BUF_ATTR) if od is not None else 0
             if b is None:
-                b = od[BUF_ATTR] = next(rec._buf_ids)
+                b = od[BUF_ATTR] = next(rec.buf_ids)
                 if odev is dev:
                     rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
                 if odev is None:

@@ -51,7 +51,7 @@ def read_blocks(rec, arr, dev: str, buf: int, ready: bool | None = None) -> bool
 def waited(rec, dev: str, buf: int) -> None:
     """The host waited for ``buf`` on ``dev`` (a read or ``block_until_ready``)."""
     if not buf or buf >= rec.tail.get(dev, 0):
-        rec.synced[dev] = next(rec._buf_ids)  # everything made so far is finished
+        rec.synced[dev] = next(rec.buf_ids)  # everything made so far is finished
     else:
         rec.synced[dev] = max(rec.synced.get(dev, 0), buf)
 

@@ -36,7 +36,7 @@ def hlo_bytes(shape_text: str) -> int:
     n = size
     for d in m.group(2).split(","):
         if d:
-            if not d.isdigit():
+            if not (d.isascii() and d.isdigit()):  # "²".isdigit() is True, int("²") fails
                 return -1
             n *= int(d)
     return n

@@ -44,7 +44,7 @@ def split_planes(planes) -> tuple[list[DevicePlane], list]:
         pname = pl.name
         if pname.startswith("/device:"):
             parts = pname.split(":")
-            if len(parts) == 3 and parts[2].isdigit() and parts[1] != "CUSTOM":
+            if len(parts) == 3 and parts[2].isascii() and parts[2].isdigit() and parts[1] != "CUSTOM":
                 plat = parts[1].lower()
                 dev_planes.append(DevicePlane(plat, int(parts[2]), f"{plat}:{int(parts[2])}", pl))
         elif pname.startswith("/host:CPU"):
