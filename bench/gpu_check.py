@@ -43,7 +43,7 @@ def gpu_devices() -> tuple[int, str]:
 
 def jaxplace_totals(run_dir: Path) -> dict[str, tuple[int, int]]:
     from jaxplace_cli.store.layout import EVENTS
-    from jaxplace_cli.store.sqlite import StoreReader
+    from jaxplace_cli.store.reader import StoreReader
 
     totals = {k: [0, 0] for k in KINDS}
     reader = StoreReader(run_dir / EVENTS)

@@ -23,6 +23,9 @@ N, L = 2, 2  # processes, devices per process
 STEPS = 4
 ROWS_PER_DEVICE, COLS = 4, 128  # spmd_step.py
 PUT_BYTES = ROWS_PER_DEVICE * COLS * 4  # one device_put of y's rows for one device: 2,048 B
+# the x batch of a step through make_array_from_process_local_data: one upload to the process's
+# devices (a group endpoint), ROWS_PER_DEVICE x L rows x COLS float32 = 4,096 B
+BATCH_BYTES = ROWS_PER_DEVICE * L * COLS * 4
 
 
 def _launch(out, *args, timeout=180):
@@ -46,13 +49,11 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
     * d2h: one ``float(loss)`` of a float32 scalar: 4 B, below --min-bytes (small);
     * ops: STEPS ``jit(step)`` + one ``jit(init)`` + STEPS x L ``device_put`` = 13.
 
-    The job's totals are the two processes' sums: h2d 16 transfers, 32,768 B; d2h small 2, 8 B.
+    * h2d also: STEPS x one ``jax.make_array_from_process_local_data`` upload of the x batch to
+      the process's L devices (one group transfer), BATCH_BYTES = 4,096 B each: 4 transfers,
+      16,384 B — per process 12 transfers, 32,768 B.
 
-    Will change once ``jax.make_array_from_process_local_data`` uploads are recorded
-    (capture/jaxhooks, another branch): the x batch, LOCAL_ROWS (= ROWS_PER_DEVICE x L) x COLS
-    float32 per step, adds STEPS x 4,096 B = 16,384 B of h2d per process (32,768 B to the job)
-    and its transfer count (one per local device and step if recorded per shard: +8 per
-    process), and the ``device_put`` op count if it is recorded as an op.
+    The job's totals are the two processes' sums: h2d 24 transfers, 65,536 B; d2h small 2, 8 B.
     """
     out, proc = job
     # every line of the processes' output comes back prefixed with its process
@@ -76,25 +77,28 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
     assert {w["device"]: w["process"] for w in d["devices"]} == {
         dev: i for i, p in procs.items() for dev in p["devices"]}
 
-    per_h2d = {"count": STEPS * L, "bytes": STEPS * L * PUT_BYTES}
-    assert per_h2d == {"count": 8, "bytes": 16_384}
+    per_h2d = {"count": STEPS * L + STEPS, "bytes": STEPS * L * PUT_BYTES + STEPS * BATCH_BYTES}
+    assert per_h2d == {"count": 12, "bytes": 32_768}
     for i, p in procs.items():
         assert p["status"] == "complete" and p["died"] is None, p
         assert p["transfers"]["totals"]["h2d"] == per_h2d, (i, p["transfers"])
         assert p["transfers"]["totals"]["d2h"] == {"count": 0, "bytes": 0}
         assert p["transfers"]["small"]["d2h"] == {"count": 1, "bytes": 4}
-        assert p["ops"]["total"] == STEPS + 1 + STEPS * L == 13
+        # STEPS jit(step) + 1 init + STEPS x L device_put + STEPS make_array_from_process_local_data
+        # + STEPS make_array_from_single_device_arrays (JAX's inner call, recorded as an op too)
+        assert p["ops"]["total"] == STEPS + 1 + STEPS * L + 2 * STEPS == 21
         assert p["steps"] == STEPS
     t = r["transfers"]
-    assert t["totals"]["h2d"] == {"count": 2 * 8, "bytes": 2 * 16_384}
+    assert t["totals"]["h2d"] == {"count": 2 * 12, "bytes": 2 * 32_768}
     assert t["totals"]["h2d"] == {k: sum(p["transfers"]["totals"]["h2d"][k] for p in procs.values())
                                   for k in ("count", "bytes")}
     assert t["small"]["d2h"] == {"count": 2, "bytes": 8}
-    assert r["ops"]["total"] == 26
+    assert r["ops"]["total"] == 2 * 21
     # a jit call over the global mesh runs on its own process's devices
     for p in procs.values():
         group = r["ops"]["by_device"][",".join(p["devices"])]
-        assert group["count"] == STEPS + 1 and {"name": "jit(step)", "count": STEPS} in group["top"]
+        # jit(step) x STEPS, the init, and the two make_array_* calls of each step's batch
+        assert group["count"] == STEPS + 1 + 2 * STEPS and {"name": "jit(step)", "count": STEPS} in group["top"]
         for dev in p["devices"]:
             assert r["ops"]["by_device"][dev]["count"] == STEPS  # its device_put calls
     spanning = {(c["name"], c["process"]): c["count"] for c in d["spanning_calls"]}
@@ -115,20 +119,20 @@ def test_text_audit_shows_every_process(job):
 
 
 def test_budget_per_process_and_in_total(job, tmp_path):
-    """[h2d] count = 8 holds in each process (8 each); [total.h2d] count = 15 does not (16)."""
+    """[h2d] count = 12 holds in each process (12 each); [total.h2d] count = 23 does not (24)."""
     out, _ = job
     budget = tmp_path / "b.toml"
-    budget.write_text("[h2d]\ncount = 8\n[total.h2d]\ncount = 15\n")
+    budget.write_text("[h2d]\ncount = 12\n[total.h2d]\ncount = 23\n")
     proc = jaxplace("audit", out, "--budget", budget, "--format", "json")
     assert proc.returncode == 1, proc.stderr
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
-    assert [(b["rule"], b["limit"], b["actual"]) for b in breaches] == [("total.h2d.count", 15, 16)]
-    budget.write_text("[h2d]\ncount = 7\n")
+    assert [(b["rule"], b["limit"], b["actual"]) for b in breaches] == [("total.h2d.count", 23, 24)]
+    budget.write_text("[h2d]\ncount = 11\n")
     proc = jaxplace("audit", out, "--budget", budget, "--format", "json")
     assert proc.returncode == 1
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
     assert sorted(b["message"][:3] for b in breaches) == ["p0:", "p1:"]
-    assert {(b["rule"], b["actual"]) for b in breaches} == {("h2d.count", 8)}
+    assert {(b["rule"], b["actual"]) for b in breaches} == {("h2d.count", 12)}
 
 
 def test_diff_of_two_jobs(job):
@@ -136,7 +140,7 @@ def test_diff_of_two_jobs(job):
     proc = jaxplace("diff", out, out, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     kinds = json.loads(proc.stdout)["kinds"]
-    assert kinds["h2d"]["base"] == kinds["h2d"]["new"] == {"count": 16, "bytes": 32_768}
+    assert kinds["h2d"]["base"] == kinds["h2d"]["new"] == {"count": 24, "bytes": 65_536}
 
 
 def test_killed_process_stops_the_job_and_both_stores_audit(tmp_path):
@@ -189,7 +193,7 @@ def test_killed_process_stops_the_job_and_both_stores_audit(tmp_path):
     assert len(died) == 1 and died[0]["message"].startswith("process 1 died first: killed by SIGKILL")
     assert died[0]["severity"] == "error"
     # process 1 waited after step 2: its first 2 steps' uploads are in its store
-    assert procs[1]["transfers"]["totals"]["h2d"] == {"count": 2 * L, "bytes": 2 * L * PUT_BYTES}
+    assert procs[1]["transfers"]["totals"]["h2d"] == {"count": 2 * L + 2, "bytes": 2 * L * PUT_BYTES + 2 * BATCH_BYTES}
 
 
 def test_detect_process_from_launcher_environments():

@@ -637,7 +637,8 @@ def test_every_audit_format_keeps_input_inert(clean_result, s):
             continue
         text = render_to_string(result, fmt)
         shown = SGR.sub("", text) if fmt == "rich" else text
-        assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e\u2028\ud800-\udfff]", shown), (fmt, shown)
+        m = re.search("[\x00-\x08\x0b-\x1f\x7f\u202e\u2028\ud800-\udfff]", shown)
+        assert not m, (fmt, repr(shown[max(m.start() - 80, 0):m.start() + 40]) if m else "")
         if fmt == "markdown":
             _markdown({"out": None}, text, "", fmt)
         elif fmt == "junit":

@@ -106,9 +106,13 @@ def _recording():
         previous = state.active.rec
         state.active.rec = rec
     else:
+        from jaxplace_cli.integrations.placement import _adopt_caller_jits
+
         previous = None
         install(rec)
         installed_here = True
+        # jit functions made before the hooks (module level, no pytest plugin) are recorded too
+        _adopt_caller_jits()
     holder: dict = {}
     tmp = tempfile.TemporaryDirectory(prefix="jaxplace-budget-")
     try:
@@ -116,8 +120,10 @@ def _recording():
     finally:
         if installed_here:
             from jaxplace_cli.capture.jaxhooks import uninstall
+            from jaxplace_cli.integrations.placement import _restore_jits
 
             uninstall()
+            _restore_jits()
         else:
             state.active.rec = previous
         from pathlib import Path

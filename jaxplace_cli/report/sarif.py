@@ -147,7 +147,7 @@ def render(result: AuditResult, max_results: int = MAX_RESULTS) -> str:
                             "rules": [_rule(r) for r in rules]}},
         "results": results,
         "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": [
-            {"level": "note", "message": {"text": f"{dropped} more results were left out (at most "
+            {"level": "note", "message": {"text": f"{dropped} more result{'s' if dropped != 1 else ''} {'were' if dropped != 1 else 'was'} left out (at most "
                                                   f"{max_results} per report)"}}] if dropped else []}],
     }
     doc = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}

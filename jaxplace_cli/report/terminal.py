@@ -186,7 +186,7 @@ def _tables(result: AuditResult, console: Console, verbose: bool) -> None:
         t.add_column(col, justify="left" if col == "kind" else "right", overflow="fold")
     for kind, tot in s.totals.items():
         sm = s.small[kind]
-        t.add_row(kind, f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
+        t.add_row(safe.plain(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
                   f"{sm.count:,} · {human_bytes(sm.bytes)}", f"{s.unknown_size.get(kind, 0):,}")
     console.print(t)
     _offload(console, s)
@@ -213,7 +213,7 @@ def _sites(console: Console, s) -> None:
                       no_wrap=col in ("kind", "count", "bytes"), overflow="fold")
     for name, site in zip(names, s.sites):
         how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
-        st.add_row(name, site.kind, f"{site.count:,}", human_bytes(site.bytes), how, safe.plain(site.api),
+        st.add_row(name, safe.plain(site.kind), f"{site.count:,}", human_bytes(site.bytes), how, safe.plain(site.api),
                    *(() if narrow else (safe.plain(", ".join(site.routes)),)))
     console.print(st)
 
@@ -227,7 +227,7 @@ def _steps(console: Console, result: AuditResult) -> None:
             stt.add_column(col, overflow="fold")
         for kind, st in result.step_transfers.items():
             d = st.summary(info.warmup)
-            stt.add_row(kind, f"{d['min']}/{d['median']:g}/{d['max']}",
+            stt.add_row(safe.plain(kind), f"{d['min']}/{d['median']:g}/{d['max']}",
                         f"{human_bytes(d['bytes_min'])}/{human_bytes(int(d['bytes_median']))}/"
                         f"{human_bytes(d['bytes_max'])}")
         console.print(stt)
@@ -258,7 +258,7 @@ def _routes(console: Console, s) -> None:
         rt.add_column(col, justify="left" if col in ("kind", "route") else "right", overflow="fold",
                       no_wrap=col != "size unknown")
     for r in s.routes:
-        rt.add_row(r.kind, safe.plain(f"{r.src} → {r.dst}"), f"{r.count:,}", human_bytes(r.bytes),
+        rt.add_row(safe.plain(r.kind), safe.plain(f"{r.src} → {r.dst}"), f"{r.count:,}", human_bytes(r.bytes),
                    f"{r.small_count:,} · {human_bytes(r.small_bytes)}", f"{r.unknown_size:,}",
                    f"{r.blocking:,}")
     console.print(rt)

@@ -35,7 +35,7 @@ def verdict_parts(result: AuditResult) -> list[str]:
     if s.sites:
         top = max(s.sites, key=lambda x: (x.bytes, x.count))
         how = "implicit" if top.implicit else "explicit"
-        parts.append(f"biggest transfer cost: {human_bytes(top.bytes)} {top.kind} at "
+        parts.append(f"biggest transfer cost: {human_bytes(top.bytes)} {safe.plain(top.kind)} at "
                      f"{safe.plain(site_name(top.file, top.line))} ({top.count:,}×, {how})")
     else:
         parts.append(f"no transfer site of {human_bytes(s.min_bytes)} or more")

@@ -17,6 +17,7 @@ from jaxplace_cli.model.events import device_group_label, device_label
 
 class _TLS(threading.local):
     depth = 0
+    in_device_get = False  # jax.device_get records its reads itself (transfers.py)
     op = None  # (name, seq, site, args, kwargs) of the hooked call in flight on this thread
     placer = None  # innermost device_placement() on this thread (None: the global --policy)
     # While an explicit placement API runs (device_put, make_array_from_*): the list its

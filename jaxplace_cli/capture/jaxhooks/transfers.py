@@ -70,11 +70,11 @@ def make_device_get(original):
             devs.append(src)
             bufs.append(b)
             pending.append((leaf, src, b, syncs.measure_ready(leaf, src)))
-        tls.depth = 1
+        tls.depth, tls.in_device_get = 1, True
         try:
             out = original(x)
         finally:
-            tls.depth = 0
+            tls.depth, tls.in_device_get = 0, False
         t1 = perf_counter_ns()
         for leaf, src, b, ready in pending:
             blocking = syncs.read_blocks(rec, leaf, src, b, ready)
@@ -107,8 +107,8 @@ def make_value_property(original: property) -> property:
 
     def _value(self):
         rec = active.rec
-        if rec is None or getattr(self, _HOST_FLAG, False):
-            return fget(self)
+        if rec is None or tls.in_device_get or getattr(self, _HOST_FLAG, False):
+            return fget(self)  # (inside jax.device_get: it records each array's read itself)
         t0 = perf_counter_ns()
         ready = syncs.measure_ready(self, sharding_label(self.sharding))
         result = fget(self)  # may raise (deleted array): then nothing moved
@@ -124,7 +124,9 @@ def make_copy_to_host_async(original):
     @wraps(original)
     def copy_to_host_async(self):
         rec = active.rec
-        if rec is not None and not getattr(self, _HOST_FLAG, False):
+        # inside jax.device_get (tls.depth), which records its own read of each array: JAX's
+        # device_get calls copy_to_host_async first, and one array crosses once
+        if rec is not None and not tls.in_device_get and not getattr(self, _HOST_FLAG, False):
             _record_read(rec, self, perf_counter_ns(), blocking=False, api=".copy_to_host_async()")
         return original(self)
 
