@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""P7: ``jaxplace launch -n 2`` against the same 2-process job started by hand with python.
+"""P11: ``jaxplace launch -n 2`` against the same 2-process job started by hand with python.
 
-    python bench/bench_launch.py [--pairs 3] [--steps 300] [--json PATH]   # or run_bench.py --only P7
+    python bench/bench_launch.py [--pairs 3] [--steps 300] [--json PATH]   # or run_bench.py --only P11
 
 The job is bench/workloads/dist_mlp.py: 2 processes x 2 simulated CPU devices, gloo
 collectives, a jitted data-parallel step over the global mesh and a host batch per step.
@@ -132,7 +132,7 @@ def launched(args: list[str], tmp: Path, timeout: float, extra: list[str], n: in
 
 
 def launch_group(pairs: int, steps: int, tmp: Path, timeout: float = 600, log=print, extras: int = 1) -> dict:
-    """Alternating runs; ``extras`` rounds also run ``--trace off``. Returns the P7 group."""
+    """Alternating runs; ``extras`` rounds also run ``--trace off``. Returns the P11 group."""
     args = ["--steps", str(steps)]
     runs: dict[str, list] = {"by hand": [], "jaxplace launch": [], "jaxplace launch --trace off": []}
     for i in range(pairs):
