@@ -292,9 +292,9 @@ def test_threads_dispatching_concurrently_lose_and_corrupt_nothing(tmp_path):
                                                 ("method", "add"), ("method", "getitem"),
                                                 ("device_put", "device_put")}
     assert all(d == "cpu:0" and e == "" for _, _, d, e in names)
-    for thread, kind, n in per_thread_kinds:  # per iteration: 2 h2d (1.0, device_put), 2 d2h;
-        # y[0] with a Python int is a static slice compiled into the op: no upload (issue 13)
-        assert n == {"h2d": 2, "d2h": 2}[kind] * 150, (thread, kind, n)
+    for thread, kind, n in per_thread_kinds:  # per iteration: 4 h2d (1.0, device_put, two int
+        # indices: y[0] uploads its index, measured with transfer_guard), 2 d2h
+        assert n == {"h2d": 4, "d2h": 2}[kind] * 150, (thread, kind, n)
     m = manifest(out)
     assert stored_counts(out) == (m["events"]["ops"], m["events"]["transfers"])
 

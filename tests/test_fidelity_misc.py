@@ -155,11 +155,14 @@ def _two(tmp_path):
                    "seen when an earlier test in the same worker process did the same (passes alone and in "
                    "--lf reruns; not yet explained)")
 def test_uploads_outside_every_op_are_named_as_called():
-    """--record transfers leaves jax.numpy unwrapped: its uploads are still seen, below it."""
+    """--record transfers leaves jax.numpy unwrapped: uploads JAX makes through its Python
+    placement path (jnp.array of host data) are still seen, below it, named as called. (A
+    Python scalar argument of a cached eager computation is uploaded by JAX's C++ fast path:
+    unseen in this mode, as documented for --record transfers.)"""
     with recorded(record="transfers") as r:
         jnp.array([1.0, 2.0])
-        jax.random.key(3)
-    assert [(t.api, t.bytes) for t in r.of("h2d")] == [("jnp.array", 8), ("jax.random.key", 4)]
+        jnp.asarray(np.arange(3))
+    assert [(t.api, t.bytes) for t in r.of("h2d")] == [("jnp.array", 8), ("jnp.asarray", 12)]
 
 
 def test_a_second_function_name_stays_whole_for_policies():

@@ -190,3 +190,5 @@ def test_copy_to_host_async_is_one_non_blocking_read():
     # the async copy is the only read of x; x[3] is a new 4 B array, read (and waited for)
     assert [(t.kind, t.bytes, t.blocking, t.api) for t in r.of("d2h")] == [
         ("d2h", 4096, False, ".copy_to_host_async()"), ("d2h", 4, True, "float()")]
+    # x[3] uploads its index: one int32 (jax.transfer_guard_host_to_device("log") says 1)
+    assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4, "getitem (Python scalar)")]

@@ -90,3 +90,17 @@ def test_fails():
     frames = [line.strip() for line in result.stdout.lines if line.strip().startswith("test_tb.py:")]
     assert frames == ["test_tb.py:7: in test_fails", "test_tb.py:6: in f"]  # the first line is dropped
     assert "jaxplace_cli" not in result.stdout.str()
+
+
+def test_jaxplace_run_of_pytest_with_warnings_as_errors(tmp_path):
+    """`jaxplace run -m pytest` starts like `python -m pytest`, also where warnings are errors
+    (JAX's own suite): pytest must not warn that jaxplace's already imported package cannot
+    have its asserts rewritten."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    (tmp_path / "test_x.py").write_text("import jax.numpy as jnp\n\ndef test_sum():\n"
+                                        "    assert float(jnp.ones(3).sum()) == 3.0\n")
+    args = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_x.py")
+    plain = python(*args, cwd=tmp_path)
+    rec = jaxplace("run", "--no-trace", "--quiet", "--out", tmp_path / "run", *args, cwd=tmp_path)
+    assert plain.returncode == rec.returncode == 0, rec.stdout + rec.stderr
+    assert "1 passed" in rec.stdout

@@ -80,8 +80,20 @@ def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | N
     return new
 
 
+def _no_assert_rewrite_warning() -> None:
+    """``jaxplace run -m pytest``: pytest rewrites the asserts of the plugins it loads and
+    warns when a plugin's package is already imported — jaxplace's is (it runs the script),
+    and under python it is not. A project that turns warnings into errors (JAX's own
+    ``filterwarnings = error``) would then stop at startup. The marker pytest reads in the
+    package docstring says not to rewrite it (the plugin has no asserts to rewrite)."""
+    pkg = sys.modules.get("jaxplace_cli")
+    if pkg is not None and "PYTEST_DONT_REWRITE" not in (pkg.__doc__ or ""):
+        pkg.__doc__ = (pkg.__doc__ or "") + "\n\nPYTEST_DONT_REWRITE"
+
+
 def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     """Execute the target in this process as ``__main__``; never raises for script errors."""
+    _no_assert_rewrite_warning()
     saved_argv = sys.argv[:]
     saved_path0 = sys.path[0] if sys.path else None
     if kind == "module":

@@ -243,8 +243,9 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
             if spec.scalars:  # x + 1.0 uploads the 1.0; jnp.zeros(3) does not upload the 3
                 if scalar_bytes is None:
                     scalar_bytes = _SCALAR_BYTES[x64_enabled()]
-                dst, nbytes = _endpoint(dev, outs[0]), scalar_bytes[ta]
-                if dst is not dev:  # a multi-device call: every device gets the scalar
+                dst, nbytes = dev, scalar_bytes[ta]
+                if "," in dev:  # a multi-device call: every device gets the scalar
+                    dst = endpoint_label(outs[0].sharding)
                     nbytes *= len(expand_device_group(dst))
                 ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes, True, False,
                       spec.scalar_api, site, 0, seq)

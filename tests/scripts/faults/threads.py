@@ -30,7 +30,7 @@ def work(k):
         v = float(y[0])
         w = float(z[0])
         ops += 5
-        transfers += 4  # h2d: the 1.0 operand, device_put; d2h: two float() (a static index is no upload)
+        transfers += 6
         assert v == 2.0 * k + 1.0 and w == i
     counts[threading.get_ident()] = {"ops": ops, "transfers": transfers}
 
