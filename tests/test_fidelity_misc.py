@@ -151,9 +151,6 @@ def _two(tmp_path):
     return p
 
 
-@pytest.mark.xfail(strict=False, reason="order-dependent under xdist: the jax.random.key(3) upload is not "
-                   "seen when an earlier test in the same worker process did the same (passes alone and in "
-                   "--lf reruns; not yet explained)")
 def test_uploads_outside_every_op_are_named_as_called():
     """--record transfers leaves jax.numpy unwrapped: uploads JAX makes through its Python
     placement path (jnp.array of host data) are still seen, below it, named as called. (A

@@ -19,9 +19,10 @@ from jaxplace_cli import __version__
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import below, site_name
-from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.html_data import esc, payload, script_json
 from jaxplace_cli.report.html_tables import matrix, ops, run_metadata, steps
+from jaxplace_cli.report.verdict import cost_text
 
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
@@ -176,7 +177,7 @@ def _findings(result: AuditResult, tl, sources: dict) -> str:
         for i, f in items:
             m = tl.moments.get(f"finding:{i}", {}) if tl is not None else {}
             where = f' at <span class="site" title="{esc(f.file)}">{esc(site_name(f.file, f.line))}</span>' if f.file else ""
-            cost = _cost(f)
+            cost = cost_text(f)
             shown = (f'<span class="moments">{m.get("total", 0):,} moments on the timeline — click to select</span>'
                      if m.get("total") else '<span class="moments">no single moment on the timeline</span>')
             out.append(f'<div class="finding sev-{esc(f.severity)}" id="finding-{i}"{_moment_attr(tl, f"finding:{i}")}'
@@ -190,18 +191,6 @@ def _findings(result: AuditResult, tl, sources: dict) -> str:
                        + (f'<p class="fix">fix: {esc(f.fix)}</p>' if f.fix else "") + "</div>")
         out.append("</details>")
     return "\n".join(out) + "</section>"
-
-
-def _cost(f) -> str:
-    parts = [f"{f.count:,}×"] if f.count else []
-    if f.bytes:
-        parts.append(human_bytes(f.bytes))
-    if f.time_ns:
-        parts.append(human_ns(f.time_ns))
-    if f.per_step:
-        p = f.per_step
-        parts.append(f"{p.get('median', 0):g}/step (min {p.get('min')}, max {p.get('max')}, {p.get('steps')} steps)")
-    return " · ".join(parts)
 
 
 def _sites(result: AuditResult, tl, sources: dict) -> str:

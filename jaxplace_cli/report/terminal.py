@@ -24,7 +24,7 @@ from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import below, file_name
 from jaxplace_cli.model.sizes import human_bytes, human_ns
 from jaxplace_cli.report.distributed import render_job
-from jaxplace_cli.report.verdict import by_rule, severity_counts, verdict_parts
+from jaxplace_cli.report.verdict import by_rule, cost_text, severity_counts, verdict_parts
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 DEFAULT_MAX_FINDINGS = 3  # sites shown per rule unless --max-findings / --verbose
@@ -120,7 +120,7 @@ def _finding(console: Console, f, room: int, verbose: bool, show_fix: bool) -> N
     where = site_text(f.file, f.line, room) if f.file else "(whole program)"
     console.print(_indented(Text(where, style="underline" if f.file else "dim"), 2))
     lines = [Text(safe.plain(f.message))]
-    cost = _cost(f)
+    cost = cost_text(f)
     if cost:
         lines.append(Text(f"cost: {cost}", style="dim"))
     related = f.related if verbose else f.related[:RELATED_SHOWN]
@@ -157,20 +157,6 @@ def _suggestion(console: Console, result: AuditResult) -> None:
         console.print(Text(line, style="green"), soft_wrap=True)
         if then:
             console.print(_indented(Text(then.strip().strip("()"), style="green"), 7))
-
-
-def _cost(f) -> str:
-    parts = []
-    if f.count:
-        parts.append(f"{f.count:,}×")
-    if f.bytes:
-        parts.append(human_bytes(f.bytes))
-    if f.time_ns:
-        parts.append(human_ns(f.time_ns))
-    if f.per_step:
-        p = f.per_step
-        parts.append(f"{p['median']:g}/step (min {p['min']}, max {p['max']}, {p['steps']} steps)")
-    return " · ".join(parts)
 
 
 # -- the tables ----------------------------------------------------------------------------------

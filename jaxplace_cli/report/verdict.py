@@ -5,7 +5,7 @@ from __future__ import annotations
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import site_name
-from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.model.sizes import human_bytes, human_ns
 
 SEVERITY_ORDER = ("error", "warning", "info")
 
@@ -53,3 +53,16 @@ def by_rule(findings) -> list[tuple[str, list]]:
         g.sort(key=lambda f: (order.get(f.severity, 9), -f.bytes, -f.count))
     return sorted(groups.items(), key=lambda kv: (order.get(kv[1][0].severity, 9),
                                                   -sum(f.bytes for f in kv[1]), -sum(f.count for f in kv[1]), kv[0]))
+
+
+def cost_text(f) -> str:
+    """A finding's cost in one line (``8× · 1.0 MiB · 1/step (...)``): terminal and HTML say it alike."""
+    parts = [f"{f.count:,}×"] if f.count else []
+    if f.bytes:
+        parts.append(human_bytes(f.bytes))
+    if f.time_ns:
+        parts.append(human_ns(f.time_ns))
+    if f.per_step:
+        p = f.per_step
+        parts.append(f"{p.get('median', 0):g}/step (min {p.get('min')}, max {p.get('max')}, {p.get('steps')} steps)")
+    return " · ".join(parts)
