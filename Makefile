@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -n 2
 install: $(STAMP)
 
 # Re-installs only when the project metadata changed (the install is editable).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml jaxplace_cli/capture/_native.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -81,6 +81,20 @@ class Recorder:
         self.tail: dict = {}
         self.synced: dict = {}
         self.t0 = perf_counter_ns()
+        # Back-pressure: with a writer draining the buffers (``attach_writer``), a backlog of
+        # more than ``backlog_limit`` rows makes the dispatching thread wait for the next drain,
+        # so memory stays flat at any event rate; the waits are reported in run.json.
+        self.backlog_limit: int | None = None
+        self.backpressure_waits = 0
+        self.backpressure_ns = 0
+        self._want_drain = None  # threading.Event the writer thread wakes on
+        self._drained = threading.Condition()
+        self._drains = 0
+        from jaxplace_cli.capture import native
+
+        mod = native.module()
+        if mod is not None:  # the C frame walk and caches (capture/_native.c); the rules stay here
+            self.site_of = mod.SiteCache(self._tier, self._intern_site)
 
     # -- identities -------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -189,6 +203,32 @@ class Recorder:
     def marker(self, kind: str, value: str) -> None:
         self.markers.append(Marker(next(self.seqs), perf_counter_ns() - self.t0, kind, value))
 
+    # -- back-pressure ----------------------------------------------------------------------
+    def attach_writer(self, want_drain, limit: int = 131_072) -> None:
+        """A writer thread drains this recorder: from now on a backlog over ``limit`` rows
+        (~40 MB of raw rows) wakes it (``want_drain``) and waits for its next ``take``."""
+        self._want_drain = want_drain
+        self.backlog_limit = limit
+
+    def detach_writer(self) -> None:
+        """No writer any more (the run is ending): never wait again."""
+        self.backlog_limit = None
+        with self._drained:
+            self._drained.notify_all()
+
+    def wait_for_writer(self) -> None:
+        """Block the calling (dispatching) thread until the writer has taken the backlog, or 5 s
+        passed (a stuck writer slows the script, never stops it)."""
+        if self.backlog_limit is None or self._want_drain is None:
+            return
+        t0 = perf_counter_ns()
+        with self._drained:
+            seen = self._drains
+            self._want_drain.set()
+            self._drained.wait_for(lambda: self._drains != seen or self.backlog_limit is None, timeout=5.0)
+        self.backpressure_waits += 1
+        self.backpressure_ns += perf_counter_ns() - t0
+
     def take(self) -> dict[str, list]:
         """Pop everything recorded so far, rows exactly as the hooks left them.
 
@@ -204,6 +244,10 @@ class Recorder:
         }
         self.counts["ops"] += len(batch["ops"])
         self.counts["transfers"] += len(batch["transfers"])
+        if self.backpressure_waits or self.backlog_limit is not None:
+            with self._drained:
+                self._drains += 1
+                self._drained.notify_all()
         return batch
 
     def drain(self) -> dict[str, list]:

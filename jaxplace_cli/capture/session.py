@@ -214,8 +214,15 @@ class Session:
         take = isinstance(self._writer, WriterProcess)  # the child formats the rows itself
         self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer)
         self._bg.start()
+        # back-pressure: a backlog over the limit waits for the writer (JAXPLACE_BACKLOG_ROWS:
+        # a smaller limit, for tests)
+        limit = os.environ.get("JAXPLACE_BACKLOG_ROWS", "")
+        self.recorder.attach_writer(self._bg.wake, *([int(limit)] if limit.isdigit() and int(limit) > 0 else []))
         self.hook_report = hooks.install(self.recorder, self.opts.record)
         self.manifest.record = self.opts.record
+        from jaxplace_cli.capture import native
+
+        self.manifest.capture = native.kind()
         for name, reason in self.hook_report.failed:
             self.recorder.marker("hook-unavailable", f"{name}: {reason}")
         if self.opts.placer is not None:
@@ -296,6 +303,8 @@ class Session:
         if placer is not None:
             self.manifest.placement = Placement(placer.policy.label, placer.decisions, placer.fallbacks,
                                                 placer.granularity, placer.on_error, placer.device_names)
+        if self.recorder is not None:
+            self.recorder.detach_writer()
         if self._bg is not None:
             self._bg.stop()
         lost = self._bg.lost_rows if self._bg else 0
@@ -325,7 +334,9 @@ class Session:
             m.warnings.append(override)
         m.devices = [Device(**d) for d in devices]
         m.events = Events(rec.counts["ops"] if rec else 0, rec.counts["transfers"] if rec else 0,
-                          lost, write_error, Writer(**_writer_manifest(writer)))
+                          lost, write_error, Writer(**_writer_manifest(writer)),
+                          rec.backpressure_waits if rec else 0,
+                          round(rec.backpressure_ns / 1e9, 6) if rec else 0.0)
         m.trace = Trace(self.trace.mode if self.trace else "off", self.trace.state if self.trace else "off",
                         self.opts.trace_seconds, self.opts.trace_ops,
                         self.trace.traced_ops if self.trace else 0,

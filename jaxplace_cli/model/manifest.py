@@ -61,6 +61,10 @@ class Events:
     lost_rows: int = field(default=0, metadata=COUNT)
     write_error: str = ""
     writer: Writer = field(default_factory=Writer)
+    # back-pressure (capture/recorder.py): how often, and for how long in all, the script's
+    # dispatching threads waited for the writer because the backlog was over its limit
+    backpressure_waits: int = field(default=0, metadata=COUNT)
+    backpressure_s: float = field(default=0.0, metadata={"min": 0})
 
 
 @dataclass
@@ -121,6 +125,8 @@ class Manifest:
     jax_version: str | None = None
     jaxlib_version: str | None = None
     record: str | None = None
+    # the capture hot path that ran: "native" (capture/_native.c) or "python" (capture/native.py)
+    capture: str | None = field(default=None, metadata={"choices": ("native", "python")})
     hooks: Hooks = field(default_factory=Hooks)
     devices: list[Device] = field(default_factory=list)
     events: Events = field(default_factory=Events)

@@ -79,11 +79,14 @@ class BackgroundWriter(threading.Thread):
         self._writer = writer
         self._interval = interval
         self._stop_event = threading.Event()
+        self.wake = threading.Event()  # set by the recorder's back-pressure: drain now
         self.lost_rows = 0
         self.error: str = ""
 
     def run(self) -> None:
-        while not self._stop_event.wait(self._interval):
+        while not self._stop_event.is_set():
+            self.wake.wait(self._interval)
+            self.wake.clear()
             self.flush()
         self.flush()
 
@@ -98,5 +101,6 @@ class BackgroundWriter(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
+        self.wake.set()
         if self.is_alive():
             self.join(timeout=30)

@@ -28,17 +28,18 @@ from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
-from jaxplace_cli.capture.jaxhooks.state import (
+from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
     HOST_DATA_TYPES,
     PY_SCALARS,
+    CallSpec,
     active,
     endpoint_label,
     sharding_label,
     tls,
 )
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes, dtype_name
-from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JNP, OpEvent, expand_device_group
+from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent, expand_device_group
 
 _trace_ctx = _core.trace_ctx
 _EvalTrace = _core.EvalTrace
@@ -89,29 +90,6 @@ def array_nbytes(a) -> int:
     return _nbytes(aval.shape, aval.dtype)
 
 
-HOST_DATA_FUNCTIONS = frozenset({"array", "asarray"})
-
-
-class CallSpec:
-    """How a wrapped callable's arguments are read: which are operands, which are static."""
-
-    __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api", "host_data")
-
-    def __init__(self, name, kind, scalar_operands=False, flatten=False,
-                 static_argnums=(), static_argnames=()):
-        self.name = name
-        self.kind = kind
-        self.scalar_operands = scalar_operands  # Python scalars are data (x + 1.0), not shapes
-        self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
-        self.static_argnums = frozenset(static_argnums)
-        self.static_argnames = frozenset(static_argnames)
-        self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
-        self.scalar_api = name + " (Python scalar)"  # made once, not per upload
-        # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
-        self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
-
-
 def _operand_leaves(spec: CallSpec, args, kwargs):
     if spec.flatten:
         if spec.static_argnums or spec.static_argnames:
@@ -143,9 +121,7 @@ def is_recording() -> bool:
             and type(_trace_ctx.trace) is _EvalTrace)
 
 
-def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # noqa: C901
-    # long: every eager op passes here; the operand and result loops are inlined on purpose
-    # (a helper call per operand cost ~0.4 us per op, P2 in bench/README.md)
+def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
     """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers.
 
     With a placement policy active (``device_placement`` on this thread, else ``--policy``),
@@ -181,14 +157,27 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
     t1 = perf_counter_ns()
     tls.depth = 0
     tls.op = None
+    _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
+    b = rec.backlog_limit
+    if b is not None and len(rec.ops) + len(rec.transfers) + len(rec.buffers) > b:
+        rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer)
+    return out
+
+
+def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int, t0: int, t1: int,
+                placed: str, backward: bool) -> None:  # noqa: C901
+    # long: every eager op passes here; the operand and result loops are inlined on purpose
+    # (a helper call per operand cost ~0.4 us per op, P2 in bench/README.md)
+    """The rows of one finished call (the native hot path calls it for the cases it leaves to
+    Python: capture/_native.c); ``out`` is what ``fn`` returned."""
     if type(out) is ArrayImpl:
         if args and out is args[0]:
-            return out  # jnp.asarray(array) and friends: nothing was dispatched
+            return  # jnp.asarray(array) and friends: nothing was dispatched
         outs = (out,)
     else:
         outs = _out_arrays(out, spec.flatten)
         if not outs or (args and outs[0] is args[0]):
-            return out
+            return
     # device of the op = device of its (first) result
     sh = outs[0].sharding
     d = getattr(sh, "_device", None)
@@ -314,7 +303,6 @@ def record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):  # no
                         in_ids, out_bufs, "", backward, placed))
     if active.on_dispatch is not None:
         active.on_dispatch()
-    return out
 
 
 def _endpoint(dev: str, out) -> str:
@@ -376,3 +364,26 @@ def wrap(fn, spec: CallSpec):
 
     wrapper.__jaxplace_original__ = fn
     return wrapper
+
+
+def _native_record_call():
+    """The native hot path (capture/_native.c) wired to this module's objects, or None when
+    the extension is missing, failed to import, or ``JAXPLACE_CAPTURE=python`` (capture/native.py)."""
+    from jaxplace_cli.capture import native
+
+    mod = native.module()
+    if mod is None:
+        return None
+    from jaxplace_cli.capture.jaxhooks.state import sharding_label as _sharding_label
+
+    mod.configure(active=active, tls=tls, labels=_LABELS, array_type=ArrayImpl, trace_ctx=_trace_ctx,
+                  eval_trace=_EvalTrace, dtype_names=_DTYPE_NAMES, dtype_name=dtype_name,
+                  sharding_label=_sharding_label, array_nbytes=array_nbytes, x64_enabled=x64_enabled,
+                  py_record_call=python_record_call, after_call=_after_call,
+                  record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
+                  d2d=D2D, h2d=H2D, host=HOST)
+    return mod.record_call
+
+
+# What every hook calls: the native function when it loaded, else the Python one (same rows).
+record_call = _native_record_call() or python_record_call

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from jaxplace_cli.model.events import device_group_label, device_label
+from jaxplace_cli.model.events import OP_JNP, device_group_label, device_label
 
 
 class _TLS(threading.local):
@@ -93,6 +93,29 @@ def wraps(original):
         return fn
 
     return deco
+
+
+HOST_DATA_FUNCTIONS = frozenset({"array", "asarray"})
+
+
+class CallSpec:
+    """How a wrapped callable's arguments are read: which are operands, which are static."""
+
+    __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
+                 "scalars", "scalar_api", "host_data")
+
+    def __init__(self, name, kind, scalar_operands=False, flatten=False,
+                 static_argnums=(), static_argnames=()):
+        self.name = name
+        self.kind = kind
+        self.scalar_operands = scalar_operands  # Python scalars are data (x + 1.0), not shapes
+        self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
+        self.static_argnums = frozenset(static_argnums)
+        self.static_argnames = frozenset(static_argnames)
+        self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
+        self.scalar_api = name + " (Python scalar)"  # made once, not per upload
+        # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
+        self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
 
 
 HOST_DATA_TYPES = (np.ndarray, np.generic)

@@ -1,0 +1,878 @@
+/* The native hot path of jaxplace's capture layer (issue 18).
+
+   Two things, both optional: capture/native.py falls back to the pure-Python code when this
+   module is missing or fails to import, and the two paths must append the same rows.
+
+   SiteCache: Recorder.site_of in C. The frame walk and its two caches (code object -> tier,
+   (code, instruction offset) -> site id) are open-addressing tables keyed on pointers; a miss
+   calls back into the recorder's Python methods (_tier, _intern_site), which decide, so the
+   classification rules live in one place (capture/recorder.py).
+
+   record_call: capture/jaxhooks/dispatch.py's record_call for the common eager cases, the
+   same rows in the same order. Every case it does not know (a placement policy active,
+   keyword arguments, containers or numpy data among the operands, a pytree result that is not
+   a flat tuple of arrays, a multi-device result, a failing call) is handed to the Python code
+   (`python_record_call`, `after_call`, `record_failure`) before anything is recorded, so the
+   Python path stays the one definition of what a row means.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <stdint.h>
+#include <time.h>
+
+#define USER 2
+#define LIBRARY 1
+
+/* ---------------------------------------------------------------- pointer table */
+
+typedef struct {
+    void *p;       /* NULL = empty */
+    int64_t lasti; /* -1 for the tier table */
+    long val;
+} Entry;
+
+typedef struct {
+    Entry *e;
+    Py_ssize_t cap; /* power of two */
+    Py_ssize_t n;
+} Table;
+
+static inline size_t hash_key(void *p, int64_t lasti) {
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ULL;
+    h ^= (uint64_t)lasti * 0xC2B2AE3D27D4EB4FULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static int table_grow(Table *t) {
+    Py_ssize_t cap = t->cap ? t->cap * 2 : 256;
+    Entry *e = PyMem_Calloc((size_t)cap, sizeof(Entry));
+    if (!e) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < t->cap; i++) {
+        Entry *o = &t->e[i];
+        if (!o->p) continue;
+        size_t j = hash_key(o->p, o->lasti) & (size_t)(cap - 1);
+        while (e[j].p) j = (j + 1) & (size_t)(cap - 1);
+        e[j] = *o;
+    }
+    PyMem_Free(t->e);
+    t->e = e;
+    t->cap = cap;
+    return 0;
+}
+
+static inline int table_get(Table *t, void *p, int64_t lasti, long *val) {
+    if (!t->cap) return 0;
+    size_t mask = (size_t)(t->cap - 1), j = hash_key(p, lasti) & mask;
+    while (t->e[j].p) {
+        if (t->e[j].p == p && t->e[j].lasti == lasti) {
+            *val = t->e[j].val;
+            return 1;
+        }
+        j = (j + 1) & mask;
+    }
+    return 0;
+}
+
+static int table_put(Table *t, void *p, int64_t lasti, long val) {
+    if ((t->n + 1) * 2 > t->cap && table_grow(t) < 0) return -1;
+    size_t mask = (size_t)(t->cap - 1), j = hash_key(p, lasti) & mask;
+    while (t->e[j].p && !(t->e[j].p == p && t->e[j].lasti == lasti)) j = (j + 1) & mask;
+    if (!t->e[j].p) t->n++;
+    t->e[j].p = p;
+    t->e[j].lasti = lasti;
+    t->e[j].val = val;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- SiteCache */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *tier_fn;   /* rec._tier(code) -> int; keeps the code alive (rec._codes) */
+    PyObject *intern_fn; /* rec._intern_site(key, frame) -> int */
+    PyObject *codes;     /* list: every code object a table holds a pointer to */
+    Table tiers;
+    Table sites;
+} SiteCache;
+
+static int cache_traverse(SiteCache *self, visitproc visit, void *arg) {
+    Py_VISIT(self->tier_fn);
+    Py_VISIT(self->intern_fn);
+    Py_VISIT(self->codes);
+    return 0;
+}
+
+static int cache_clear(SiteCache *self) {
+    Py_CLEAR(self->tier_fn);
+    Py_CLEAR(self->intern_fn);
+    Py_CLEAR(self->codes);
+    return 0;
+}
+
+static void cache_dealloc(SiteCache *self) {
+    PyObject_GC_UnTrack(self);
+    cache_clear(self);
+    PyMem_Free(self->tiers.e);
+    PyMem_Free(self->sites.e);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int cache_init(SiteCache *self, PyObject *args, PyObject *kw) {
+    PyObject *tier_fn, *intern_fn;
+    if (!PyArg_ParseTuple(args, "OO", &tier_fn, &intern_fn)) return -1;
+    Py_INCREF(tier_fn);
+    Py_XSETREF(self->tier_fn, tier_fn);
+    Py_INCREF(intern_fn);
+    Py_XSETREF(self->intern_fn, intern_fn);
+    if (!self->codes && !(self->codes = PyList_New(0))) return -1;
+    return 0;
+}
+
+static int code_tier(SiteCache *c, PyCodeObject *code, long *tier) {
+    if (table_get(&c->tiers, code, -1, tier)) return 0;
+    PyObject *r = PyObject_CallOneArg(c->tier_fn, (PyObject *)code);
+    if (!r) return -1;
+    *tier = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (*tier == -1 && PyErr_Occurred()) return -1;
+    if (PyList_Append(c->codes, (PyObject *)code) < 0) return -1;
+    return table_put(&c->tiers, code, -1, *tier);
+}
+
+/* Site id of the first user frame at or above `frame` (a library frame if none): -1 on error. */
+static long site_lookup(SiteCache *c, PyFrameObject *frame) {
+    PyFrameObject *f = frame, *fallback = NULL;
+    Py_XINCREF(f);
+    while (f) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        long tier;
+        int err = code_tier(c, code, &tier);
+        Py_DECREF(code);
+        if (err < 0) {
+            Py_DECREF(f);
+            Py_XDECREF(fallback);
+            return -1;
+        }
+        if (tier == USER) break;
+        if (tier == LIBRARY && !fallback) {
+            fallback = f;
+            Py_INCREF(fallback);
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    if (!f) {
+        f = fallback;
+        fallback = NULL;
+        if (!f) return 0;
+    }
+    Py_XDECREF(fallback);
+    PyCodeObject *code = PyFrame_GetCode(f);
+    int64_t lasti = PyFrame_GetLasti(f);
+    long sid;
+    if (!table_get(&c->sites, code, lasti, &sid)) {
+        PyObject *key = Py_BuildValue("(NL)", PyLong_FromVoidPtr(code), (long long)lasti);
+        PyObject *r = key ? PyObject_CallFunctionObjArgs(c->intern_fn, key, (PyObject *)f, NULL) : NULL;
+        Py_XDECREF(key);
+        sid = r ? PyLong_AsLong(r) : -1;
+        Py_XDECREF(r);
+        if ((sid == -1 && PyErr_Occurred()) || PyList_Append(c->codes, (PyObject *)code) < 0 ||
+            table_put(&c->sites, code, lasti, sid) < 0) {
+            Py_DECREF(code);
+            Py_DECREF(f);
+            return -1;
+        }
+    }
+    Py_DECREF(code);
+    Py_DECREF(f);
+    return sid;
+}
+
+static PyObject *cache_call(SiteCache *self, PyObject *args, PyObject *kw) {
+    PyObject *frame;
+    if (!PyArg_ParseTuple(args, "O", &frame)) return NULL;
+    if (frame == Py_None) return PyLong_FromLong(0);
+    if (!PyFrame_Check(frame)) {
+        PyErr_SetString(PyExc_TypeError, "site_of() takes a frame");
+        return NULL;
+    }
+    long sid = site_lookup(self, (PyFrameObject *)frame);
+    return sid < 0 ? NULL : PyLong_FromLong(sid);
+}
+
+static PyTypeObject SiteCacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jaxplace_cli.capture._native.SiteCache",
+    .tp_basicsize = sizeof(SiteCache),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "SiteCache(tier_fn, intern_fn)(frame) -> site id: Recorder.site_of in C.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)cache_init,
+    .tp_call = (ternaryfunc)cache_call,
+    .tp_traverse = (traverseproc)cache_traverse,
+    .tp_clear = (inquiry)cache_clear,
+    .tp_dealloc = (destructor)cache_dealloc,
+};
+
+/* ---------------------------------------------------------------- record_call */
+
+/* What dispatch.py hands over once (configure()): the objects the Python path reads. */
+static struct {
+    PyObject *active, *tls, *labels, *array_type, *trace_ctx, *eval_trace;
+    PyObject *dtype_names, *dtype_name, *sharding_label, *array_nbytes, *x64_enabled;
+    PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
+    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted;
+    int ready;
+} G;
+
+static PyObject *ZERO, *ONE;
+static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
+    *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
+    *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
+    *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
+    *S_static_argnames, *S_buffer_id, *S_trace, *S_backlog, *S_backlog_wait, *S_limit;
+
+static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *names[] = {"active", "tls", "labels", "array_type", "trace_ctx", "eval_trace",
+                            "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
+                            "x64_enabled", "py_record_call", "after_call", "record_failure",
+                            "scalar_bytes", "buf_attr", "d2d", "h2d", "host", NULL};
+    PyObject *v[19];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
+                                     &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
+                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]))
+        return NULL;
+    PyObject **slots[] = {&G.active, &G.tls, &G.labels, &G.array_type, &G.trace_ctx,
+                          &G.eval_trace, &G.dtype_names, &G.dtype_name, &G.sharding_label,
+                          &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
+                          &G.record_failure, &G.scalar_bytes, &G.buf_attr, &G.d2d, &G.h2d,
+                          &G.host};
+    for (int i = 0; i < 19; i++) {
+        Py_INCREF(v[i]);
+        Py_XSETREF(*slots[i], v[i]);
+    }
+    if (!PyDict_Check(G.labels) || !PyDict_Check(G.dtype_names) || !PyType_Check(G.array_type)) {
+        PyErr_SetString(PyExc_TypeError, "configure(): labels/dtype_names must be dicts, array_type a type");
+        return NULL;
+    }
+    G.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static inline int64_t now_ns(void) {
+#ifdef __linux__
+    /* time.perf_counter_ns() is CLOCK_MONOTONIC on Linux: the rows mix both clocks */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+#else
+#error "the native hot path reads CLOCK_MONOTONIC (Linux); elsewhere the Python path runs"
+#endif
+}
+
+static inline int is_scalar(PyObject *a) {
+    PyTypeObject *t = Py_TYPE(a);
+    return t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type || t == &PyComplex_Type;
+}
+
+static inline int has_comma(PyObject *s) {
+    return PyUnicode_Check(s) && PyUnicode_FindChar(s, ',', 0, PyUnicode_GET_LENGTH(s), 1) >= 0;
+}
+
+/* The label of an array's device: _LABELS[sharding._device], or sharding_label(sharding). */
+static PyObject *device_of(PyObject *arr) {
+    PyObject *sh = PyObject_GetAttr(arr, S_sharding);
+    if (!sh) return NULL;
+    PyObject *d = PyObject_GetAttr(sh, S_device);
+    if (!d) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(sh);
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+    PyObject *lab = NULL;
+    if (d && d != Py_None) {
+        lab = PyDict_GetItemWithError(G.labels, d);
+        Py_XINCREF(lab);
+        if (!lab && PyErr_Occurred()) {
+            Py_DECREF(d);
+            Py_DECREF(sh);
+            return NULL;
+        }
+    }
+    Py_XDECREF(d);
+    if (!lab || lab == Py_None) {
+        Py_XDECREF(lab);
+        lab = PyObject_CallOneArg(G.sharding_label, sh);
+    }
+    Py_DECREF(sh);
+    return lab;
+}
+
+/* arr.__dict__.get(BUF_ATTR): a new reference to the id, Py_None if absent, NULL on error;
+   *dict_out gets a new reference to the dict (NULL if the array has none). */
+static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
+    PyObject *d = PyObject_GetAttr(arr, S_dict);
+    if (!d) {
+        PyErr_Clear();
+        *dict_out = NULL;
+        return Py_NewRef(Py_None);
+    }
+    *dict_out = d;
+    PyObject *b = PyDict_Check(d) ? PyDict_GetItemWithError(d, G.buf_attr) : NULL;
+    if (!b) {
+        if (PyErr_Occurred()) return NULL;
+        return Py_NewRef(Py_None);
+    }
+    return Py_NewRef(b);
+}
+
+static PyObject *committed_of(PyObject *arr) {
+    PyObject *c = PyObject_GetAttr(arr, S_committed);
+    if (!c) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear();
+        return Py_NewRef(Py_True);
+    }
+    return c;
+}
+
+/* (shape, (dtype name, itemsize)) of an array's aval: the result fields of a buffer row */
+static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
+    PyObject *aval = PyObject_GetAttr(arr, S_aval);
+    if (!aval) return -1;
+    *shape = PyObject_GetAttr(aval, S_shape);
+    PyObject *dtype = *shape ? PyObject_GetAttr(aval, S_dtype) : NULL;
+    Py_DECREF(aval);
+    if (!dtype) {
+        Py_CLEAR(*shape);
+        return -1;
+    }
+    *name = PyDict_GetItemWithError(G.dtype_names, dtype);
+    if (*name) {
+        Py_INCREF(*name);
+    } else if (!PyErr_Occurred()) {
+        *name = PyObject_CallOneArg(G.dtype_name, dtype);
+    }
+    Py_DECREF(dtype);
+    if (!*name) {
+        Py_CLEAR(*shape);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int append(PyObject *dq, PyObject *row) {
+    if (!row) return -1;
+    PyObject *r = PyObject_CallMethodOneArg(dq, S_append, row);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int emit_transfer(PyObject *rec, PyObject *transfers, PyObject *ev) {
+    if (!ev || append(transfers, ev) < 0) {
+        Py_XDECREF(ev);
+        return -1;
+    }
+    PyObject *cb = PyObject_GetAttr(rec, S_on_transfer);
+    int rc = 0;
+    if (!cb) rc = -1;
+    else if (cb != Py_None) {
+        PyObject *r = PyObject_CallOneArg(cb, ev);
+        if (!r) rc = -1;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(cb);
+    Py_DECREF(ev);
+    return rc;
+}
+
+static int attr_true(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+static int set_tls(PyObject *depth, PyObject *op) {
+    if (PyObject_SetAttr(G.tls, S_depth, depth) < 0) return -1;
+    return PyObject_SetAttr(G.tls, S_op, op);
+}
+
+typedef struct {
+    PyObject *rec, *spec, *fn, *args, *kwargs, *out, *site, *seq, *placed, *backward;
+    int64_t t0, t1, base;
+} Call;
+
+/* Can the C post-processing record this call exactly as dispatch._after_call would? 0: no
+   (the Python code does it), 1: yes, -1: error. Reads only; records nothing. */
+static int fast_case(Call *c, PyObject **outs, Py_ssize_t *nouts) {
+    if (c->kwargs) return 0; /* keyword arguments: the Python code reads them */
+    int t = attr_true(c->spec, S_host_data);
+    if (t) return t < 0 ? -1 : 0;
+    int flatten = attr_true(c->spec, S_flatten);
+    if (flatten < 0) return -1;
+    if (flatten) {
+        if ((t = attr_true(c->spec, S_static_argnums))) return t < 0 ? -1 : 0;
+        if ((t = attr_true(c->spec, S_static_argnames))) return t < 0 ? -1 : 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(c->args);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(c->args, i);
+        if (Py_TYPE(a) != (PyTypeObject *)G.array_type && !is_scalar(a)) return 0;
+    }
+    PyObject *out = c->out;
+    if (Py_TYPE(out) == (PyTypeObject *)G.array_type) {
+        outs[0] = out;
+        *nouts = 1;
+        return 1;
+    }
+    if (!PyTuple_CheckExact(out) && !PyList_CheckExact(out)) return 0;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(out);
+    if (m == 0 || m > 4096) return 0;
+    PyObject **items = PySequence_Fast_ITEMS(out);
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (Py_TYPE(items[i]) != (PyTypeObject *)G.array_type) return 0;
+    *nouts = m;
+    return 2; /* outs are PySequence_Fast_ITEMS(out) */
+}
+
+/* The rows of one recorded call, as dispatch._after_call appends them (fast cases only). */
+static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
+    int rc = -1;
+    PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
+             *transfers = NULL, *bufids = NULL, *tail = NULL, *scalar_bytes = NULL;
+    PyObject *kind = NULL, *name = NULL;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(c->args);
+    PyObject *in_list = NULL;
+
+    dev = device_of(outs[0]);
+    if (!dev) goto done;
+    if (has_comma(dev)) goto slow; /* a multi-device op: endpoint groups, sharded uploads */
+    if (!(tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident()))) goto done;
+    if (!(t0rel = PyLong_FromLongLong(c->t0 - c->base))) goto done;
+    if (!(seqs = PyObject_GetAttr(c->rec, S_seqs))) goto done;
+    if (!(transfers = PyObject_GetAttr(c->rec, S_transfers))) goto done;
+    if (!(in_list = PyList_New(0))) goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject *a = PyTuple_GET_ITEM(c->args, i);
+        if (Py_TYPE(a) == (PyTypeObject *)G.array_type) {
+            PyObject *adev = device_of(a), *ad = NULL;
+            if (!adev) goto done;
+            PyObject *b = buf_of(a, &ad);
+            Py_XDECREF(ad);
+            if (!b) {
+                Py_DECREF(adev);
+                goto done;
+            }
+            if (b == Py_None) {
+                Py_DECREF(b);
+                PyObject *cm = committed_of(a);
+                b = cm ? PyObject_CallMethodObjArgs(c->rec, S_buffer_id, a, adev, cm, c->site, c->seq, NULL) : NULL;
+                Py_XDECREF(cm);
+                if (!b) {
+                    Py_DECREF(adev);
+                    goto done;
+                }
+            }
+            int err = PyList_Append(in_list, b);
+            int moved = !err && PyUnicode_Compare(adev, dev) != 0 && !has_comma(adev);
+            if (!err && moved) {
+                PyObject *cm = committed_of(a), *api = NULL, *nb = NULL, *s = NULL;
+                int committed = cm ? PyObject_IsTrue(cm) : -1;
+                Py_XDECREF(cm);
+                if (committed >= 0) {
+                    PyObject *sname = PyObject_GetAttr(c->spec, S_name);
+                    api = !sname ? NULL : committed ? Py_NewRef(sname)
+                                  : PyUnicode_Concat(sname, G.uncommitted);
+                    Py_XDECREF(sname);
+                }
+                nb = api ? PyObject_CallOneArg(G.array_nbytes, a) : NULL;
+                s = nb ? PyIter_Next(seqs) : NULL;
+                if (s) {
+                    PyObject *ev = PyTuple_Pack(13, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
+                                                Py_False, api, c->site, b, c->seq);
+                    err = emit_transfer(c->rec, transfers, ev);
+                } else {
+                    err = -1;
+                }
+                Py_XDECREF(api);
+                Py_XDECREF(nb);
+                Py_XDECREF(s);
+            }
+            Py_DECREF(b);
+            Py_DECREF(adev);
+            if (err) goto done;
+        } else {
+            int scalars = attr_true(c->spec, S_scalars);
+            if (scalars < 0) goto done;
+            if (!scalars) continue;
+            if (!scalar_bytes) {
+                PyObject *x64 = PyObject_CallNoArgs(G.x64_enabled);
+                if (!x64) goto done;
+                int on = PyObject_IsTrue(x64);
+                Py_DECREF(x64);
+                if (on < 0) goto done;
+                scalar_bytes = PySequence_GetItem(G.scalar_bytes, on);
+                if (!scalar_bytes) goto done;
+            }
+            PyObject *nb = PyObject_GetItem(scalar_bytes, (PyObject *)Py_TYPE(a));
+            PyObject *api = nb ? PyObject_GetAttr(c->spec, S_scalar_api) : NULL;
+            PyObject *s = api ? PyIter_Next(seqs) : NULL;
+            int err = -1;
+            if (s) {
+                PyObject *ev = PyTuple_Pack(13, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
+                                            Py_False, api, c->site, ZERO, c->seq);
+                err = emit_transfer(c->rec, transfers, ev);
+            }
+            Py_XDECREF(nb);
+            Py_XDECREF(api);
+            Py_XDECREF(s);
+            if (err) goto done;
+        }
+    }
+    Py_ssize_t nin = PyList_GET_SIZE(in_list);
+    in_ids = nin == 1 ? Py_NewRef(PyList_GET_ITEM(in_list, 0)) : PyList_AsTuple(in_list);
+    if (!in_ids) goto done;
+    if (!(ops = PyObject_GetAttr(c->rec, S_ops))) goto done;
+    if (!(bufids = PyObject_GetAttr(c->rec, S_buf_ids))) goto done;
+    if (!(tail = PyObject_GetAttr(c->rec, S_tail))) goto done;
+    if (!(kind = PyObject_GetAttr(c->spec, S_kind))) goto done;
+    if (!(name = PyObject_GetAttr(c->spec, S_name))) goto done;
+    PyObject *dur = PyLong_FromLongLong(c->t1 - c->t0);
+    if (!dur) goto done;
+    PyObject *row = NULL;
+    if (nouts == 1) { /* one result (or a 1-tuple): its buffer rides in the op row */
+        PyObject *od = NULL, *b = buf_of(outs[0], &od);
+        if (!b) {
+            Py_DECREF(dur);
+            goto done;
+        }
+        if (b == Py_None && od && PyDict_Check(od)) {
+            Py_DECREF(b);
+            PyObject *shape = NULL, *dname = NULL, *cm = NULL;
+            b = PyIter_Next(bufids);
+            if (b && PyDict_SetItem(od, G.buf_attr, b) == 0 && PyObject_SetItem(tail, dev, b) == 0 &&
+                aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
+                row = PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
+                                   G.empty, c->backward, c->placed, shape, dname, cm);
+            }
+            Py_XDECREF(shape);
+            Py_XDECREF(dname);
+            Py_XDECREF(cm);
+        } else {
+            if (b == Py_None) {
+                Py_DECREF(b);
+                b = Py_NewRef(ZERO);
+            }
+            row = PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
+                               G.empty, c->backward, c->placed);
+        }
+        Py_XDECREF(b);
+        Py_XDECREF(od);
+    } else {
+        PyObject *buffers = PyObject_GetAttr(c->rec, S_buffers);
+        PyObject *out_bufs = buffers ? PyTuple_New(nouts) : NULL;
+        int ok = out_bufs != NULL;
+        for (Py_ssize_t i = 0; ok && i < nouts; i++) {
+            PyObject *o = outs[i], *od = NULL, *b = buf_of(o, &od);
+            if (!b) {
+                ok = 0;
+            } else if (b == Py_None && od && PyDict_Check(od)) {
+                Py_DECREF(b);
+                PyObject *odev = i == 0 ? Py_NewRef(dev) : device_of(o);
+                PyObject *shape = NULL, *dname = NULL, *cm = NULL;
+                b = odev ? PyIter_Next(bufids) : NULL;
+                ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
+                     (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
+                     aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
+                     append(buffers, PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site)) == 0;
+                Py_XDECREF(odev);
+                Py_XDECREF(shape);
+                Py_XDECREF(dname);
+                Py_XDECREF(cm);
+            } else if (b == Py_None) {
+                Py_DECREF(b);
+                b = Py_NewRef(ZERO);
+            }
+            Py_XDECREF(od);
+            if (ok && b) PyTuple_SET_ITEM(out_bufs, i, Py_NewRef(b));
+            Py_XDECREF(b);
+        }
+        if (ok)
+            row = PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids,
+                               out_bufs, G.empty, c->backward, c->placed);
+        Py_XDECREF(out_bufs);
+        Py_XDECREF(buffers);
+    }
+    Py_DECREF(dur);
+    if (!row || append(ops, row) < 0) {
+        Py_XDECREF(row);
+        goto done;
+    }
+    Py_DECREF(row);
+    rc = 0;
+    goto done;
+slow:
+    rc = 1;
+done:
+    Py_XDECREF(dev);
+    Py_XDECREF(tid);
+    Py_XDECREF(t0rel);
+    Py_XDECREF(in_ids);
+    Py_XDECREF(seqs);
+    Py_XDECREF(ops);
+    Py_XDECREF(transfers);
+    Py_XDECREF(bufids);
+    Py_XDECREF(tail);
+    Py_XDECREF(scalar_bytes);
+    Py_XDECREF(kind);
+    Py_XDECREF(name);
+    Py_XDECREF(in_list);
+    return rc;
+}
+
+static long checks_since; /* ops since the last back-pressure check (GIL-protected) */
+
+/* Back-pressure: every 256 ops, the recorder's backlog against its limit; over it, the
+   recorder's Python method waits for the writer (capture/recorder.py). */
+static int backlog_check(PyObject *rec) {
+    if (++checks_since < 256) return 0;
+    checks_since = 0;
+    PyObject *limit = PyObject_GetAttr(rec, S_limit);
+    if (!limit) return -1;
+    if (limit == Py_None) {
+        Py_DECREF(limit);
+        return 0;
+    }
+    Py_ssize_t lim = PyLong_AsSsize_t(limit);
+    Py_DECREF(limit);
+    if (lim == -1 && PyErr_Occurred()) return -1;
+    PyObject *names[3] = {S_ops, S_transfers, S_buffers};
+    Py_ssize_t total = 0;
+    for (int i = 0; i < 3; i++) {
+        PyObject *dq = PyObject_GetAttr(rec, names[i]);
+        if (!dq) return -1;
+        Py_ssize_t n = PyObject_Length(dq);
+        Py_DECREF(dq);
+        if (n < 0) return -1;
+        total += n;
+    }
+    if (total <= lim) return 0;
+    PyObject *r = PyObject_CallMethodNoArgs(rec, S_backlog_wait);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* record_call(spec, fn, args, kwargs, backward=False): dispatch.record_call in C. */
+static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t argc, PyObject *kwnames) {
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *backward = argc == 5 ? argv[4] : Py_False;
+    if (nkw == 1 && argc == 4 && PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0)) &&
+        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "backward") == 0) {
+        backward = argv[4];
+    } else if (nkw) {
+        PyErr_SetString(PyExc_TypeError, "record_call(): the only keyword argument is backward");
+        return NULL;
+    }
+    if (argc < 4 || argc > 5 || !PyTuple_Check(argv[2])) {
+        PyErr_SetString(PyExc_TypeError, "record_call(spec, fn, args: tuple, kwargs, backward=False)");
+        return NULL;
+    }
+    if (!G.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "jaxplace native hot path used before configure()");
+        return NULL;
+    }
+    int placing = PyDict_Check(argv[3]) ? attr_true(G.active, S_placing) : 1;
+    if (placing) /* a placement policy: the placer's Python code decides, the Python path records */
+        return placing < 0 ? NULL : PyObject_Vectorcall(G.py_record_call, argv, (size_t)argc, kwnames);
+    Call c = {0};
+    c.spec = argv[0];
+    c.fn = argv[1];
+    c.args = argv[2];
+    c.kwargs = PyDict_Check(argv[3]) && PyDict_GET_SIZE(argv[3]) == 0 ? NULL : argv[3];
+    c.backward = backward;
+    c.placed = G.empty;
+    PyObject *cache = NULL, *t0obj = NULL, *op = NULL, *result = NULL;
+    c.rec = PyObject_GetAttr(G.active, S_rec);
+    if (!c.rec) return NULL;
+    if (!(cache = PyObject_GetAttr(c.rec, S_site_cache))) goto error;
+    PyFrameObject *frame = PyEval_GetFrame(); /* the Python caller of record_call (the hook) */
+    long sid = 0;
+    if (frame && Py_TYPE(cache) == &SiteCacheType) {
+        sid = site_lookup((SiteCache *)cache, frame);
+    } else if (frame) { /* a recorder made without the native cache: its Python site_of */
+        PyObject *r = PyObject_CallOneArg(cache, (PyObject *)frame);
+        sid = r ? PyLong_AsLong(r) : -1;
+        Py_XDECREF(r);
+        if (sid == -1 && !PyErr_Occurred()) sid = 0;
+    }
+    if (sid < 0) goto error;
+    if (!(c.site = PyLong_FromLong(sid))) goto error;
+    PyObject *seqs = PyObject_GetAttr(c.rec, S_seqs);
+    c.seq = seqs ? PyIter_Next(seqs) : NULL;
+    Py_XDECREF(seqs);
+    if (!c.seq) goto error;
+    if (!(t0obj = PyObject_GetAttr(c.rec, S_t0))) goto error;
+    c.base = PyLong_AsLongLong(t0obj);
+    if (c.base == -1 && PyErr_Occurred()) goto error;
+    PyObject *name = PyObject_GetAttr(c.spec, S_name);
+    op = name ? PyTuple_Pack(5, name, c.seq, c.site, c.args, argv[3]) : NULL;
+    Py_XDECREF(name);
+    if (!op || set_tls(ONE, op) < 0) goto error;
+    c.t0 = now_ns();
+    c.out = c.kwargs ? PyObject_Call(c.fn, c.args, c.kwargs) : PyObject_Call(c.fn, c.args, NULL);
+    c.t1 = now_ns();
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        int err = set_tls(ZERO, Py_None);
+        if (err < 0) PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    if (!c.out) { /* the call raised: the Python code records the failure, the error stands */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        if (tb) PyException_SetTraceback(ev, tb);
+        PyObject *t0 = PyLong_FromLongLong(c.t0), *t1 = PyLong_FromLongLong(c.t1);
+        PyObject *r = (t0 && t1) ? PyObject_CallFunctionObjArgs(
+                                       G.record_failure, c.rec, c.spec, c.args,
+                                       argv[3], c.seq, c.site, t0, t1, ev, NULL)
+                                 : NULL;
+        Py_XDECREF(r);
+        Py_XDECREF(t0);
+        Py_XDECREF(t1);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        goto error;
+    }
+    PyObject *outs[1];
+    Py_ssize_t nouts = 0;
+    int fast = fast_case(&c, outs, &nouts);
+    if (fast < 0) goto error;
+    if (fast) {
+        PyObject **items = fast == 1 ? outs : PySequence_Fast_ITEMS(c.out);
+        if (PyTuple_GET_SIZE(c.args) && items[0] == PyTuple_GET_ITEM(c.args, 0)) { /* nothing dispatched */
+            result = c.out;
+            c.out = NULL;
+            goto error; /* not an error: the common exit */
+        }
+        int r = record_fast(&c, items, nouts);
+        if (r < 0) goto error;
+        if (r == 0) fast = 1;
+        else fast = 0; /* a multi-device result: the Python code records it */
+    }
+    if (!fast) {
+        PyObject *t0 = PyLong_FromLongLong(c.t0), *t1 = PyLong_FromLongLong(c.t1);
+        PyObject *r = (t0 && t1) ? PyObject_CallFunctionObjArgs(
+                                       G.after_call, c.rec, c.spec, c.fn, c.args,
+                                       argv[3], c.out, c.site, c.seq,
+                                       t0, t1, c.placed, backward, NULL)
+                                 : NULL;
+        Py_XDECREF(t0);
+        Py_XDECREF(t1);
+        if (!r) goto error;
+        Py_DECREF(r);
+        result = c.out;
+        c.out = NULL;
+    } else {
+        PyObject *cb = PyObject_GetAttr(G.active, S_on_dispatch);
+        if (!cb) goto error;
+        if (cb != Py_None) {
+            PyObject *r = PyObject_CallNoArgs(cb);
+            Py_DECREF(cb);
+            if (!r) goto error;
+            Py_DECREF(r);
+        } else {
+            Py_DECREF(cb);
+        }
+        result = c.out;
+        c.out = NULL;
+    }
+    if (result && backlog_check(c.rec) < 0) Py_CLEAR(result);
+error:
+    Py_XDECREF(c.rec);
+    Py_XDECREF(cache);
+    Py_XDECREF(t0obj);
+    Py_XDECREF(op);
+    Py_XDECREF(c.site);
+    Py_XDECREF(c.seq);
+    Py_XDECREF(c.out);
+    return result;
+}
+
+/* ---------------------------------------------------------------- module */
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(**objects): the Python objects record_call reads (dispatch.py calls it once)."},
+    {"record_call", (PyCFunction)(void (*)(void))record_call, METH_FASTCALL | METH_KEYWORDS,
+     "record_call(spec, fn, args, kwargs, backward=False): dispatch.record_call in C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native",
+                                    "jaxplace's native capture hot path (issue 18).", -1, methods};
+
+#define INTERN(var, text)                                                                          \
+    if (!(var = PyUnicode_InternFromString(text))) return NULL
+
+PyMODINIT_FUNC PyInit__native(void) {
+    INTERN(S_rec, "rec");
+    INTERN(S_placing, "placing");
+    INTERN(S_depth, "depth");
+    INTERN(S_op, "op");
+    INTERN(S_seqs, "seqs");
+    INTERN(S_buf_ids, "buf_ids");
+    INTERN(S_ops, "ops");
+    INTERN(S_transfers, "transfers");
+    INTERN(S_buffers, "buffers");
+    INTERN(S_tail, "tail");
+    INTERN(S_t0, "t0");
+    INTERN(S_site_cache, "site_of");
+    INTERN(S_on_transfer, "on_transfer");
+    INTERN(S_on_dispatch, "on_dispatch");
+    INTERN(S_append, "append");
+    INTERN(S_sharding, "sharding");
+    INTERN(S_device, "_device");
+    INTERN(S_dict, "__dict__");
+    INTERN(S_aval, "aval");
+    INTERN(S_shape, "shape");
+    INTERN(S_dtype, "dtype");
+    INTERN(S_committed, "_committed");
+    INTERN(S_name, "name");
+    INTERN(S_kind, "kind");
+    INTERN(S_scalar_api, "scalar_api");
+    INTERN(S_scalars, "scalars");
+    INTERN(S_flatten, "flatten");
+    INTERN(S_host_data, "host_data");
+    INTERN(S_static_argnums, "static_argnums");
+    INTERN(S_static_argnames, "static_argnames");
+    INTERN(S_buffer_id, "buffer_id");
+    INTERN(S_trace, "trace");
+    INTERN(S_backlog, "backlog");
+    INTERN(S_backlog_wait, "wait_for_writer");
+    INTERN(S_limit, "backlog_limit");
+    if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
+    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
+    if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;
+    if (PyType_Ready(&SiteCacheType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    Py_INCREF(&SiteCacheType);
+    if (PyModule_AddObject(m, "SiteCache", (PyObject *)&SiteCacheType) < 0) {
+        Py_DECREF(&SiteCacheType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

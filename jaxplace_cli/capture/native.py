@@ -1,0 +1,41 @@
+"""Which capture hot path this process runs: the C extension (``capture/_native.c``) or Python.
+
+The extension is optional: ``pip install`` builds it where a C compiler and the Python headers
+exist and installs without it elsewhere (``optional = true`` in pyproject.toml). It is used
+when it imports and ``JAXPLACE_CAPTURE`` is not ``python``; the run manifest says which ran
+(``capture: native|python``). Both paths append the same rows (tests/test_native.py checks it
+on every sample script); the C one is what makes the per-op cost small (bench P2, P6).
+"""
+from __future__ import annotations
+
+import os
+
+ENV = "JAXPLACE_CAPTURE"  # "python" forces the pure-Python path; anything else: native if it loads
+
+_state: dict = {}
+
+
+def module():
+    """The ``_native`` extension module, or None (missing, failed to import, or not wanted)."""
+    if "module" not in _state:
+        mod, why = None, ""
+        if os.environ.get(ENV, "").strip().lower() == "python":
+            why = f"{ENV}=python"
+        else:
+            try:
+                from jaxplace_cli.capture import _native as mod
+            except Exception as exc:  # ImportError, or a broken build (undefined symbol, ...)
+                mod, why = None, f"the extension did not import ({type(exc).__name__}: {exc})"
+        _state["module"], _state["why"] = mod, why
+    return _state["module"]
+
+
+def kind() -> str:
+    """``native`` or ``python``: what the run manifest records as ``capture``."""
+    return "native" if module() is not None else "python"
+
+
+def why_python() -> str:
+    """Why the Python path runs ("" when the native one does)."""
+    module()
+    return _state.get("why", "")
