@@ -79,15 +79,18 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     totals = {k: KindTotal() for k in TRANSFER_KINDS}
     small = {k: KindTotal() for k in TRANSFER_KINDS}
     unknown = {k: 0 for k in TRANSFER_KINDS}
-    for kind, cls, count, nbytes in run.store.transfer_totals(min_bytes):
-        if kind not in totals:
-            continue
-        if cls == "counted":
-            totals[kind] = KindTotal(count, nbytes)
-        elif cls == "small":
-            small[kind] = KindTotal(count, nbytes)
-        else:
-            unknown[kind] = count
+    groups = queries.transfer_route_groups(run.store, min_bytes)
+    if groups is None:  # sums past 64 bits (a hostile store): Python's integers
+        routes = route_totals(queries.transfer_routes(run.store), min_bytes)
+    else:  # one scan of the transfers gives both the routes and the kind totals (bench P8)
+        routes = _sorted_routes(RouteTotal(*g) for g in groups)
+    for r in routes:
+        if r.kind in totals:
+            totals[r.kind].count += r.count
+            totals[r.kind].bytes += r.bytes
+            small[r.kind].count += r.small_count
+            small[r.kind].bytes += r.small_bytes
+            unknown[r.kind] += r.unknown_size
     tsites = []
     for t in queries.top_transfer_sites(run.store, min_bytes, top_sites):
         s = sites.get(t.site)
@@ -102,7 +105,6 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     errors = queries.count_failed_ops(run.store)
     devices = run.manifest.device_names
     seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
-    routes = route_totals(queries.transfer_routes(run.store), min_bytes)
     return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,
                    devices + seen, routes)
 
@@ -124,9 +126,14 @@ def route_totals(rows, min_bytes: int) -> list[RouteTotal]:
             r.count += 1
             r.bytes += nbytes
         r.blocking += bool(blocking)
+    return _sorted_routes(out.values())
+
+
+def _sorted_routes(routes) -> list[RouteTotal]:
+    """By kind, then bytes (largest first)."""
     order = {k: i for i, k in enumerate(TRANSFER_KINDS)}
-    return sorted(out.values(), key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count,
-                                               -r.unknown_size, r.src, r.dst))
+    return sorted(routes, key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count,
+                                         -r.unknown_size, r.src, r.dst))
 
 
 def kind_totals(transfers, min_bytes: int):

@@ -368,6 +368,16 @@ static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
     return 0;
 }
 
+/* fn(row) for a bound deque.append; steals row */
+static inline int append_steal(PyObject *fn, PyObject *row) {
+    if (!row) return -1;
+    PyObject *r = PyObject_CallOneArg(fn, row);
+    Py_DECREF(row);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 static inline int append(PyObject *dq, PyObject *row) {
     if (!row) return -1;
     PyObject *r = PyObject_CallMethodOneArg(dq, S_append, row);
@@ -376,20 +386,18 @@ static inline int append(PyObject *dq, PyObject *row) {
     return 0;
 }
 
-static int emit_transfer(PyObject *rec, PyObject *transfers, PyObject *ev) {
-    if (!ev || append(transfers, ev) < 0) {
-        Py_XDECREF(ev);
-        return -1;
-    }
-    PyObject *cb = PyObject_GetAttr(rec, S_on_transfer);
-    int rc = 0;
-    if (!cb) rc = -1;
-    else if (cb != Py_None) {
-        PyObject *r = PyObject_CallOneArg(cb, ev);
-        if (!r) rc = -1;
+/* transfers.append(ev), then rec.on_transfer(ev) when set (read once per call, as the Python
+   path does); steals ev */
+static int emit_transfer(PyObject *tappend, PyObject *cb, PyObject *ev) {
+    if (!ev) return -1;
+    PyObject *r = PyObject_CallOneArg(tappend, ev);
+    int rc = r ? 0 : -1;
+    Py_XDECREF(r);
+    if (!rc && cb != Py_None) {
+        r = PyObject_CallOneArg(cb, ev);
+        rc = r ? 0 : -1;
         Py_XDECREF(r);
     }
-    Py_XDECREF(cb);
     Py_DECREF(ev);
     return rc;
 }
@@ -450,7 +458,8 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     int rc = -1;
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
              *transfers = NULL, *bufids = NULL, *tail = NULL, *scalar_bytes = NULL;
-    PyObject *kind = NULL, *name = NULL;
+    PyObject *kind = NULL, *name = NULL, *tappend = NULL, *on_transfer = NULL, *scalar_api = NULL;
+    int scalars = 0;
     Py_ssize_t nargs = PyTuple_GET_SIZE(c->args);
     PyObject *in_list = NULL;
 
@@ -461,6 +470,10 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (!(t0rel = PyLong_FromLongLong(c->t0 - c->base))) goto done;
     if (!(seqs = PyObject_GetAttr(c->rec, S_seqs))) goto done;
     if (!(transfers = PyObject_GetAttr(c->rec, S_transfers))) goto done;
+    if (!(tappend = PyObject_GetAttr(transfers, S_append))) goto done;
+    if (!(on_transfer = PyObject_GetAttr(c->rec, S_on_transfer))) goto done;
+    if ((scalars = attr_true(c->spec, S_scalars)) < 0) goto done;
+    if (scalars && !(scalar_api = PyObject_GetAttr(c->spec, S_scalar_api))) goto done;
     if (!(in_list = PyList_New(0))) goto done;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->args, i);
@@ -500,7 +513,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 if (s) {
                     PyObject *ev = PyTuple_Pack(13, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
                                                 Py_False, api, c->site, b, c->seq);
-                    err = emit_transfer(c->rec, transfers, ev);
+                    err = emit_transfer(tappend, on_transfer, ev);
                 } else {
                     err = -1;
                 }
@@ -512,8 +525,6 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             Py_DECREF(adev);
             if (err) goto done;
         } else {
-            int scalars = attr_true(c->spec, S_scalars);
-            if (scalars < 0) goto done;
             if (!scalars) continue;
             if (!scalar_bytes) {
                 PyObject *x64 = PyObject_CallNoArgs(G.x64_enabled);
@@ -525,16 +536,14 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 if (!scalar_bytes) goto done;
             }
             PyObject *nb = PyObject_GetItem(scalar_bytes, (PyObject *)Py_TYPE(a));
-            PyObject *api = nb ? PyObject_GetAttr(c->spec, S_scalar_api) : NULL;
-            PyObject *s = api ? PyIter_Next(seqs) : NULL;
+            PyObject *s = nb ? PyIter_Next(seqs) : NULL;
             int err = -1;
             if (s) {
                 PyObject *ev = PyTuple_Pack(13, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
-                                            Py_False, api, c->site, ZERO, c->seq);
-                err = emit_transfer(c->rec, transfers, ev);
+                                            Py_False, scalar_api, c->site, ZERO, c->seq);
+                err = emit_transfer(tappend, on_transfer, ev);
             }
             Py_XDECREF(nb);
-            Py_XDECREF(api);
             Py_XDECREF(s);
             if (err) goto done;
         }
@@ -580,7 +589,8 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
         Py_XDECREF(od);
     } else {
         PyObject *buffers = PyObject_GetAttr(c->rec, S_buffers);
-        PyObject *out_bufs = buffers ? PyTuple_New(nouts) : NULL;
+        PyObject *bappend = buffers ? PyObject_GetAttr(buffers, S_append) : NULL;
+        PyObject *out_bufs = bappend ? PyTuple_New(nouts) : NULL;
         int ok = out_bufs != NULL;
         for (Py_ssize_t i = 0; ok && i < nouts; i++) {
             PyObject *o = outs[i], *od = NULL, *b = buf_of(o, &od);
@@ -594,7 +604,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
                      aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
-                     append(buffers, PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site)) == 0;
+                     append_steal(bappend, PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site)) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
                 Py_XDECREF(dname);
@@ -611,6 +621,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             row = PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids,
                                out_bufs, G.empty, c->backward, c->placed);
         Py_XDECREF(out_bufs);
+        Py_XDECREF(bappend);
         Py_XDECREF(buffers);
     }
     Py_DECREF(dur);
@@ -637,6 +648,9 @@ done:
     Py_XDECREF(kind);
     Py_XDECREF(name);
     Py_XDECREF(in_list);
+    Py_XDECREF(tappend);
+    Py_XDECREF(on_transfer);
+    Py_XDECREF(scalar_api);
     return rc;
 }
 

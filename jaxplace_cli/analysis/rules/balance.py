@@ -23,7 +23,7 @@ included (issue 14); now only on ``imbalance_idle.py`` (script-asked, cpu:2) and
 """
 from __future__ import annotations
 
-import statistics
+import weakref
 from collections import defaultdict
 
 from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
@@ -49,35 +49,44 @@ def run_loads(run, shared_only: bool = False, own_only: bool = False) -> dict[st
     spreads over devices; a script that makes its data on one device and computes on another
     is not unbalanced, it is serial. ``own_only``: only ops no policy placed (the script's own
     placement, or JAX's default)."""
-    compiling = {c.op_seq for c in queries.compiles(run.store)}
-    skip = container_seqs(run)
-    rows = [op for op in queries.compute_op_costs(run.store)
-            if op.seq not in skip and (not own_only or op.placed in _JAX_DECIDED)]
+    typical, groups = _op_costs(run, own_only)
     where: dict[str, set] = defaultdict(set)
-    durs: dict[str, list] = defaultdict(list)
-    all_durs: dict[str, list] = defaultdict(list)
-    for op in rows:
-        where[op.name].update(d for d in op.devices.split(",") if d)
-        all_durs[op.name].append(max(op.dur_ns, 0))
-        if op.seq not in compiling:
-            durs[op.name].append(max(op.dur_ns, 0))
+    for name, devices, _, _ in groups:
+        where[name].update(d for d in devices.split(",") if d)
     if shared_only:
-        rows = [op for op in rows if len(where[op.name]) >= 2]
-    typical = {n: int(statistics.median(durs[n] or all_durs[n])) for n in all_durs}
+        groups = [g for g in groups if len(where[g[0]]) >= 2]
     loads: dict[str, DeviceLoad] = {}
-    for op in rows:
-        ns = typical[op.name]
-        for d in op.devices.split(","):
+    for name, devices, site, count in groups:
+        ns = typical[name]
+        for d in devices.split(","):
             if not d:
                 continue
             load = loads.setdefault(d, DeviceLoad())
-            load.ops += 1
-            load.ns += ns
-            load.site_ns[op.site] = load.site_ns.get(op.site, 0) + ns
+            load.ops += count
+            load.ns += ns * count
+            load.site_ns[site] = load.site_ns.get(site, 0) + ns * count
     for load in loads.values():
         if load.site_ns:
             load.top_site = max(load.site_ns.items(), key=lambda kv: (kv[1], -kv[0]))[0]
     return loads
+
+
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _op_costs(run, own_only: bool):
+    """(median dispatch ns per op name, (name, devices, site, count) groups) of the run's
+    compute ops, aggregated by SQLite; kept per run, as imbalance and idle-device read the
+    same figures up to three times (a 10M-event audit spent ~4 s on them before, bench P8)."""
+    memo = _COSTS.setdefault(run.store, {})
+    if own_only not in memo:
+        compiling = {c.op_seq for c in queries.compiles(run.store)}
+        skip = container_seqs(run)
+        placed_in = _JAX_DECIDED if own_only else None
+        groups = queries.compute_op_groups(run.store, skip, placed_in)
+        typical = queries.compute_op_medians(run.store, skip, compiling, placed_in, {g[0] for g in groups})
+        memo[own_only] = (typical, groups)
+    return memo[own_only]
 
 
 def _devices(run, loads) -> list[str]:
