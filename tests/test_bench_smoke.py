@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10", "P11")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
@@ -33,18 +33,25 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
         assert set(r) >= {"id", "what", "target", "measured", "value", "pass", "note"}
         assert r["measured"] and r["target"]
     groups = doc["groups"]
-    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5", "P7", "P9", "P10", "P11"}
+    assert set(groups) >= {"P1", "P2", "P3", "P4", "P5", "P7", "P8", "P9", "P10", "P11"}
     # the workloads and their reference modes ran (a broken workload script shows up here)
     for pid in ("P1", "P2"):
         assert groups[pid]["configs"]["plain"]["ok"] == 1, groups[pid]["configs"]["plain"]
         assert groups[pid]["median_wall_ratio"] is not None
     p2 = {s["config"]: s for s in groups["P2"]["settings"]}
-    for config in ("jaxplace", "jax.profiler.trace", "transfer_guard=log", "forced slow path"):
+    for config in ("jaxplace", "jax.profiler.trace", "transfer_guard=log", "forced slow path",
+                   "jaxplace (python path)"):
         assert p2[config]["runs"] == 1, (config, doc["errors"])
     # the event-count check of P6 compares the script's own counters with the store's rows
     checks = groups["P3"]["checks"]
     assert checks and all(c["events_in_store"] is not None and c["events_expected"] > 0 for c in checks)
     assert groups["P4"]["events"] == checks[0]["events_in_store"]
+    # the pure-Python capture path ran at the long length, and lost nothing either
+    assert [c["lost"] for c in checks if c["length"] == "long python path"] == [0], checks
+    # P8: the longer run was recorded (every event stored) and audited
+    p8 = groups["P8"]
+    assert p8["error"] == "" and p8["median_wall_s"] is not None, p8
+    assert p8["backpressure"]["lost_rows"] == 0 and p8["events"] > 6000, p8
     assert groups["P5"]["ref_median_wall_s"] is not None  # ProfileData.from_file reference ran
     # every 4 MiB core_details shape was audited (exit 0 or 2, no traceback)
     assert groups["P7"]["error"] == "" and groups["P7"]["median_wall_s"] is not None, groups["P7"]
