@@ -6,12 +6,12 @@ STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install demo test lint bench gpu-check clean
+.PHONY: install demo test test-python-path lint bench gpu-check clean
 
 install: $(STAMP)
 
 # Re-installs only when the project metadata changed (the install is editable).
-$(STAMP): pyproject.toml jaxplace_cli/capture/_native.c
+$(STAMP): pyproject.toml jaxplace_cli/capture/_native.c jaxplace_cli/model/_packed.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -21,9 +21,17 @@ demo: install
 	$(BIN)/jaxplace run --devices 2 --out $(DEMO_DIR) sample_scripts/pingpong_eager.py
 	$(BIN)/jaxplace audit $(DEMO_DIR)
 
+# The capture tests again on the pure-Python hot path (issue 18: the native one is the
+# default wherever it built; tests/test_native.py compares the two on every sample script).
+PYTHON_PATH_TESTS := tests/test_ground_truth.py tests/test_fidelity_uploads.py tests/test_stress.py
+
 test: install
 	$(BIN)/ruff check jaxplace_cli tests bench sample_scripts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	JAXPLACE_CAPTURE=python $(BIN)/python -m pytest -q $(PYTEST_ARGS) $(PYTHON_PATH_TESTS)
+
+test-python-path: install
+	JAXPLACE_CAPTURE=python $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check jaxplace_cli tests bench sample_scripts

@@ -68,3 +68,29 @@ def test_parse_incompatible_devices_message():
            "argument y of <lambda> with shape int32[] and with device ids [1] on platform CPU")
     assert _parse_args(msg) == [("x", "float32", "128x128", "cpu:0"), ("y", "int32", "scalar", "cpu:1")]
     assert _parse_args("something else") == []
+
+
+def test_route_totals_past_64_bits_are_a_data_error(tmp_path):
+    """Two transfers of 2**62 bytes on one route: the totals leave SQLite's 64-bit integers
+    (SUM raises "integer overflow"); a hostile store is one line and exit 2, never a wrong
+    total or a traceback (the route sums moved into SQL for bench P8)."""
+    import subprocess
+    import sys
+
+    from jaxplace_cli.model.events import TransferEvent
+    from jaxplace_cli.model.manifest import Manifest
+    from jaxplace_cli.store.layout import EVENTS, write_manifest
+    from jaxplace_cli.store.writer import StoreWriter
+
+    run = tmp_path / "run"
+    run.mkdir()
+    w = StoreWriter(run / EVENTS)
+    rows = [TransferEvent(i, i, 1, "h2d", "host", "cpu:0", 2**62, False, False, "jax.device_put", 0, 0, 0)
+            for i in (1, 2)]
+    w.write({"sites": [], "ops": [], "transfers": rows, "buffers": [], "markers": []})
+    w.close()
+    write_manifest(run, Manifest(status="complete", exit_code=0))
+    r = subprocess.run([sys.executable, "-m", "jaxplace_cli", "audit", str(run), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "integer overflow" in r.stderr

@@ -79,11 +79,8 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     totals = {k: KindTotal() for k in TRANSFER_KINDS}
     small = {k: KindTotal() for k in TRANSFER_KINDS}
     unknown = {k: 0 for k in TRANSFER_KINDS}
-    groups = queries.transfer_route_groups(run.store, min_bytes)
-    if groups is None:  # sums past 64 bits (a hostile store): Python's integers
-        routes = route_totals(queries.transfer_routes(run.store), min_bytes)
-    else:  # one scan of the transfers gives both the routes and the kind totals (bench P8)
-        routes = _sorted_routes(RouteTotal(*g) for g in groups)
+    # one scan of the transfers gives both the routes and the kind totals (bench P8)
+    routes = _sorted_routes(RouteTotal(*g) for g in queries.transfer_route_groups(run.store, min_bytes))
     for r in routes:
         if r.kind in totals:
             totals[r.kind].count += r.count

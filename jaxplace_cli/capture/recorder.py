@@ -16,6 +16,7 @@ from pathlib import Path
 from time import perf_counter_ns
 
 from jaxplace_cli.model.events import Marker, OpEvent, Site, TransferEvent
+from jaxplace_cli.model.raw import PACKED
 
 _JAXPLACE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # the jaxplace_cli package
 
@@ -88,6 +89,10 @@ class Recorder:
         self.backpressure_waits = 0
         self.backpressure_ns = 0
         self._want_drain = None  # threading.Event the writer thread wakes on
+        # With a writer attached and the native hot path loaded: the rows it makes, packed as
+        # bytes (model/_packed.c); rows the Python hooks make still go to the deques above.
+        self.packed = None
+        self._decoder = None  # unpacks them for an in-process writer (drain)
         self._drained = threading.Condition()
         self._drains = 0
         from jaxplace_cli.capture import native
@@ -209,6 +214,12 @@ class Recorder:
         (~40 MB of raw rows) wakes it (``want_drain``) and waits for its next ``take``."""
         self._want_drain = want_drain
         self.backlog_limit = limit
+        from jaxplace_cli.capture import native
+
+        if native.module() is not None:
+            from jaxplace_cli.model.raw import packed_module
+
+            self.packed = packed_module().RowBuffer()
 
     def detach_writer(self) -> None:
         """No writer any more (the run is ending): never wait again."""
@@ -244,6 +255,11 @@ class Recorder:
         }
         self.counts["ops"] += len(batch["ops"])
         self.counts["transfers"] += len(batch["transfers"])
+        if self.packed is not None and self.packed.pending:
+            data, n_ops, n_transfers, n_buffers = self.packed.take()
+            batch[PACKED] = (data, n_ops + n_transfers + n_buffers)
+            self.counts["ops"] += n_ops
+            self.counts["transfers"] += n_transfers
         if self.backpressure_waits or self.backlog_limit is not None:
             with self._drained:
                 self._drains += 1
@@ -252,9 +268,13 @@ class Recorder:
 
     def drain(self) -> dict[str, list]:
         """Pop everything recorded so far as rows ready for the store (in-process writers)."""
+        from jaxplace_cli.model.raw import packed_module, unpack
         from jaxplace_cli.store.rows import finish_rows
 
-        return finish_rows(self.take())
+        batch = self.take()  # rows of the Python path are sorted by unpack too
+        if PACKED in batch and self._decoder is None:
+            self._decoder = packed_module().Decoder()
+        return finish_rows(unpack(batch, self._decoder))
 
 
 def _pop_all(dq: deque) -> list:

@@ -21,3 +21,42 @@ OP_IN_BUFS = OpEvent._fields.index("in_bufs")
 OP_OUT_BUFS = OpEvent._fields.index("out_bufs")
 RESULT_SHAPE, RESULT_DTYPE, RESULT_COMMITTED = OP_FIELDS, OP_FIELDS + 1, OP_FIELDS + 2
 OP_WITH_RESULT = OP_FIELDS + 3  # 16
+
+# -- packed rows (model/_packed.c) ------------------------------------------------------------
+# A batch of ``Recorder.take()`` may also hold ``"packed": (bytes, rows)``: rows the native hot
+# path encoded as it made them (a RowBuffer), in the tables below; ``unpack`` turns them back
+# into the tuples above, with a Decoder that has seen every earlier batch of the same recorder.
+PACKED = "packed"
+PACKED_TABLES = ("ops", "transfers", "buffers")
+
+
+def batch_rows(batch: dict) -> int:
+    """Rows a batch carries, packed ones included."""
+    n = sum(len(v) for k, v in batch.items() if k != PACKED)
+    return n + (batch[PACKED][1] if PACKED in batch else 0)
+
+
+def unpack(batch: dict, decoder) -> dict:
+    """``batch`` with its packed rows decoded into its lists; each table's rows then in seq
+    order, whichever path made them (native rows and the Python hooks' rows of one batch)."""
+    packed = batch.pop(PACKED, None)
+    if packed is not None:
+        for name, rows in zip(PACKED_TABLES, decoder.decode(packed[0])):
+            if rows:
+                batch[name] = [*batch[name], *rows]
+    for name in ("ops", "transfers"):  # both paths alike (two threads interleave their appends)
+        batch[name].sort(key=_seq)
+    return batch
+
+
+def _seq(row):
+    return row[0]
+
+
+def packed_module():
+    """``jaxplace_cli.model._packed`` (RowBuffer, Decoder), or None where it was not built."""
+    try:
+        from jaxplace_cli.model import _packed
+    except ImportError:
+        return None
+    return _packed

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from jaxplace_cli.model.raw import batch_rows
 from jaxplace_cli.store.schema import MAGIC, SCHEMA_VERSION, TABLES, create_sql, insert_sql
 
 
@@ -35,7 +36,7 @@ class StoreWriter:
         self.rows_written = 0
 
     def write(self, batches: dict[str, list]) -> None:
-        if not any(batches.values()):
+        if not batch_rows(batches):
             return
         c = self.conn
         c.execute("BEGIN")
@@ -95,7 +96,7 @@ class BackgroundWriter(threading.Thread):
         try:
             self._writer.write(batches)
         except Exception as exc:  # never propagate into the user's program
-            self.lost_rows += sum(len(v) for v in batches.values())
+            self.lost_rows += batch_rows(batches)
             if not self.error:  # the first failure is the cause; later ones repeat it
                 self.error = f"{type(exc).__name__}: {exc}"
 

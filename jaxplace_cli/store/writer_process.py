@@ -28,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jaxplace_cli.model.raw import batch_rows
+
 _PKG_PARENT = str(Path(__file__).resolve().parents[2])
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
          "from jaxplace_cli.store.writer_process import serve; serve(sys.argv[2])")
@@ -36,7 +38,7 @@ _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 def _rows(batch) -> int:
-    return sum(len(v) for v in batch.values())
+    return batch_rows(batch)
 
 
 class WriterProcess:
@@ -161,8 +163,12 @@ def serve(path: str) -> None:
     """The writer process: frames from stdin into the store at ``path``, then one JSON line."""
     import resource
 
+    from jaxplace_cli.model.raw import packed_module, unpack
     from jaxplace_cli.store.rows import finish_rows
     from jaxplace_cli.store.writer import StoreWriter
+
+    packed = packed_module()
+    decoder = packed.Decoder() if packed is not None else None  # one per run: strings carry over
 
     written = lost = 0
     error = ""
@@ -195,7 +201,7 @@ def serve(path: str) -> None:
             lost += n
             continue
         try:
-            writer.write(finish_rows(msg))
+            writer.write(finish_rows(unpack(msg, decoder)))
         except Exception as exc:  # disk full, directory removed: count it and keep draining
             lost += n
             if not error:  # the first failure is the cause; later ones repeat it

@@ -160,7 +160,7 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
     b = rec.backlog_limit
     if b is not None and len(rec.ops) + len(rec.transfers) + len(rec.buffers) > b:
-        rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer)
+        rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer; packed rows: _native.c)
     return out
 
 

@@ -1,0 +1,414 @@
+/* The packed form of jaxplace's raw capture rows (model/raw.py), in C (issue 18).
+
+   The native hot path (capture/_native.c) encodes each row into a RowBuffer as it is made;
+   the writer process turns the bytes back into the very tuples with a Decoder. Optional like
+   the hot path: without a compiler, rows stay tuples in the recorder's deques.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Rows packed into one growing byte buffer instead of kept as tuples in deques: a backlog of
+   tuples kept the cycle collector busy (every retained tuple counts towards the next
+   collection; a full one took ~80 ms in the middle of bench P2's loop) and the writer thread
+   pickled every row under the GIL (~0.3-0.65 us each). Here a row is encoded as it is made
+   and its tuple freed at once; the writer sends the bytes as they are and the writer process
+   decodes them (Decoder) into the very tuples the hooks would have appended.
+
+   Encoding (native byte order: both ends are this machine): a row is 'R', a table byte, then
+   its tuple; a value is 'i' + int64, 'T'/'F' (bool), 'N' (None), 's' + uint32 string id,
+   'L' + uint32 length + decimal text (an int past 64 bits), '(' + uint32 count + values. A
+   string is defined once per buffer's lifetime, before the first row that uses it: 'S' +
+   uint32 id + uint32 length + UTF-8. */
+
+enum { T_OPS = 0, T_TRANSFERS = 1, T_BUFFERS = 2, N_TABLES = 3 };
+
+typedef struct {
+    PyObject_HEAD
+    char *buf;
+    Py_ssize_t len, cap;
+    char *row;                /* scratch: one row, written after its string definitions */
+    Py_ssize_t rlen, rcap;
+    PyObject *strings;        /* str -> id */
+    Py_ssize_t rows[N_TABLES];
+} RowBuffer;
+
+static int grow(char **b, Py_ssize_t *cap, Py_ssize_t need) {
+    if (need <= *cap) return 0;
+    Py_ssize_t c = *cap ? *cap : 65536;
+    while (c < need) c *= 2;
+    char *n = PyMem_Realloc(*b, (size_t)c);
+    if (!n) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *b = n;
+    *cap = c;
+    return 0;
+}
+
+static inline int rput(RowBuffer *rb, const void *p, Py_ssize_t n) {
+    if (rb->rlen + n > rb->rcap && grow(&rb->row, &rb->rcap, rb->rlen + n) < 0) return -1;
+    memcpy(rb->row + rb->rlen, p, (size_t)n);
+    rb->rlen += n;
+    return 0;
+}
+
+static inline int bput(RowBuffer *rb, const void *p, Py_ssize_t n) {
+    if (rb->len + n > rb->cap && grow(&rb->buf, &rb->cap, rb->len + n) < 0) return -1;
+    memcpy(rb->buf + rb->len, p, (size_t)n);
+    rb->len += n;
+    return 0;
+}
+
+static int encode(RowBuffer *rb, PyObject *v, int depth) {
+    char tag;
+    if (depth > 4) {
+        PyErr_SetString(PyExc_ValueError, "RowBuffer: a row nests deeper than a raw row can");
+        return -1;
+    }
+    if (PyBool_Check(v)) {
+        tag = v == Py_True ? 'T' : 'F';
+        return rput(rb, &tag, 1);
+    }
+    if (v == Py_None) {
+        tag = 'N';
+        return rput(rb, &tag, 1);
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (!overflow) {
+            if (x == -1 && PyErr_Occurred()) return -1;
+            int64_t y = (int64_t)x;
+            tag = 'i';
+            return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &y, 8);
+        }
+        PyObject *text = PyObject_Str(v);
+        if (!text) return -1;
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(text, &n);
+        uint32_t n32 = (uint32_t)n;
+        tag = 'L';
+        int rc = (!u || rput(rb, &tag, 1) < 0 || rput(rb, &n32, 4) < 0 || rput(rb, u, n) < 0) ? -1 : 0;
+        Py_DECREF(text);
+        return rc;
+    }
+    if (PyUnicode_CheckExact(v)) {
+        PyObject *id = PyDict_GetItemWithError(rb->strings, v);
+        uint32_t sid;
+        if (id) {
+            sid = (uint32_t)PyLong_AsUnsignedLong(id);
+        } else {
+            if (PyErr_Occurred()) return -1;
+            Py_ssize_t n;
+            const char *u = PyUnicode_AsUTF8AndSize(v, &n);
+            if (!u) return -1;
+            sid = (uint32_t)PyDict_GET_SIZE(rb->strings);
+            PyObject *o = PyLong_FromUnsignedLong(sid);
+            if (!o || PyDict_SetItem(rb->strings, v, o) < 0) {
+                Py_XDECREF(o);
+                return -1;
+            }
+            Py_DECREF(o);
+            uint32_t n32 = (uint32_t)n;
+            tag = 'S';
+            if (bput(rb, &tag, 1) < 0 || bput(rb, &sid, 4) < 0 || bput(rb, &n32, 4) < 0 || bput(rb, u, n) < 0)
+                return -1;
+        }
+        tag = 's';
+        return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &sid, 4);
+    }
+    if (PyTuple_CheckExact(v)) {
+        uint32_t n = (uint32_t)PyTuple_GET_SIZE(v);
+        tag = '(';
+        if (rput(rb, &tag, 1) < 0 || rput(rb, &n, 4) < 0) return -1;
+        for (uint32_t i = 0; i < n; i++)
+            if (encode(rb, PyTuple_GET_ITEM(v, i), depth + 1) < 0) return -1;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "RowBuffer: a raw row holds no %.100s", Py_TYPE(v)->tp_name);
+    return -1;
+}
+
+/* Encode `row` (a raw row of `table`) at the end of the buffer; steals row. */
+static int rb_add(RowBuffer *rb, int table, PyObject *row) {
+    if (!row) return -1;
+    rb->rlen = 0;
+    char head[2] = {'R', (char)table};
+    int rc = rput(rb, head, 2) < 0 || encode(rb, row, 0) < 0 || bput(rb, rb->row, rb->rlen) < 0 ? -1 : 0;
+    Py_DECREF(row);
+    if (!rc) rb->rows[table]++;
+    return rc;
+}
+
+static void rb_dealloc(RowBuffer *self) {
+    PyMem_Free(self->buf);
+    PyMem_Free(self->row);
+    Py_XDECREF(self->strings);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int rb_init(RowBuffer *self, PyObject *args, PyObject *kw) {
+    if (!PyArg_ParseTuple(args, "")) return -1;
+    if (!self->strings && !(self->strings = PyDict_New())) return -1;
+    return 0;
+}
+
+/* take() -> (bytes, ops, transfers, buffers): what was packed since the last take. */
+static PyObject *rb_take(RowBuffer *self, PyObject *unused) {
+    PyObject *data = PyBytes_FromStringAndSize(self->buf, self->len);
+    if (!data) return NULL;
+    PyObject *r = Py_BuildValue("(Nnnn)", data, self->rows[T_OPS], self->rows[T_TRANSFERS], self->rows[T_BUFFERS]);
+    if (r) {
+        self->len = 0;
+        memset(self->rows, 0, sizeof(self->rows));
+        if (self->cap > (16 << 20)) { /* a burst made it large: give the memory back */
+            PyMem_Free(self->buf);
+            self->buf = NULL;
+            self->cap = 0;
+        }
+    }
+    return r;
+}
+
+static PyObject *rb_add_py(RowBuffer *self, PyObject *args) {
+    int table;
+    PyObject *row;
+    if (!PyArg_ParseTuple(args, "iO!", &table, &PyTuple_Type, &row)) return NULL;
+    if (table < 0 || table >= N_TABLES) {
+        PyErr_SetString(PyExc_ValueError, "table: 0 ops, 1 transfers, 2 buffers");
+        return NULL;
+    }
+    Py_INCREF(row);
+    if (rb_add(self, table, row) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *rb_pending(RowBuffer *self, void *unused) {
+    return PyLong_FromSsize_t(self->rows[0] + self->rows[1] + self->rows[2]);
+}
+
+static PyMethodDef rb_methods[] = {
+    {"take", (PyCFunction)rb_take, METH_NOARGS, "take() -> (bytes, ops, transfers, buffers), and start again"},
+    {"add", (PyCFunction)rb_add_py, METH_VARARGS, "add(table, row): pack one raw row (tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef rb_getset[] = {
+    {"pending", (getter)rb_pending, NULL, "rows packed since the last take()", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RowBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jaxplace_cli.capture._native.RowBuffer",
+    .tp_basicsize = sizeof(RowBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RowBuffer(): raw rows packed as bytes (module comment).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)rb_init,
+    .tp_dealloc = (destructor)rb_dealloc,
+    .tp_methods = rb_methods,
+    .tp_getset = rb_getset,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *strings; /* list: id -> str */
+} Decoder;
+
+typedef struct {
+    const char *p, *end;
+} Reader;
+
+static int rd(Reader *r, void *out, Py_ssize_t n) {
+    if (r->end - r->p < n) {
+        PyErr_SetString(PyExc_ValueError, "packed rows: truncated");
+        return -1;
+    }
+    memcpy(out, r->p, (size_t)n);
+    r->p += n;
+    return 0;
+}
+
+static PyObject *decode_value(Decoder *d, Reader *r, int depth) {
+    char tag;
+    if (depth > 4 || rd(r, &tag, 1) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "packed rows: nested too deep");
+        return NULL;
+    }
+    switch (tag) {
+    case 'T': return Py_NewRef(Py_True);
+    case 'F': return Py_NewRef(Py_False);
+    case 'N': return Py_NewRef(Py_None);
+    case 'i': {
+        int64_t x;
+        return rd(r, &x, 8) < 0 ? NULL : PyLong_FromLongLong((long long)x);
+    }
+    case 'L': {
+        uint32_t n;
+        if (rd(r, &n, 4) < 0 || r->end - r->p < (Py_ssize_t)n) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "packed rows: truncated");
+            return NULL;
+        }
+        PyObject *text = PyUnicode_DecodeUTF8(r->p, n, "strict");
+        r->p += n;
+        if (!text) return NULL;
+        PyObject *v = PyLong_FromUnicodeObject(text, 10);
+        Py_DECREF(text);
+        return v;
+    }
+    case 's': {
+        uint32_t sid;
+        if (rd(r, &sid, 4) < 0) return NULL;
+        if ((Py_ssize_t)sid >= PyList_GET_SIZE(d->strings)) {
+            PyErr_SetString(PyExc_ValueError, "packed rows: an undefined string");
+            return NULL;
+        }
+        return Py_NewRef(PyList_GET_ITEM(d->strings, sid));
+    }
+    case '(': {
+        uint32_t n;
+        if (rd(r, &n, 4) < 0) return NULL;
+        if ((Py_ssize_t)n > r->end - r->p) {
+            PyErr_SetString(PyExc_ValueError, "packed rows: truncated");
+            return NULL;
+        }
+        PyObject *t = PyTuple_New(n);
+        if (!t) return NULL;
+        for (uint32_t i = 0; i < n; i++) {
+            PyObject *v = decode_value(d, r, depth + 1);
+            if (!v) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(t, i, v);
+        }
+        return t;
+    }
+    }
+    PyErr_Format(PyExc_ValueError, "packed rows: unknown tag 0x%02x", (unsigned char)tag);
+    return NULL;
+}
+
+/* decode(data) -> (ops, transfers, buffers): lists of raw rows, in the order they were packed */
+static PyObject *dec_decode(Decoder *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Reader r = {view.buf, (const char *)view.buf + view.len};
+    PyObject *lists[N_TABLES] = {PyList_New(0), PyList_New(0), PyList_New(0)};
+    PyObject *result = NULL;
+    if (!lists[0] || !lists[1] || !lists[2]) goto done;
+    while (r.p < r.end) {
+        char tag;
+        if (rd(&r, &tag, 1) < 0) goto done;
+        if (tag == 'S') {
+            uint32_t sid, n;
+            if (rd(&r, &sid, 4) < 0 || rd(&r, &n, 4) < 0) goto done;
+            if ((Py_ssize_t)sid != PyList_GET_SIZE(self->strings) || r.end - r.p < (Py_ssize_t)n) {
+                PyErr_SetString(PyExc_ValueError, "packed rows: strings out of order");
+                goto done;
+            }
+            PyObject *text = PyUnicode_DecodeUTF8(r.p, n, "strict");
+            r.p += n;
+            if (!text) goto done;
+            PyUnicode_InternInPlace(&text);
+            int err = PyList_Append(self->strings, text);
+            Py_DECREF(text);
+            if (err < 0) goto done;
+        } else if (tag == 'R') {
+            unsigned char table;
+            if (rd(&r, &table, 1) < 0) goto done;
+            if (table >= N_TABLES) {
+                PyErr_SetString(PyExc_ValueError, "packed rows: unknown table");
+                goto done;
+            }
+            PyObject *row = decode_value(self, &r, 0);
+            if (!row) goto done;
+            int err = PyList_Append(lists[table], row);
+            Py_DECREF(row);
+            if (err < 0) goto done;
+        } else {
+            PyErr_Format(PyExc_ValueError, "packed rows: unknown record 0x%02x", (unsigned char)tag);
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(3, lists[0], lists[1], lists[2]);
+done:
+    for (int i = 0; i < N_TABLES; i++) Py_XDECREF(lists[i]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static void dec_dealloc(Decoder *self) {
+    Py_XDECREF(self->strings);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int dec_init(Decoder *self, PyObject *args, PyObject *kw) {
+    if (!PyArg_ParseTuple(args, "")) return -1;
+    if (!self->strings && !(self->strings = PyList_New(0))) return -1;
+    return 0;
+}
+
+static PyMethodDef dec_methods[] = {
+    {"decode", (PyCFunction)dec_decode, METH_O, "decode(data) -> (ops, transfers, buffers) raw rows"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject DecoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jaxplace_cli.capture._native.Decoder",
+    .tp_basicsize = sizeof(Decoder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Decoder(): a RowBuffer's bytes back into raw rows (keeps its string table).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)dec_init,
+    .tp_dealloc = (destructor)dec_dealloc,
+    .tp_methods = dec_methods,
+};
+
+/* ---------------------------------------------------------------- the capsule and module */
+
+typedef struct {
+    PyTypeObject *type;
+    int (*add)(PyObject *rb, int table, PyObject *row);
+    Py_ssize_t (*pending)(PyObject *rb);
+} PackedAPI;
+
+static int api_add(PyObject *rb, int table, PyObject *row) { return rb_add((RowBuffer *)rb, table, row); }
+
+static Py_ssize_t api_pending(PyObject *rb) {
+    RowBuffer *r = (RowBuffer *)rb;
+    return r->rows[0] + r->rows[1] + r->rows[2];
+}
+
+static PackedAPI API = {&RowBufferType, api_add, api_pending};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_packed",
+                                    "Raw capture rows packed as bytes, and back (issue 18).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__packed(void) {
+    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&DecoderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    PyTypeObject *types[] = {&RowBufferType, &DecoderType};
+    const char *names[] = {"RowBuffer", "Decoder"};
+    for (int i = 0; i < 2; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    PyObject *cap = PyCapsule_New(&API, "jaxplace_cli.model._packed._C_API", NULL);
+    if (!cap || PyModule_AddObject(m, "_C_API", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
