@@ -136,10 +136,13 @@ def compute_op_groups(store, skip, placed_in=None) -> list[tuple[str, str, int, 
     ``placed_in`` as ``compute_op_medians``."""
     kinds = ", ".join("?" * len(TRANSFER_OPS))
     placed = f" AND placed IN ({', '.join('?' * len(placed_in))})" if placed_in is not None else ""
-    return store.conn.execute(
-        f"SELECT name, devices, site, COUNT(*) FROM ops WHERE error = '' AND kind NOT IN ({kinds}){placed}"
+    rows = store.conn.execute(
+        f"SELECT name, devices, site, COUNT(*), SUM(typeof(dur_ns) != 'integer' OR typeof(devices) != 'text')"
+        f" FROM ops WHERE error = '' AND kind NOT IN ({kinds}){placed}"
         " AND seq NOT IN (SELECT value FROM json_each(?)) GROUP BY name, devices, site",
         (*TRANSFER_OPS, *(placed_in or ()), json.dumps(sorted(skip)))).fetchall()
+    _typed(rows, "ops", "dur_ns (or devices)", "an integer (text)")
+    return [r[:-1] for r in rows]
 
 
 def committed_buffer_exists(store) -> bool:
@@ -198,12 +201,21 @@ def transfer_route_groups(store, min_bytes: int) -> list[tuple]:
     Summed by SQLite: folding 4.8M rows in Python took 8 s of a 10M-event audit (bench P8).
     A sum past 64 bits (a hostile store) is SQLite's "integer overflow", a data error (exit 2)
     like every other total of the store."""
-    return store.conn.execute(
+    rows = store.conn.execute(
         "SELECT kind, src, dst,"
         " SUM(bytes >= ?), SUM(CASE WHEN bytes >= ? THEN bytes ELSE 0 END),"
         " SUM(bytes >= 0 AND bytes < ?), SUM(CASE WHEN bytes >= 0 AND bytes < ? THEN bytes ELSE 0 END),"
-        " SUM(bytes < 0), SUM(blocking != 0)"
+        " SUM(bytes < 0), SUM(blocking != 0), SUM(typeof(bytes) != 'integer')"
         " FROM transfers GROUP BY kind, src, dst", (min_bytes,) * 4).fetchall()
+    _typed(rows, "transfers", "bytes", "an integer")
+    return [r[:-1] for r in rows]
+
+
+def _typed(rows, table: str, columns: str, what: str) -> None:
+    """SQL compares and sums a text where a number belongs without a word (Python raised):
+    the aggregates count such cells in their last column, and any is a damaged store."""
+    if any(r[-1] for r in rows):
+        raise DataError(f"{table}: a row's {columns} is not {what}; the events store was altered")
 
 
 def transfer_endpoints(store) -> set[str]:
