@@ -16,7 +16,6 @@ import time
 from math import gcd
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from jaxplace_cli.model.errors import JaxplaceError
@@ -28,6 +27,10 @@ class MilpFailed(JaxplaceError):
 
 
 def solve_milp(p: Partition, node_limit: int = 20000, time_limit: float = 60.0) -> Solution:
+    # here, not at module level: scipy.optimize takes ~0.5 s to import, and every audit that
+    # attaches a suggestion imports this module while few ever need the MILP (bench P8)
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     t0 = time.perf_counter()
     n, k, m = p.n, p.k, p.u.size
     nx = n * k
