@@ -22,10 +22,12 @@ WINDOW = "window"
 FULL = "full"
 OFF = "off"
 TRACE_MODES = (WINDOW, FULL, OFF)
-# The window's defaults (``--trace-seconds``, ``--trace-ops``): a traced P1 step costs ~1-1.4 ms
-# more than an untraced one, so 100 ops bound the window's cost to ~0.1 s.
+# The window's defaults (``--trace-seconds``, ``--trace-ops``). Its cost is mostly stop_trace's
+# export, ~0.8 ms per traced op of the P1 step (measured in one process, 7 alternations:
+# 100 steps +80-120 ms, i.e. ~5-7 % of P1's 1,500-step loop, the "window costs ~10 % of the
+# loop" of issue 18; 20 steps +12-17 ms). 25 ops keep it near 1 % and still sample a step.
 TRACE_SECONDS = 1.0
-TRACE_OPS = 100
+TRACE_OPS = 25
 
 
 class TraceWindow:
