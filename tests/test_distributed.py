@@ -329,3 +329,30 @@ def test_ctrl_c_reaches_every_process_once_and_each_saves_its_run(tmp_path):
         m = json.loads((out / f"proc-{i}" / "run.json").read_text())
         assert (m["status"], m["exit_code"]) == ("interrupted", 130)
     assert stderr.count("KeyboardInterrupt") >= 2  # python's traceback, from each process
+
+
+def test_a_followed_child_is_not_a_process_of_the_job(tmp_path):
+    """`jaxplace run --follow-children` in process 0 of a 2-process job (the job's variables in
+    its environment, as launch or srun set them): the parent records into OUT/proc-0/, and its
+    `python -c` child, which inherits those variables, into OUT/proc-0/children/<pid>/ as a
+    plain child run (no `distributed` section, no proc-0/ of its own). By hand: ones, sum = 2
+    ops; float() = 1 d2h."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        "import jax.numpy as jnp\n"
+        "print(float(jnp.ones(3).sum()))\n"
+        "subprocess.run([sys.executable, '-c', 'import jax.numpy as jnp; print(float(jnp.ones(2).sum()))'], check=True)\n")
+    out = tmp_path / "job"
+    env = child_env()
+    env.update(JAXPLACE_PROCESS_INDEX="0", JAXPLACE_PROCESS_COUNT="2", JAXPLACE_JOB_ID="followed")
+    proc = jaxplace("run", "-q", "--no-trace", "--follow-children", "--out", out, script, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["3.0", "2.0"]
+    parent = json.loads((out / "proc-0" / "run.json").read_text())
+    assert parent["distributed"]["process_index"] == 0
+    (child_dir,) = (out / "proc-0" / "children").iterdir()
+    assert not (child_dir / "proc-0").exists()
+    child = json.loads((child_dir / "run.json").read_text())
+    assert child.get("distributed") is None and child["status"] == "complete"
+    assert (child["events"]["ops"], child["events"]["transfers"]) == (2, 1)

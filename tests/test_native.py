@@ -185,7 +185,7 @@ def test_back_pressure_slows_the_script_and_loses_nothing(tmp_path, capture):
 
 
 def test_without_back_pressure_nothing_waits(tmp_path):
-    """The default limit (131,072 rows) is far above what this short run leaves behind."""
+    """The default limit (32,768 rows) is far above the ~1,200 rows this short run makes."""
     script = tmp_path / "small.py"
     script.write_text(BACKPRESSURE_SCRIPT.replace("6000", "200"))
     out = tmp_path / "run"

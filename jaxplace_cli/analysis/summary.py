@@ -149,3 +149,15 @@ def kind_totals(transfers, min_bytes: int):
             tot.count += 1
             tot.bytes += t.bytes
     return totals, small, unknown
+
+
+def transfer_kind_counts(rows) -> dict[str, tuple[int, int, int, int]]:
+    """``StoreReader.transfer_totals`` rows (kind, size class, count, bytes) -> per kind
+    (count, bytes, small count, unknown-size count): what ``jaxplace run``'s summary line says."""
+    out = {}
+    for kind in TRANSFER_KINDS:
+        mine = [r for r in rows if r[0] == kind]
+        out[kind] = (sum(c for _, _, c, _ in mine), sum(max(b, 0) for _, _, _, b in mine),
+                     sum(c for _, cls, c, _ in mine if cls == "small"),
+                     sum(c for _, cls, c, _ in mine if cls == "unknown"))
+    return out

@@ -209,17 +209,24 @@ class Recorder:
         self.markers.append(Marker(next(self.seqs), perf_counter_ns() - self.t0, kind, value))
 
     # -- back-pressure ----------------------------------------------------------------------
-    def attach_writer(self, want_drain, limit: int = 131_072) -> None:
+    def attach_writer(self, want_drain, limit: int = 32_768) -> None:
         """A writer thread drains this recorder: from now on a backlog over ``limit`` rows
-        (~40 MB of raw rows) wakes it (``want_drain``) and waits for its next ``take``."""
+        wakes it (``want_drain``) and waits for its next ``take``. 32k rows: measured on the
+        1M- and 3M-event runs of bench P3, the writer process peaked at 44-52 MB (104-121 MB
+        with 131k, growing with the run) and the script at +26 MB over plain python."""
         self._want_drain = want_drain
         self.backlog_limit = limit
         from jaxplace_cli.capture import native
 
-        if native.module() is not None:
+        if native.module() is not None and self.packed is None:
             from jaxplace_cli.model.raw import packed_module
 
+            # every path's rows packed as they are appended (the Python hooks' too: a backlog
+            # of tuples from jit calls with pytree arguments kept the collector busy, bench
+            # P1); the deques stay as the fallback for a row the packer cannot hold
             self.packed = packed_module().RowBuffer()
+            self._deques = (self.ops, self.transfers, self.buffers)
+            self.ops, self.transfers, self.buffers = (self.packed.sink(i, dq) for i, dq in enumerate(self._deques))
 
     def detach_writer(self) -> None:
         """No writer any more (the run is ending): never wait again."""
@@ -246,11 +253,12 @@ class Recorder:
         Cheap on purpose (a popleft per row): it runs in the script's process, under the GIL
         the script needs. Turning raw rows into stored rows is ``finish_rows``' job, done in the
         writer process (store_process.py) or by ``drain()``."""
+        ops, transfers, buffers = self._deques if self.packed is not None else (self.ops, self.transfers, self.buffers)
         batch = {
             "sites": _pop_all(self._new_sites),
-            "ops": _pop_all(self.ops),
-            "transfers": _pop_all(self.transfers),
-            "buffers": _pop_all(self.buffers),
+            "ops": _pop_all(ops),
+            "transfers": _pop_all(transfers),
+            "buffers": _pop_all(buffers),
             "markers": _pop_all(self.markers),
         }
         self.counts["ops"] += len(batch["ops"])

@@ -157,7 +157,10 @@ class Session:
     def __init__(self, opts: RunOptions):
         self.opts = opts
         # a process of a jax.distributed job records into OUT/proc-<i>/ (capture/distributed.py)
-        self.job = distributed.detect_process()
+        # A followed child (--follow-children) inherits its parent's job variables (launch's
+        # JAXPLACE_PROCESS_INDEX, SLURM_PROCID, ...) but is not a process of the job: it is
+        # recorded under its parent's run, never as proc-<i>.
+        self.job = None if opts.kind == "child" else distributed.detect_process()
         self.run_dir = create_run_dir(distributed.process_out(opts.out, self.job))
         self.manifest = Manifest(
             tool_version=__version__, target=Target(opts.kind, opts.target),

@@ -143,66 +143,27 @@ def _install_jax_alias() -> None:
 
 
 def _print_start(session, n_devices, policy) -> None:
-    from jaxplace_cli.model import safe
+    from jaxplace_cli.report.run_lines import start_line
 
     target = session.opts.target if session.opts.kind == "path" else f"-m {session.opts.target}"
     extra = [f"{n_devices} simulated CPU device{'s' if n_devices != 1 else ''}"] if n_devices else []
     extra += [f"policy {policy}"] if policy else []
-    print(f"jaxplace: recording {safe.plain(target)} into {safe.plain(session.run_dir)}"
-          + (f" ({', '.join(safe.plain(e) for e in extra)})" if extra else ""), file=sys.stderr, flush=True)
-
-
-def _transfer_counts(session) -> str:
-    """``h2d 61 (960.1 KiB; 31 under 1 KiB), d2h 30 (120 B; 30 under 1 KiB), d2d 0``: every
-    transfer is counted, as budgets count them (a 4-byte float(loss) is a d2h the budget's
-    ``d2h.count_per_step`` sees); the audit's table keeps the small ones apart."""
-    from jaxplace_cli.model.events import TRANSFER_KINDS
-    from jaxplace_cli.model.sizes import human_bytes
-    from jaxplace_cli.store.layout import EVENTS
-    from jaxplace_cli.store.reader import StoreReader
-
-    reader = StoreReader(session.run_dir / EVENTS)
-    try:
-        rows = reader.transfer_totals(1024)
-    finally:
-        reader.close()
-    parts = []
-    for kind in TRANSFER_KINDS:
-        count = sum(c for k, _, c, _ in rows if k == kind)
-        nbytes = sum(max(b, 0) for k, _, _, b in rows if k == kind)
-        small = sum(c for k, cls, c, _ in rows if k == kind and cls == "small")
-        unknown = sum(c for k, cls, c, _ in rows if k == kind and cls == "unknown")
-        notes = ([f"{small:,} under 1 KiB"] if small else []) + ([f"{unknown:,} size unknown"] if unknown else [])
-        parts.append(f"{kind} {count:,}" + (f" ({human_bytes(nbytes)}{'; ' + ', '.join(notes) if notes else ''})"
-                                            if count else ""))
-    return ", ".join(parts)
+    print(start_line(target, session.run_dir, extra), file=sys.stderr, flush=True)
 
 
 def _print_run_summary(session) -> None:
-    from jaxplace_cli.model.safe import plain
+    from jaxplace_cli.analysis.summary import transfer_kind_counts
+    from jaxplace_cli.report.run_lines import summary_lines
+    from jaxplace_cli.store.layout import EVENTS
+    from jaxplace_cli.store.reader import StoreReader
 
-    m = session.manifest
-    ev = m.events
     try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
-        kinds = _transfer_counts(session)
+        reader = StoreReader(session.run_dir / EVENTS)
+        try:
+            kinds = transfer_kind_counts(reader.transfer_totals(1024))
+        finally:
+            reader.close()
     except Exception:
-        kinds = f"{ev.transfers} transfers"
-    err = sys.stderr
-    print(f"jaxplace: {m.status} (exit {m.exit_code}): recorded {ev.ops:,} ops, "
-          f"transfers: {kinds}", file=err)
-    if ev.lost_rows:
-        print(f"jaxplace: warning: {ev.lost_rows} events were lost: {plain(ev.write_error)}", file=err)
-    for w in m.warnings:
-        print(f"jaxplace: warning: {plain(w)}", file=err)
-    for h in m.hooks.unavailable:
-        print(f"jaxplace: warning: hook unavailable on this JAX version (not recorded): {plain(h)}", file=err)
-    if m.trace is not None and m.trace.note:
-        print(f"jaxplace: {plain(m.trace.note)}", file=err)
-    if getattr(session, "saved", True):
-        print(f"jaxplace: run saved to {session.run_dir}; audit it with: jaxplace audit {session.run_dir}; "
-              f"see it: jaxplace report {session.run_dir} -o report.html", file=err)
-    else:
-        print(f"jaxplace: the run in {session.run_dir} is incomplete (its manifest could not be "
-              f"written); `jaxplace audit` will say what it can read", file=err)
-
-
+        kinds = None
+    for line in summary_lines(session.manifest, kinds):
+        print(line, file=sys.stderr)

@@ -76,7 +76,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         tag = 'N';
         return rput(rb, &tag, 1);
     }
-    if (PyLong_CheckExact(v)) {
+    if (PyLong_Check(v)) { /* an int subclass (IntEnum) is stored as the int it is */
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
         if (!overflow) {
@@ -95,7 +95,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         Py_DECREF(text);
         return rc;
     }
-    if (PyUnicode_CheckExact(v)) {
+    if (PyUnicode_Check(v)) {
         PyObject *id = PyDict_GetItemWithError(rb->strings, v);
         uint32_t sid;
         if (id) {
@@ -120,7 +120,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         tag = 's';
         return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &sid, 4);
     }
-    if (PyTuple_CheckExact(v)) {
+    if (PyTuple_Check(v)) { /* a NamedTuple row (OpEvent) comes back a plain tuple */
         uint32_t n = (uint32_t)PyTuple_GET_SIZE(v);
         tag = '(';
         if (rput(rb, &tag, 1) < 0 || rput(rb, &n, 4) < 0) return -1;
@@ -190,9 +190,12 @@ static PyObject *rb_pending(RowBuffer *self, void *unused) {
     return PyLong_FromSsize_t(self->rows[0] + self->rows[1] + self->rows[2]);
 }
 
+static PyObject *rb_sink(RowBuffer *self, PyObject *args);
+
 static PyMethodDef rb_methods[] = {
     {"take", (PyCFunction)rb_take, METH_NOARGS, "take() -> (bytes, ops, transfers, buffers), and start again"},
     {"add", (PyCFunction)rb_add_py, METH_VARARGS, "add(table, row): pack one raw row (tests)"},
+    {"sink", (PyCFunction)rb_sink, METH_VARARGS, "sink(table, fallback_deque) -> Sink"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -370,6 +373,94 @@ static PyTypeObject DecoderType = {
     .tp_methods = dec_methods,
 };
 
+/* ---------------------------------------------------------------- Sink */
+
+/* What the recorder's ``ops``/``transfers``/``buffers`` become once rows are packed: an object
+   with the deque methods the hooks use (``append``, ``len``). Rows the Python hooks append are
+   packed too, so no row of any path waits as a tuple for the writer; a row the encoder cannot
+   hold (a value of a type no raw row should have) goes to the fallback deque as before,
+   never an error in the user's program. */
+typedef struct {
+    PyObject_HEAD
+    RowBuffer *rb;
+    int table;
+    PyObject *fallback; /* a collections.deque */
+} Sink;
+
+static PyObject *sink_append(Sink *self, PyObject *row) {
+    if (PyTuple_Check(row)) {
+        Py_INCREF(row);
+        if (rb_add(self->rb, self->table, row) == 0) Py_RETURN_NONE;
+        if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
+            !PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL; /* out of memory: said */
+        PyErr_Clear();
+    }
+    return PyObject_CallMethod(self->fallback, "append", "O", row);
+}
+
+static Py_ssize_t sink_len(Sink *self) {
+    Py_ssize_t n = PyObject_Length(self->fallback);
+    return n < 0 ? -1 : n + self->rb->rows[self->table];
+}
+
+static int sink_traverse(Sink *self, visitproc visit, void *arg) {
+    Py_VISIT(self->rb);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int sink_clear(Sink *self) {
+    Py_CLEAR(self->rb);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void sink_dealloc(Sink *self) {
+    PyObject_GC_UnTrack(self);
+    sink_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef sink_methods[] = {
+    {"append", (PyCFunction)sink_append, METH_O, "append(row): pack it (or keep it in the fallback deque)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods sink_as_sequence = {.sq_length = (lenfunc)sink_len};
+
+static PyTypeObject SinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jaxplace_cli.model._packed.Sink",
+    .tp_basicsize = sizeof(Sink),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "RowBuffer.sink(table, fallback): one table's rows, packed as they are appended.",
+    .tp_dealloc = (destructor)sink_dealloc,
+    .tp_traverse = (traverseproc)sink_traverse,
+    .tp_clear = (inquiry)sink_clear,
+    .tp_methods = sink_methods,
+    .tp_as_sequence = &sink_as_sequence,
+};
+
+static PyObject *rb_sink(RowBuffer *self, PyObject *args) {
+    int table;
+    PyObject *fallback;
+    if (!PyArg_ParseTuple(args, "iO", &table, &fallback)) return NULL;
+    if (table < 0 || table >= N_TABLES) {
+        PyErr_SetString(PyExc_ValueError, "table: 0 ops, 1 transfers, 2 buffers");
+        return NULL;
+    }
+    Sink *s = PyObject_GC_New(Sink, &SinkType);
+    if (!s) return NULL;
+    Py_INCREF(self);
+    s->rb = self;
+    s->table = table;
+    Py_INCREF(fallback);
+    s->fallback = fallback;
+    PyObject_GC_Track(s);
+    return (PyObject *)s;
+}
+
 /* ---------------------------------------------------------------- the capsule and module */
 
 typedef struct {
@@ -391,7 +482,8 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_packed",
                                     "Raw capture rows packed as bytes, and back (issue 18).", -1, NULL};
 
 PyMODINIT_FUNC PyInit__packed(void) {
-    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&DecoderType) < 0) return NULL;
+    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&DecoderType) < 0 || PyType_Ready(&SinkType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     PyTypeObject *types[] = {&RowBufferType, &DecoderType};
