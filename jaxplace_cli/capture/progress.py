@@ -23,6 +23,7 @@ import time
 
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import file_name
+from jaxplace_cli.model.raw import PACKED, packed_module
 from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes
 
@@ -43,6 +44,7 @@ class LiveStatus:
         self.sites: dict = {}  # (site, kind) -> bytes
         self._recorder = recorder
         self._take = recorder.take
+        self._decoder = None  # for packed rows (model/_packed.c), made at the first batch that has them
         recorder.take = self._tallying_take  # the writer thread's drain looks it up on the instance
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -70,8 +72,15 @@ class LiveStatus:
     def _tallying_take(self):
         batch = self._take()
         rows = batch.get("transfers") or ()
+        n_ops = len(batch.get("ops") or ())
+        packed = batch.get(PACKED)
+        if packed is not None:  # the native path's rows, as bytes: a decoder of our own reads them
+            if self._decoder is None:
+                self._decoder = packed_module().Decoder()  # sees every batch, in order, as it must
+            p_ops, p_transfers, _ = self._decoder.decode(packed[0])
+            rows, n_ops = [*rows, *p_transfers], n_ops + len(p_ops)
         with self._lock:
-            self.ops += len(batch.get("ops") or ())
+            self.ops += n_ops
             kinds, sites = self.kinds, self.sites
             for r in rows:
                 try:

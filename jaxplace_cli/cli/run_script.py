@@ -165,5 +165,5 @@ def _print_run_summary(session) -> None:
             reader.close()
     except Exception:
         kinds = None
-    for line in summary_lines(session.manifest, kinds):
+    for line in summary_lines(session.manifest, kinds, session.run_dir, getattr(session, "saved", True)):
         print(line, file=sys.stderr)

@@ -29,8 +29,8 @@ def transfer_counts_text(kinds: dict | None, fallback_total: int) -> str:
     return ", ".join(parts)
 
 
-def summary_lines(manifest, kinds: dict | None) -> list[str]:
-    """What was recorded, and every warning the run's manifest holds."""
+def summary_lines(manifest, kinds: dict | None, run_dir, saved: bool = True) -> list[str]:
+    """What was recorded, every warning the run's manifest holds, and what to do next."""
     m, ev = manifest, manifest.events
     lines = [f"jaxplace: {m.status} (exit {m.exit_code}): recorded {ev.ops:,} ops, "
              f"transfers: {transfer_counts_text(kinds, ev.transfers)}"]
@@ -44,4 +44,11 @@ def summary_lines(manifest, kinds: dict | None) -> list[str]:
               for h in m.hooks.unavailable]
     if m.trace is not None and m.trace.note:
         lines.append(f"jaxplace: {plain(m.trace.note)}")
+    where = plain(run_dir)
+    if saved:
+        lines.append(f"jaxplace: run saved to {where}; audit it with: jaxplace audit {where}; "
+                     f"see it: jaxplace report {where} -o report.html")
+    else:
+        lines.append(f"jaxplace: the run in {where} is incomplete (its manifest could not be "
+                     f"written); `jaxplace audit` will say what it can read")
     return lines
