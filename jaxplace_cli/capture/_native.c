@@ -219,29 +219,9 @@ static PyTypeObject SiteCacheType = {
     .tp_dealloc = (destructor)cache_dealloc,
 };
 
-/* ---------------------------------------------------------------- packed rows */
-
-/* RowBuffer lives in jaxplace_cli/model/_packed.c (the packed form of the raw rows is part of
-   the event contract, which the writer process decodes); its C entry points come through the
-   capsule jaxplace_cli.model._packed._C_API. */
-enum { T_OPS = 0, T_TRANSFERS = 1, T_BUFFERS = 2 };
-
-typedef struct {
-    PyTypeObject *type;                                   /* RowBuffer */
-    int (*add)(PyObject *rb, int table, PyObject *row);   /* steals row */
-    Py_ssize_t (*pending)(PyObject *rb);
-} PackedAPI;
-
-static PackedAPI *PACKED;
-typedef PyObject RowBuffer;
-
-static inline int rb_add(RowBuffer *rb, int table, PyObject *row) { return PACKED->add(rb, table, row); }
-
-/* ---------------------------------------------------------------- record_call */
-
 /* What dispatch.py hands over once (configure()): the objects the Python path reads. */
 static struct {
-    PyObject *active, *tls, *labels, *array_type, *trace_ctx, *eval_trace;
+    PyObject *active, *tls, *labels, *array_type;
     PyObject *dtype_names, *dtype_name, *sharding_label, *array_nbytes, *x64_enabled;
     PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
     PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted;
@@ -253,24 +233,23 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
-    *S_static_argnames, *S_buffer_id, *S_trace, *S_backlog, *S_backlog_wait, *S_limit, *S_packed;
+    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"active", "tls", "labels", "array_type", "trace_ctx", "eval_trace",
-                            "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
+    static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
                             "scalar_bytes", "buf_attr", "d2d", "h2d", "host", NULL};
-    PyObject *v[19];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
+    PyObject *v[17];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
-                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]))
+                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]))
         return NULL;
-    PyObject **slots[] = {&G.active, &G.tls, &G.labels, &G.array_type, &G.trace_ctx,
-                          &G.eval_trace, &G.dtype_names, &G.dtype_name, &G.sharding_label,
+    PyObject **slots[] = {&G.active, &G.tls, &G.labels, &G.array_type, &G.dtype_names,
+                          &G.dtype_name, &G.sharding_label,
                           &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
                           &G.record_failure, &G.scalar_bytes, &G.buf_attr, &G.d2d, &G.h2d,
                           &G.host};
-    for (int i = 0; i < 19; i++) {
+    for (int i = 0; i < 17; i++) {
         Py_INCREF(v[i]);
         Py_XSETREF(*slots[i], v[i]);
     }
@@ -302,12 +281,10 @@ static inline int has_comma(PyObject *s) {
     return PyUnicode_Check(s) && PyUnicode_FindChar(s, ',', 0, PyUnicode_GET_LENGTH(s), 1) >= 0;
 }
 
-/* A row the recorder keeps until the writer takes it, out of the cycle collector's lists.
-   Rows hold only ints, strings, bools and tuples of those: they cannot be part of a cycle,
-   so the GC never needs them (CPython itself untracks such tuples, but only when a collection
-   examines them). Kept tracked, a backlog of rows made every collection longer and pushed
-   survivors into the old generation until a full collection ran: ~80 ms in the middle of
-   bench P2's 9,000-op loop. */
+/* A row out of the cycle collector's lists: it holds only ints, strings, bools and tuples of
+   those, so it cannot be part of a cycle. Matters where the recorder keeps rows as tuples (no
+   writer attached: budget(), device_placement); with one attached, a Sink packs the row and
+   frees it at once (model/_packed.c: a tuple backlog cost bench P2 a ~80 ms full collection). */
 static inline PyObject *row_(PyObject *t) {
     if (t) PyObject_GC_UnTrack(t);
     return t;
@@ -377,20 +354,6 @@ static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
     PyObject *aval = PyObject_GetAttr(arr, S_aval);
     if (!aval) return -1;
     *shape = PyObject_GetAttr(aval, S_shape);
-    if (*shape && PyTuple_CheckExact(*shape)) {
-        /* A copy, untracked: the aval's own tuple is a young GC-tracked object that our row
-           would keep alive past the array, into the old generations (see row_). */
-        Py_ssize_t n = PyTuple_GET_SIZE(*shape), i;
-        for (i = 0; i < n && PyLong_CheckExact(PyTuple_GET_ITEM(*shape, i)); i++) {
-        }
-        PyObject *copy = i == n ? PyTuple_New(n) : NULL;
-        if (copy) {
-            for (i = 0; i < n; i++) PyTuple_SET_ITEM(copy, i, Py_NewRef(PyTuple_GET_ITEM(*shape, i)));
-            Py_SETREF(*shape, row_(copy));
-        } else if (PyErr_Occurred()) {
-            Py_CLEAR(*shape);
-        }
-    }
     PyObject *dtype = *shape ? PyObject_GetAttr(aval, S_dtype) : NULL;
     Py_DECREF(aval);
     if (!dtype) {
@@ -411,49 +374,30 @@ static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
     return 0;
 }
 
-/* fn(row) for a bound deque.append; steals row */
-static inline int append_steal(PyObject *fn, PyObject *row) {
+/* append(row) of one of the recorder's tables, then decref row (steals it). A table is a deque,
+   or once a writer is attached a model/_packed.c Sink that encodes the row and lets it go. */
+static inline int append_steal(PyObject *append, PyObject *row) {
     if (!row) return -1;
-    PyObject *r = PyObject_CallOneArg(fn, row);
+    PyObject *r = PyObject_CallOneArg(append, row);
     Py_DECREF(row);
     if (!r) return -1;
     Py_DECREF(r);
     return 0;
 }
 
-static inline int append(PyObject *dq, PyObject *row) {
-    if (!row) return -1;
-    PyObject *r = PyObject_CallMethodOneArg(dq, S_append, row);
-    if (!r) return -1;
-    Py_DECREF(r);
-    return 0;
-}
-
-/* transfers.append(ev), then rec.on_transfer(ev) when set (read once per call, as the Python
-   path does); steals ev */
-static int emit_transfer(RowBuffer *rb, PyObject *tappend, PyObject *cb, PyObject *ev) {
+/* A transfer row: rec.on_transfer(ev) when set (read once per call, as the Python path does),
+   then into rec.transfers; steals ev. */
+static int emit_transfer(PyObject *tappend, PyObject *cb, PyObject *ev) {
     if (!ev) return -1;
-    if (rb) {
-        if (cb != Py_None) {
-            PyObject *r = PyObject_CallOneArg(cb, ev);
-            if (!r) {
-                Py_DECREF(ev);
-                return -1;
-            }
-            Py_DECREF(r);
+    if (cb != Py_None) {
+        PyObject *r = PyObject_CallOneArg(cb, ev);
+        if (!r) {
+            Py_DECREF(ev);
+            return -1;
         }
-        return rb_add(rb, T_TRANSFERS, ev);
+        Py_DECREF(r);
     }
-    PyObject *r = PyObject_CallOneArg(tappend, ev);
-    int rc = r ? 0 : -1;
-    Py_XDECREF(r);
-    if (!rc && cb != Py_None) {
-        r = PyObject_CallOneArg(cb, ev);
-        rc = r ? 0 : -1;
-        Py_XDECREF(r);
-    }
-    Py_DECREF(ev);
-    return rc;
+    return append_steal(tappend, ev);
 }
 
 static int attr_true(PyObject *o, PyObject *name) {
@@ -512,11 +456,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     int rc = -1;
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
              *transfers = NULL, *bufids = NULL, *tail = NULL, *scalar_bytes = NULL;
-    PyObject *kind = NULL, *name = NULL, *tappend = NULL, *on_transfer = NULL, *scalar_api = NULL,
-             *packed = NULL;
+    PyObject *kind = NULL, *name = NULL, *tappend = NULL, *on_transfer = NULL, *scalar_api = NULL;
     int scalars = 0;
     Py_ssize_t nargs = PyTuple_GET_SIZE(c->args);
-    RowBuffer *rb = NULL; /* rec.packed: rows go there, packed, instead of to the deques */
     PyObject *in_list = NULL;
 
     dev = device_of(outs[0]);
@@ -525,8 +467,6 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (!(tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident()))) goto done;
     if (!(t0rel = PyLong_FromLongLong(c->t0 - c->base))) goto done;
     if (!(seqs = PyObject_GetAttr(c->rec, S_seqs))) goto done;
-    if (!(packed = PyObject_GetAttr(c->rec, S_packed))) goto done;
-    if (Py_TYPE(packed) == PACKED->type) rb = packed;
     if (!(transfers = PyObject_GetAttr(c->rec, S_transfers))) goto done;
     if (!(tappend = PyObject_GetAttr(transfers, S_append))) goto done;
     if (!(on_transfer = PyObject_GetAttr(c->rec, S_on_transfer))) goto done;
@@ -571,7 +511,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 if (s) {
                     PyObject *ev = row_(PyTuple_Pack(13, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
                                                 Py_False, api, c->site, b, c->seq));
-                    err = emit_transfer(rb, tappend, on_transfer, ev);
+                    err = emit_transfer(tappend, on_transfer, ev);
                 } else {
                     err = -1;
                 }
@@ -599,7 +539,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             if (s) {
                 PyObject *ev = row_(PyTuple_Pack(13, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
                                             Py_False, scalar_api, c->site, ZERO, c->seq));
-                err = emit_transfer(rb, tappend, on_transfer, ev);
+                err = emit_transfer(tappend, on_transfer, ev);
             }
             Py_XDECREF(nb);
             Py_XDECREF(s);
@@ -662,8 +602,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
                      aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
-                     (rb ? rb_add(rb, T_BUFFERS, PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))
-                         : append_steal(bappend, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site)))) == 0;
+                     append_steal(bappend, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
                 Py_XDECREF(dname);
@@ -684,14 +623,11 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
         Py_XDECREF(buffers);
     }
     Py_DECREF(dur);
-    if (rb) {
-        if (rb_add(rb, T_OPS, row) < 0) goto done; /* steals row */
-    } else if (!row || append(ops, row) < 0) {
-        Py_XDECREF(row);
-        goto done;
-    } else {
-        Py_DECREF(row);
-    }
+    PyObject *oappend = PyObject_GetAttr(ops, S_append);
+    int err = oappend ? append_steal(oappend, row) : -1;
+    if (!oappend) Py_XDECREF(row);
+    Py_XDECREF(oappend);
+    if (err < 0) goto done;
     rc = 0;
     goto done;
 slow:
@@ -711,7 +647,6 @@ done:
     Py_XDECREF(name);
     Py_XDECREF(in_list);
     Py_XDECREF(tappend);
-    Py_XDECREF(packed);
     Py_XDECREF(on_transfer);
     Py_XDECREF(scalar_api);
     return rc;
@@ -743,7 +678,7 @@ static int backlog_check(PyObject *rec) {
         if (n < 0) return -1;
         total += n;
     }
-    if (total <= lim) return 0; /* (packed rows: the tables' sinks count them, model/_packed.c) */
+    if (total <= lim) return 0; /* a Sink's length counts its packed rows too (model/_packed.c) */
     PyObject *r = PyObject_CallMethodNoArgs(rec, S_backlog_wait);
     Py_XDECREF(r);
     return r ? 0 : -1;
@@ -935,18 +870,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_static_argnums, "static_argnums");
     INTERN(S_static_argnames, "static_argnames");
     INTERN(S_buffer_id, "buffer_id");
-    INTERN(S_trace, "trace");
-    INTERN(S_backlog, "backlog");
     INTERN(S_backlog_wait, "wait_for_writer");
     INTERN(S_limit, "backlog_limit");
-    INTERN(S_packed, "packed");
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
     if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
     if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;
-    PyObject *packed_mod = PyImport_ImportModule("jaxplace_cli.model._packed"); /* the capsule's home */
-    if (!packed_mod) return NULL;
-    Py_DECREF(packed_mod);
-    if (!(PACKED = (PackedAPI *)PyCapsule_Import("jaxplace_cli.model._packed._C_API", 0))) return NULL;
     if (PyType_Ready(&SiteCacheType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;

@@ -16,26 +16,22 @@ _state: dict = {}
 
 
 def module():
-    """The ``_native`` extension module, or None (missing, failed to import, or not wanted)."""
+    """The ``_native`` extension module, or None (missing, failed to import, or not wanted).
+
+    It counts only with its partner ``model/_packed.c``, which packs the rows once a writer is
+    attached (``Recorder.attach_writer``): both built, or the pure-Python path."""
     if "module" not in _state:
-        mod, why = None, ""
-        if os.environ.get(ENV, "").strip().lower() == "python":
-            why = f"{ENV}=python"
-        else:
+        mod = None
+        if os.environ.get(ENV, "").strip().lower() != "python":
             try:
                 from jaxplace_cli.capture import _native as mod
-            except Exception as exc:  # ImportError, or a broken build (undefined symbol, ...)
-                mod, why = None, f"the extension did not import ({type(exc).__name__}: {exc})"
-        _state["module"], _state["why"] = mod, why
+                from jaxplace_cli.model import _packed  # noqa: F401
+            except Exception:  # ImportError, or a broken build (undefined symbol, ...)
+                mod = None
+        _state["module"] = mod
     return _state["module"]
 
 
 def kind() -> str:
     """``native`` or ``python``: what the run manifest records as ``capture``."""
     return "native" if module() is not None else "python"
-
-
-def why_python() -> str:
-    """Why the Python path runs ("" when the native one does)."""
-    module()
-    return _state.get("why", "")

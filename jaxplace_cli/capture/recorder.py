@@ -89,9 +89,11 @@ class Recorder:
         self.backpressure_waits = 0
         self.backpressure_ns = 0
         self._want_drain = None  # threading.Event the writer thread wakes on
-        # With a writer attached and the native hot path loaded: the rows it makes, packed as
-        # bytes (model/_packed.c); rows the Python hooks make still go to the deques above.
+        # With a writer attached and the native path loaded (attach_writer): a RowBuffer
+        # (model/_packed.c), and ops/transfers/buffers become its Sinks; the deques stay here
+        # as what take() pops (rows a Sink could not pack, or every row without one).
         self.packed = None
+        self._deques = (self.ops, self.transfers, self.buffers)
         self._decoder = None  # unpacks them for an in-process writer (drain)
         self._drained = threading.Condition()
         self._drains = 0
@@ -225,7 +227,6 @@ class Recorder:
             # of tuples from jit calls with pytree arguments kept the collector busy, bench
             # P1); the deques stay as the fallback for a row the packer cannot hold
             self.packed = packed_module().RowBuffer()
-            self._deques = (self.ops, self.transfers, self.buffers)
             self.ops, self.transfers, self.buffers = (self.packed.sink(i, dq) for i, dq in enumerate(self._deques))
 
     def detach_writer(self) -> None:
@@ -253,7 +254,7 @@ class Recorder:
         Cheap on purpose (a popleft per row): it runs in the script's process, under the GIL
         the script needs. Turning raw rows into stored rows is ``finish_rows``' job, done in the
         writer process (store_process.py) or by ``drain()``."""
-        ops, transfers, buffers = self._deques if self.packed is not None else (self.ops, self.transfers, self.buffers)
+        ops, transfers, buffers = self._deques
         batch = {
             "sites": _pop_all(self._new_sites),
             "ops": _pop_all(ops),
@@ -268,7 +269,7 @@ class Recorder:
             batch[PACKED] = (data, n_ops + n_transfers + n_buffers)
             self.counts["ops"] += n_ops
             self.counts["transfers"] += n_transfers
-        if self.backpressure_waits or self.backlog_limit is not None:
+        if self.backlog_limit is not None:  # someone may wait for this drain (detach wakes the rest)
             with self._drained:
                 self._drains += 1
                 self._drained.notify_all()

@@ -1,7 +1,8 @@
 /* The packed form of jaxplace's raw capture rows (model/raw.py), in C (issue 18).
 
-   The native hot path (capture/_native.c) encodes each row into a RowBuffer as it is made;
-   the writer process turns the bytes back into the very tuples with a Decoder. Optional like
+   Once a writer is attached, the recorder's tables are Sinks of a RowBuffer: every row appended
+   to them (by capture/_native.c or by the Python hooks) is encoded and freed at once; the
+   writer process turns the bytes back into the very tuples with a Decoder. Optional like
    the hot path: without a compiler, rows stay tuples in the recorder's deques.
 */
 #define PY_SSIZE_T_CLEAN
@@ -173,19 +174,6 @@ static PyObject *rb_take(RowBuffer *self, PyObject *unused) {
     return r;
 }
 
-static PyObject *rb_add_py(RowBuffer *self, PyObject *args) {
-    int table;
-    PyObject *row;
-    if (!PyArg_ParseTuple(args, "iO!", &table, &PyTuple_Type, &row)) return NULL;
-    if (table < 0 || table >= N_TABLES) {
-        PyErr_SetString(PyExc_ValueError, "table: 0 ops, 1 transfers, 2 buffers");
-        return NULL;
-    }
-    Py_INCREF(row);
-    if (rb_add(self, table, row) < 0) return NULL;
-    Py_RETURN_NONE;
-}
-
 static PyObject *rb_pending(RowBuffer *self, void *unused) {
     return PyLong_FromSsize_t(self->rows[0] + self->rows[1] + self->rows[2]);
 }
@@ -194,7 +182,6 @@ static PyObject *rb_sink(RowBuffer *self, PyObject *args);
 
 static PyMethodDef rb_methods[] = {
     {"take", (PyCFunction)rb_take, METH_NOARGS, "take() -> (bytes, ops, transfers, buffers), and start again"},
-    {"add", (PyCFunction)rb_add_py, METH_VARARGS, "add(table, row): pack one raw row (tests)"},
     {"sink", (PyCFunction)rb_sink, METH_VARARGS, "sink(table, fallback_deque) -> Sink"},
     {NULL, NULL, 0, NULL},
 };
@@ -396,7 +383,11 @@ static PyObject *sink_append(Sink *self, PyObject *row) {
             return NULL; /* out of memory: said */
         PyErr_Clear();
     }
-    return PyObject_CallMethod(self->fallback, "append", "O", row);
+    /* not PyObject_CallMethod(..., "O", row): a tuple built from "O" becomes the argument list */
+    PyObject *name = PyUnicode_InternFromString("append");
+    PyObject *r = name ? PyObject_CallMethodOneArg(self->fallback, name, row) : NULL;
+    Py_XDECREF(name);
+    return r;
 }
 
 static Py_ssize_t sink_len(Sink *self) {
@@ -461,22 +452,7 @@ static PyObject *rb_sink(RowBuffer *self, PyObject *args) {
     return (PyObject *)s;
 }
 
-/* ---------------------------------------------------------------- the capsule and module */
-
-typedef struct {
-    PyTypeObject *type;
-    int (*add)(PyObject *rb, int table, PyObject *row);
-    Py_ssize_t (*pending)(PyObject *rb);
-} PackedAPI;
-
-static int api_add(PyObject *rb, int table, PyObject *row) { return rb_add((RowBuffer *)rb, table, row); }
-
-static Py_ssize_t api_pending(PyObject *rb) {
-    RowBuffer *r = (RowBuffer *)rb;
-    return r->rows[0] + r->rows[1] + r->rows[2];
-}
-
-static PackedAPI API = {&RowBufferType, api_add, api_pending};
+/* ---------------------------------------------------------------- module */
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_packed",
                                     "Raw capture rows packed as bytes, and back (issue 18).", -1, NULL};
@@ -495,12 +471,6 @@ PyMODINIT_FUNC PyInit__packed(void) {
             Py_DECREF(m);
             return NULL;
         }
-    }
-    PyObject *cap = PyCapsule_New(&API, "jaxplace_cli.model._packed._C_API", NULL);
-    if (!cap || PyModule_AddObject(m, "_C_API", cap) < 0) {
-        Py_XDECREF(cap);
-        Py_DECREF(m);
-        return NULL;
     }
     return m;
 }

@@ -14,6 +14,8 @@ description of those tuples: capture writes them, the store reads them, by these
 """
 from __future__ import annotations
 
+import operator
+
 from jaxplace_cli.model.events import OpEvent
 
 OP_FIELDS = len(OpEvent._fields)  # 13
@@ -45,12 +47,11 @@ def unpack(batch: dict, decoder) -> dict:
             if rows:
                 batch[name] = [*batch[name], *rows]
     for name in ("ops", "transfers"):  # both paths alike (two threads interleave their appends)
-        batch[name].sort(key=_seq)
+        batch[name].sort(key=_SEQ)
     return batch
 
 
-def _seq(row):
-    return row[0]
+_SEQ = operator.itemgetter(0)  # every op and transfer row starts with its seq
 
 
 def packed_module():

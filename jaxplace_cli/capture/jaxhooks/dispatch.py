@@ -160,7 +160,7 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
     b = rec.backlog_limit
     if b is not None and len(rec.ops) + len(rec.transfers) + len(rec.buffers) > b:
-        rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer; packed rows: _native.c)
+        rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer)
     return out
 
 
@@ -376,8 +376,8 @@ def _native_record_call():
         return None
     from jaxplace_cli.capture.jaxhooks.state import sharding_label as _sharding_label
 
-    mod.configure(active=active, tls=tls, labels=_LABELS, array_type=ArrayImpl, trace_ctx=_trace_ctx,
-                  eval_trace=_EvalTrace, dtype_names=_DTYPE_NAMES, dtype_name=dtype_name,
+    mod.configure(active=active, tls=tls, labels=_LABELS, array_type=ArrayImpl,
+                  dtype_names=_DTYPE_NAMES, dtype_name=dtype_name,
                   sharding_label=_sharding_label, array_nbytes=array_nbytes, x64_enabled=x64_enabled,
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
