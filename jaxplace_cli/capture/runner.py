@@ -18,6 +18,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from jaxplace_cli.capture import frames
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.placement.errors import PolicyError
 
@@ -69,15 +70,7 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
 
 def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
     """Drop the runner/runpy/hook frames so the traceback reads as python's does."""
-    frames = []
-    while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
-            frames.append(tb)
-        tb = tb.tb_next
-    new = None
-    for t in reversed(frames):
-        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
-    return new
+    return frames.without(tb, _OWN_FILES)
 
 
 def _no_assert_rewrite_warning() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import sys
 import traceback
-import types
 from pathlib import Path
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
@@ -28,6 +27,7 @@ from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
+from jaxplace_cli.capture import frames
 from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
     HOST_DATA_TYPES,
@@ -337,14 +337,8 @@ def drop_own_frames(exc: BaseException) -> None:
     frame back (the technique of JAX's own ``api_boundary``). JAX's frames stay as they are."""
     try:
         tb = exc.__traceback__
-        frames = list(traceback.walk_tb(tb))
-        if not any(f.f_code.co_filename.startswith(_OWN_DIR) for f, _ in frames):
-            return
-        out = None
-        for f, lineno in reversed(frames):
-            if not f.f_code.co_filename.startswith(_OWN_DIR):
-                out = types.TracebackType(out, f, f.f_lasti, lineno)
-        exc.with_traceback(out)
+        if any(f.f_code.co_filename.startswith(_OWN_DIR) for f, _ in traceback.walk_tb(tb)):
+            exc.with_traceback(frames.without(tb, (_OWN_DIR,)))
     except Exception:
         pass
 
