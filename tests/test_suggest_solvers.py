@@ -256,9 +256,11 @@ def test_pipeline_by_hand():
 def test_makespan_never_worse_than_single_device_or_heft(seed):
     rng = np.random.default_rng(500 + seed)
     for t in range(20):
-        g = _graph(rng, int(rng.integers(1, 30)), int(rng.integers(1, 4)), pins=t % 2 == 0)
+        g = _graph(rng, int(rng.integers(1, 30)), int(rng.integers(1, 4)), colors=t % 3 == 0, pins=t % 2 == 0)
         sch = Schedule(g)
         sol = solve_makespan(g)
+        for c in np.unique(g.color[g.color >= 0]):  # a colour class shares one device
+            assert np.unique(sol.assign[g.color == c]).size == 1
         singles = [sch.simulate(a)[0] for a in (sch.single(d) for d in range(g.k)) if a is not None]
         assert sol.cost <= min(singles)
         assert sol.cost <= sch.simulate(sch.heft())[0]
@@ -273,6 +275,10 @@ def test_makespan_by_hand():
               np.zeros(2, np.int64))
     sol = solve_makespan(g)
     assert sol.cost == 10 and sol.optimal
+    # the same two ops in one colour class must share a device: 20
+    g.color = np.array([0, 0])
+    sol = solve_makespan(g)
+    assert sol.cost == 20 and sol.optimal and sol.assign[0] == sol.assign[1]
 
 
 def test_balanced_two_device_heuristic_finds_the_cheap_cut_of_a_chain():

@@ -11,7 +11,10 @@ Acceptance, per program and policy:
   them where the recorded policy put them);
 - `--verify`: predicted transfer counts and bytes equal the measured ones, per kind and per
   site, and the program prints what it printed before;
-- a one-device answer is one rule (`[default]`), and the `# verify:` line works when pasted.
+- a one-device answer is one rule (`[default]`), and the `# verify:` line works when pasted;
+- a multi-device answer (`--objective total --balance 0.25`, `--objective makespan`) has at
+  most one rule per (site, op name) pair it places off `[default]`, and re-runs exactly as
+  predicted too.
 """
 from __future__ import annotations
 
@@ -42,6 +45,20 @@ def _record(out, program, policy):
 
 
 @pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """``(name, policy) -> (stdout, run dir)``, each recorded once per module."""
+    base = tmp_path_factory.mktemp("recorded")
+    cache: dict = {}
+
+    def get(name, policy):
+        if (name, policy) not in cache:
+            out = base / f"{name}-{policy}"
+            cache[(name, policy)] = (_record(out, name, policy), out)
+        return cache[(name, policy)]
+    return get
+
+
+@pytest.fixture(scope="module")
 def default_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("default")
     return {name: (_record(base / name, name, "default"), make_plan(open_run(base / name))) for name in NAMES}
@@ -49,10 +66,9 @@ def default_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("policy", ["rr", "rr-strict"])
 @pytest.mark.parametrize("name", NAMES)
-def test_suggest_then_rerun(name, policy, default_runs, tmp_path, capsys, monkeypatch):
+def test_suggest_then_rerun(name, policy, default_runs, recorded, tmp_path, capsys, monkeypatch):
     plain_stdout, default_plan = default_runs[name]
-    run_dir = tmp_path / "run"
-    stdout = _record(run_dir, name, policy)
+    stdout, run_dir = recorded(name, policy)
     assert stdout == plain_stdout  # a policy never changes results
     plan = make_plan(open_run(run_dir))
     assert plan.baseline.totals == plan.measured.totals, (plan.baseline.totals, plan.measured.totals)
@@ -84,3 +100,37 @@ def test_suggest_then_rerun(name, policy, default_runs, tmp_path, capsys, monkey
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout == plain_stdout, proc.stderr
     assert make_plan(open_run(tmp_path / "pasted")).measured.totals == replay.measured.totals
+
+
+BALANCED = {"convnet": ["--objective", "makespan"], "gp": ["--objective", "total", "--balance", "0.25"],
+            "advi": ["--objective", "makespan"], "kernel_ridge": ["--objective", "total", "--balance", "0.25"]}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_multi_device_answers_are_short_and_exact(name, default_runs, recorded, tmp_path, capsys, monkeypatch):
+    """Balanced answers spread a program over devices: the policy still names each (site,
+    op name) at most once — never a call by its occurrence number — and the re-run moves
+    exactly what was predicted, per kind and per site (ops like ``-x`` included: before they
+    were hooked, an unseen negation ran on JAX's default device and the re-run differed)."""
+    plain_stdout, _ = default_runs[name]
+    _, run_dir = recorded(name, "rr")
+    args = BALANCED[name]
+    objective = args[1]
+    balance = float(args[3]) if len(args) > 2 else None
+    plan = make_plan(open_run(run_dir), objective=objective, balance=balance)
+    devices = plan.rg.graph.devices
+    off_default = {(nd.file, nd.line, nd.name) for v, nd in enumerate(plan.rg.nodes)
+                   if nd.placeable and devices[int(plan.solution.assign[v])] != plan.default}
+    assert off_default, "the answer uses more than one device"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "suggest", run_dir, *args, "-o", "policy.toml", "--verify", PROGRAMS / f"{name}.py",
+                         "--verify-out", tmp_path / "replay", "--format", "json")
+    assert code == 0, out + err
+    v = json.loads(out)["verification"]
+    assert v["ok"] and v["match"], v
+    assert v["script_stdout"] == plain_stdout
+    rules = parse_rules(tmp_path / "policy.toml")
+    assert 1 <= len(rules.rules) <= len(off_default)
+    text = (tmp_path / "policy.toml").read_text()
+    assert "occurrence" not in text
+    assert make_plan(open_run(tmp_path / "replay")).measured.totals == plan.predicted.totals

@@ -84,6 +84,15 @@ class RunGraph:
     compile_ns: np.ndarray | None = None
     compile_per_device: dict = field(default_factory=dict)
 
+    def groups(self) -> np.ndarray:
+        """Per node, the id of what one rule can address: placeable ops of one site
+        (file, line, function) and op name; -1 for nodes no rule places. A fresh run calls a
+        loop's ops more (or fewer) times than the recorded one, so a suggestion places each
+        group as a whole (on one device, or with its data): never by occurrence number."""
+        ids: dict = {}
+        return np.array([ids.setdefault((nd.file, nd.line, nd.function, nd.name), len(ids)) if nd.placeable else -1
+                         for nd in self.nodes], dtype=np.int64)
+
 
 def _rel(path: str, cwd: str) -> str:
     if cwd and path.startswith(os.path.join(cwd, "")):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxplace_cli.suggest.from_run import RunGraph, build_run_graph
+from jaxplace_cli.suggest.groups import solve_by_group
 from jaxplace_cli.suggest.model import OBJECTIVES, TRANSFERS, Solution
 from jaxplace_cli.suggest.policy_file import policy_rules, render_policy
 from jaxplace_cli.suggest.predict import Traffic, measure, predict
@@ -68,15 +69,17 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     g = rg.graph
     if mem_cap is not None:
         g.mem_cap = np.full(g.k, int(mem_cap), dtype=np.int64)
+    follow = np.zeros(g.n, dtype=bool)
     if g.n == 0:
         sol = Solution(np.zeros(0, dtype=np.int64), 0, "none", 0, True, 0.0, ["the run recorded no ops"])
     else:
-        sol = solve_graph(g, objective, seed, balance, solver, hint=rg.recorded)
+        sol, follow = solve_by_group(g, rg.groups(),
+                                     lambda gg: solve_graph(gg, objective, seed, balance, solver, hint=rg.recorded))
     baseline = predict(rg, rg.recorded)
     predicted = predict(rg, sol.assign)
     measured = measure(run)
-    default, rules = policy_rules(rg, sol.assign)
-    _explain(rg, sol.assign, default, rules, predicted)
+    default, rules = policy_rules(rg, sol.assign, follow)
+    _explain(rg, sol.assign, follow, default, rules, predicted)
     manifest = run.manifest
     argv = list(manifest.argv)
     if manifest.target.kind == "module":
@@ -87,9 +90,10 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     return plan
 
 
-def _explain(rg: RunGraph, assign, default: str, rules: list, predicted: Traffic, limit: int = 200) -> None:
+def _explain(rg: RunGraph, assign, follow, default: str, rules: list, predicted: Traffic, limit: int = 200) -> None:
     """One line per rule: what it saves — the device-to-device traffic the prediction would
-    gain if the ops it names followed ``[default]`` instead."""
+    gain if the ops it names followed ``[default]`` instead. ``follow``: the calls a
+    ``device = "jax"`` rule leaves with their data."""
     from jaxplace_cli.model.events import D2D
     from jaxplace_cli.model.sizes import human_bytes
 
@@ -99,16 +103,17 @@ def _explain(rg: RunGraph, assign, default: str, rules: list, predicted: Traffic
     d0 = devices.index(default)
     a = np.asarray(assign, dtype=np.int64)
     for rule in rules:
-        mine = [v for v, nd in enumerate(rg.nodes) if nd.placeable and devices[int(a[v])] == rule["device"]
-                and _matches(rule, nd)]
+        mine = [v for v, nd in enumerate(rg.nodes) if nd.placeable and _matches(rule, nd)
+                and ("jax" if follow[v] else devices[int(a[v])]) == rule["device"]]
         alt = a.copy()
         alt[mine] = d0
         other = predict(rg, alt)
         n = other.count(D2D) - predicted.count(D2D)
         b = other.bytes(D2D) - predicted.bytes(D2D)
-        rule["why"] = (f"{len(mine)} call(s) on {rule['device']}: saves {n} d2d ({human_bytes(max(b, 0))}) "
+        where = "where their data is (JAX decides)" if rule["device"] == "jax" else f"on {rule['device']}"
+        rule["why"] = (f"{len(mine)} call(s) {where}: saves {n} d2d ({human_bytes(max(b, 0))}) "
                        f"against following [default]" if b > 0 else
-                       f"{len(mine)} call(s) on {rule['device']} (balance or compute time; no d2d saved)")
+                       f"{len(mine)} call(s) {where} (balance or compute time; no d2d saved)")
 
 
 def _matches(rule: dict, nd) -> bool:

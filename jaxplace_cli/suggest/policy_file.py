@@ -5,9 +5,10 @@ directory), the op name and, where one site's calls go to different devices, the
 ``occurrence`` — never addresses or buffer ids, so the file applies to a fresh run of the same
 script. To keep it short and readable:
 - ``[default]`` names the device that receives most ops; only the others need rules;
-- a site whose calls all go to one device gets one rule without ``occurrence``;
+- a site's op names that go to one device share one rule (no ``occurrence``); calls that sit
+  where their data is, on several devices, are one ``device = "jax"`` rule (suggest.groups);
 - consecutive lines of one file whose ops all go to one device share one ``site`` range rule;
-- occurrence rules (the most specific) come first.
+- occurrence rules (the most specific, and only where pins split a group) come first.
 Output is a pure function of the placement: same input, same bytes.
 """
 from __future__ import annotations
@@ -33,47 +34,57 @@ def _pattern(text: str) -> str:
     return text.translate(_GLOB)
 
 
-def policy_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
+JAX = -1  # a shown device: the rule leaves the op to JAX, which runs it where its data is
+
+
+def policy_rules(rg: RunGraph, assign: np.ndarray, follow: np.ndarray | None = None) -> tuple[str, list[dict]]:
     """``(default device, rules)``, the shorter of two exact ways to write ``assign``: by op
     family (one rule per device other than the default, listing the op names that go
     there — valid when every op name goes to one device) or by site (below). Both place
-    every placeable op exactly where ``assign`` does; a one-device answer is ``[default]``."""
-    by_site = _site_rules(rg, assign)
-    by_op = _op_rules(rg, assign, by_site[0])
+    every placeable op exactly where ``assign`` does; a one-device answer is ``[default]``.
+    ``follow``: calls written as ``device = "jax"`` (they sit where their data is:
+    suggest.groups)."""
+    shown = np.asarray(assign, dtype=np.int64).copy()
+    if follow is not None:
+        shown[np.asarray(follow, dtype=bool)] = JAX
+    names = list(rg.graph.devices)
+
+    def name(d: int) -> str:
+        return "jax" if d == JAX else names[d]
+
+    by_site = _site_rules(rg, shown, name)
+    by_op = _op_rules(rg, shown, by_site[0], name)
     return by_op if by_op is not None and len(by_op[1]) <= len(by_site[1]) else by_site
 
 
-def _op_rules(rg: RunGraph, assign: np.ndarray, default: str):
-    devices = rg.graph.devices
+def _op_rules(rg: RunGraph, shown: np.ndarray, default: str, name):
     where: dict = defaultdict(set)
     for v, nd in enumerate(rg.nodes):
         if nd.placeable:
-            where[nd.name].add(int(assign[v]))
+            where[nd.name].add(int(shown[v]))
     if any(len(d) > 1 for d in where.values()):
         return None
-    names: dict = defaultdict(list)
-    for name, d in sorted(where.items()):
-        if devices[next(iter(d))] != default:
-            names[next(iter(d))].append(_pattern(name))
-    return default, [{"op": ops, "device": devices[d]} for d, ops in sorted(names.items())]
+    ops: dict = defaultdict(list)
+    for op, d in sorted(where.items()):
+        if name(next(iter(d))) != default:
+            ops[next(iter(d))].append(_pattern(op))
+    return default, [{"op": o, "device": name(d)} for d, o in sorted(ops.items())]
 
 
-def _site_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
+def _site_rules(rg: RunGraph, a: np.ndarray, name) -> tuple[str, list[dict]]:
     """``(default device, rules)``; each rule a dict of matchers plus ``device``."""
-    devices = rg.graph.devices
-    a = np.asarray(assign, dtype=np.int64)
     placeable = [v for v, nd in enumerate(rg.nodes) if nd.placeable]
-    counts = Counter(int(a[v]) for v in placeable)
+    counts = Counter(int(a[v]) for v in placeable if a[v] != JAX)
     default = min(counts, key=lambda d: (-counts[d], d)) if counts else 0
     calls: dict = defaultdict(list)  # (file, line) -> name -> [(occurrence, device, function)]
     for v in placeable:
         nd = rg.nodes[v]
         calls[(nd.file, nd.line)].append((nd.name, nd.occurrence, int(a[v]), nd.function))
-    specific, by_file = [], defaultdict(list)
+    occurrences, per_site, by_file = [], defaultdict(list), defaultdict(list)
     for (file, line), rows in sorted(calls.items()):
         per_name: dict = defaultdict(set)
-        for name, _, d, _ in rows:
-            per_name[name].add(d)
+        for op, _, d, _ in rows:
+            per_name[op].add(d)
         line_devs = set().union(*per_name.values())
         if len(line_devs) == 1:  # every op on this line goes to one device: range candidate
             by_file[file].append((line, sorted(per_name), line_devs.pop()))
@@ -81,36 +92,36 @@ def _site_rules(rg: RunGraph, assign: np.ndarray) -> tuple[str, list[dict]]:
         by_file[file].append((line, [], None))  # a barrier: ranges must not span this line
         functions = {f for _, _, _, f in rows}
         site = f"{_pattern(file)}:{line}"
-        for name in sorted(per_name):
-            devs = per_name[name]
-            if len(devs) == 1:
+        for op in sorted(per_name):
+            devs = per_name[op]
+            if len(devs) == 1:  # one rule per (site, device), listing its op names
                 d = next(iter(devs))
                 if d != default:
-                    specific.append({"site": site, "op": [_pattern(name)], "device": devices[d]})
+                    per_site[(site, d)].append(_pattern(op))
                 continue
-            for _n, occ, d, func in sorted(r for r in rows if r[0] == name):
+            for _n, occ, d, func in sorted(r for r in rows if r[0] == op):
                 if d == default:
                     continue
-                rule = {"site": site, "op": [_pattern(name)], "occurrence": occ}
+                rule = {"site": site, "op": [_pattern(op)], "occurrence": occ}
                 if len(functions) > 1:  # two functions share the line: name which one
                     rule["function"] = _pattern(func)
-                rule["device"] = devices[d]
-                specific.append(rule)
+                rule["device"] = name(d)
+                occurrences.append(rule)
+    specific = [{"site": site, "op": ops, "device": name(d)} for (site, d), ops in per_site.items()]
     ranges = []
     for file in sorted(by_file):
         run: list = []
         for item in sorted(by_file[file], key=lambda t: t[0]) + [None]:
             if run and (item is None or item[2] != run[0][2]):
-                ranges += _range_rule(file, run, devices, default)
+                ranges += _range_rule(file, run, name, default)
                 run = []
             if item is not None and item[2] is not None:
                 run.append(item)
-    # occurrence rules first (the most specific), then per-op rules, then line ranges
-    specific.sort(key=lambda r: "occurrence" not in r)
-    return devices[default], specific + ranges
+    # occurrence rules first (the most specific), then per-site rules, then line ranges
+    return name(default), occurrences + specific + ranges
 
 
-def _range_rule(file, run, devices, default) -> list[dict]:
+def _range_rule(file, run, name, default) -> list[dict]:
     """Consecutive lines (with ops) whose every op goes to one device: one rule."""
     dev = run[0][2]
     if dev == default:
@@ -118,7 +129,7 @@ def _range_rule(file, run, devices, default) -> list[dict]:
     first, last = run[0][0], run[-1][0]
     names = sorted({n for _, ns, _ in run for n in ns})
     site = f"{_pattern(file)}:{first}" if first == last else f"{_pattern(file)}:{first}-{last}"
-    return [{"site": site, "op": [_pattern(n) for n in names], "device": devices[dev]}]
+    return [{"site": site, "op": [_pattern(n) for n in names], "device": name(dev)}]
 
 
 def render_policy(default: str, rules: list[dict], header: list[str]) -> str:

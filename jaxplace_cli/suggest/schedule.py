@@ -12,7 +12,9 @@ on the critical path to other devices, keeping moves that shorten the simulated 
 answer is the best of: every single-device placement, plain HEFT, and both improved by
 local search — so it is never worse than the best single device or plain HEFT, by
 construction. The search is bounded by a count of simulations, not by the clock, so it is
-deterministic.
+deterministic. Colour classes (nodes that must share a device) are placed as one: HEFT
+places a class where its first-ranked member finishes earliest, and a local-search move
+moves the whole class.
 """
 from __future__ import annotations
 
@@ -41,7 +43,20 @@ class Schedule:
             succs[s].append((d, c))
         self.preds, self.succs = preds, succs
         self.unary = g.unary.tolist()
-        self.allowed = g.allowed.tolist()
+        self.cls = list(range(n))  # per node, its class's first node; members of each class
+        self.members: dict = {}
+        allowed = g.allowed.copy()
+        for v in range(n):
+            c = int(g.color[v])
+            if c >= 0:
+                self.members.setdefault(c, []).append(v)
+        for vs in self.members.values():
+            both = np.logical_and.reduce(allowed[vs], axis=0)
+            allowed[vs] = both if both.any() else allowed[vs]
+            for v in vs:
+                self.cls[v] = vs[0]
+        self.group = {vs[0]: vs for vs in self.members.values()}
+        self.allowed = allowed.tolist()
         self.mem = g.mem.tolist()
         self.mem_cap = None if g.mem_cap is None else np.broadcast_to(np.asarray(g.mem_cap), (k,)).tolist()
         self.order = self._rank_order()
@@ -82,9 +97,11 @@ class Schedule:
         free = [0.0] * self.k
         used = [0] * self.k
         a = [-1] * self.n
+        class_dev: dict = {}
         for v in self.order:
-            opts = [d for d in range(self.k) if self.allowed[v][d]]
-            if self.mem_cap is not None:
+            placed = class_dev.get(self.cls[v], -1)
+            opts = [placed] if placed >= 0 else [d for d in range(self.k) if self.allowed[v][d]]
+            if self.mem_cap is not None and placed < 0:
                 room = [d for d in opts if used[d] + self.mem[v] <= self.mem_cap[d]]
                 opts = room or opts
             best, best_t = -1, INF
@@ -98,6 +115,7 @@ class Schedule:
                 if t < best_t:
                     best, best_t = d, t
             a[v] = best
+            class_dev[self.cls[v]] = best
             finish[v] = best_t
             free[best] = best_t
             used[best] += self.mem[v]
@@ -106,12 +124,17 @@ class Schedule:
     def single(self, d: int) -> list[int] | None:
         """Everything on ``d``; ops that cannot run there go to their cheapest allowed device."""
         out = []
+        cheapest: dict = {}
         for v in range(self.n):
             if self.allowed[v][d]:
                 out.append(d)
             else:
-                opts = [e for e in range(self.k) if self.allowed[v][e]]
-                out.append(min(opts, key=lambda e: (self.unary[v][e], e)))
+                c = self.cls[v]
+                if c not in cheapest:
+                    vs = self.group.get(c, [v])
+                    opts = [e for e in range(self.k) if self.allowed[v][e]]
+                    cheapest[c] = min(opts, key=lambda e: (sum(self.unary[w][e] for w in vs), e))
+                out.append(cheapest[c])
         return out if self.fits(out) else None
 
     def fits(self, a) -> bool:
@@ -160,9 +183,12 @@ class Schedule:
                 for d in range(self.k):
                     if d == cur or not self.allowed[v][d] or used >= budget:
                         continue
-                    a[v] = d
+                    vs = self.group.get(self.cls[v], (v,))
+                    for w in vs:
+                        a[w] = d
                     if not self.fits(a):
-                        a[v] = cur
+                        for w in vs:
+                            a[w] = cur
                         continue
                     used += 1
                     t, f = self.simulate(a)
@@ -170,20 +196,24 @@ class Schedule:
                         best, finish, cur = t, f, d
                         improved = True
                         break
-                    a[v] = cur
+                    for w in vs:
+                        a[w] = cur
                 if improved:
                     break
         return a, best, used
 
     def lower_bound(self) -> float:
-        """max(total cheapest work / devices, longest path of cheapest ops without transfers)."""
+        """max(total cheapest work / devices, longest path of cheapest ops without transfers,
+        the cheapest device's work of any colour class: one device runs it all)."""
         cheap = [min((self.unary[v][d] for d in range(self.k) if self.allowed[v][d]), default=0)
                  for v in range(self.n)]
         longest = [0.0] * self.n
         for v in range(self.n):
             start = max((longest[u] for u, _ in self.preds[v]), default=0.0)
             longest[v] = start + cheap[v]
-        return max(sum(cheap) / max(self.k, 1), max(longest, default=0.0))
+        together = max((min(sum(self.unary[w][d] for w in vs) for d in range(self.k) if self.allowed[vs[0]][d])
+                        for vs in self.group.values()), default=0.0)
+        return max(sum(cheap) / max(self.k, 1), max(longest, default=0.0), together)
 
 
 def solve_makespan(g: Graph, budget: int | None = None) -> Solution:
