@@ -76,6 +76,38 @@ def test_scipy_solver_is_one_op_named_as_called():
     assert [o.name for o in r.ops] == ["scipy.linalg.solve_triangular"]
 
 
+def test_unary_operators_are_recorded():
+    """-x, +x, abs(x) and ~x are jit functions in Array's class, not Python methods: they
+    were dispatched unseen (issue 19). One op each, on the device of their data."""
+    x = jnp.arange(4.0)
+    i = jnp.arange(3)
+    with recorded() as r:
+        out = (-x, +x, abs(x), ~i)
+    assert [o.name for o in r.ops] == ["negative", "positive", "abs", "invert"]
+    assert {o.kind for o in r.ops} == {"method"} and {o.devices for o in r.ops} == {"cpu:0"}
+    assert r.transfers == []
+    assert np.asarray(out[0]).tolist() == [0.0, -1.0, -2.0, -3.0] and np.asarray(out[3]).tolist() == [-1, -2, -3]
+
+
+def test_negation_of_placed_data_runs_where_the_policy_put_it(tmp_path):
+    """Under pin:cpu:1 every op, -x included, runs on cpu:1: 0 d2d (unhooked, -x ran on
+    cpu:0 and its result came back to cpu:1 in an unrecorded copy)."""
+    script = tmp_path / "neg.py"
+    script.write_text("import jax.numpy as jnp\nx = jnp.arange(4.0) * 2\ny = jnp.exp(-x)\n"
+                      "print([d.id for d in y.devices()], float(y.sum()) > 0)\n")
+    rec = jaxplace("run", "--devices", "2", "--no-trace", "--quiet", "--policy", "pin:cpu:1",
+                   "--out", tmp_path / "run", script)
+    assert rec.returncode == 0 and rec.stdout == "[1] True\n", rec.stderr
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "run" / "events.sqlite") as db:
+        ops = db.execute("SELECT name, devices FROM ops ORDER BY seq").fetchall()
+        kinds = dict(db.execute("SELECT kind, COUNT(*) FROM transfers GROUP BY kind").fetchall())
+    assert ops == [("arange", "cpu:1"), ("multiply", "cpu:1"), ("negative", "cpu:1"), ("exp", "cpu:1"),
+                   ("sum", "cpu:1")]
+    assert "d2d" not in kinds and kinds.get("d2h") == 1  # float() reads 4 bytes
+
+
 # -- 4. a policy never makes a correct program fail ------------------------------------------
 
 SOLVE = '''

@@ -192,3 +192,33 @@ def test_copy_to_host_async_is_one_non_blocking_read():
         ("d2h", 4096, False, ".copy_to_host_async()"), ("d2h", 4, True, "float()")]
     # x[3] uploads its index: one int32 (jax.transfer_guard_host_to_device("log") says 1)
     assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4, "getitem (Python scalar)")]
+
+
+# -- x[idx]: the index JAX uploads ---------------------------------------------------------------
+
+_X1, _X2, _X3 = (10,), (4, 5), (3, 4, 5)
+# expected uploads by hand: JAX's static path turns a unit-stride slice into a dynamic_slice
+# whose start indices, one per dimension of x, are uploaded (4 B int32 each); a strided or
+# trivial slice uploads nothing
+INDEXES = [
+    (_X1, lambda x: x[1], 1), (_X1, lambda x: x[-1], 1), (_X1, lambda x: x[1:3], 1), (_X1, lambda x: x[2:], 1),
+    (_X1, lambda x: x[::2], 0), (_X1, lambda x: x[None], 0), (_X1, lambda x: x[::-1], 0),
+    (_X2, lambda x: x[0], 2), (_X2, lambda x: x[0, 1], 2), (_X2, lambda x: x[:, 0], 2), (_X2, lambda x: x[1:3], 2),
+    (_X2, lambda x: x[..., 1], 2), (_X2, lambda x: x[0, ::2], 0), (_X2, lambda x: x[np.int64(1)], 2),
+    (_X3, lambda x: x[0], 3), (_X3, lambda x: x[:, :, 2], 3),
+]
+
+
+@pytest.mark.parametrize("shape,index,n", INDEXES, ids=[f"{len(s)}d-{i}" for i, (s, _, _) in enumerate(INDEXES)])
+def test_index_uploads_one_int_per_dimension(shape, index, n, capfd):
+    x = jnp.ones(shape)
+    index(x).block_until_ready()  # compiled once, outside the recording
+    with recorded() as r:
+        index(x).block_until_ready()
+    assert [(t.bytes, t.api, t.dst) for t in r.of("h2d")] == [(4, "getitem (Python scalar)", "cpu:0")] * n
+    assert [o.name for o in r.ops] == ["getitem"]
+    # JAX's own count of the same call agrees
+    capfd.readouterr()
+    with jax.transfer_guard_host_to_device("log"):
+        index(x).block_until_ready()
+    assert capfd.readouterr().err.count("host-to-device transfer") == n

@@ -95,3 +95,18 @@ def test_one_rule_per_site_and_device():
     default, rules = policy_rules(rg, np.array([1, 1, 0, 0, 0]))
     assert default == "cpu:0"
     assert rules == [{"site": "train.py:3", "op": ["cos", "sin"], "device": "cpu:1"}]
+
+
+def test_forward_and_backward_calls_of_a_site_are_told_apart_by_pass():
+    """Line 3: mul's forward calls stay on the default, its backward calls go to cpu:1, add
+    goes to cpu:1 too. The rule naming the pass comes first: a pass-less rule listing mul
+    would also take its forward calls."""
+    g = _graph(4, 2)
+    keys = _nodes([(3, "mul", True), (3, "mul", True), (3, "add", True), (4, "sin", True)])
+    keys[1].backward = True
+    rg = RunGraph(g, keys, [], np.zeros(4, np.int64))
+    assert rg.groups().tolist() == [0, 1, 2, 3]
+    default, rules = policy_rules(rg, np.array([0, 1, 1, 0]))
+    assert default == "cpu:0"
+    assert rules == [{"site": "train.py:3", "op": ["mul"], "pass": "backward", "device": "cpu:1"},
+                     {"site": "train.py:3", "op": ["add"], "device": "cpu:1"}]

@@ -16,8 +16,8 @@ def suggest_buffers(store) -> dict:
 
 
 def suggest_ops(store) -> list:
-    """(seq, kind, name, devices, site, in_bufs, out_bufs, error, dur_ns) in dispatch order."""
-    return store.conn.execute("SELECT seq, kind, name, devices, site, in_bufs, out_bufs, error, dur_ns "
+    """(seq, kind, name, devices, site, in_bufs, out_bufs, error, dur_ns, backward) in dispatch order."""
+    return store.conn.execute("SELECT seq, kind, name, devices, site, in_bufs, out_bufs, error, dur_ns, backward "
                               "FROM ops ORDER BY seq").fetchall()
 
 

@@ -54,6 +54,7 @@ class OpNode:
     function: str
     occurrence: int  # n-th policy consultation at (site, name); -1 when not rule-placeable
     placeable: bool
+    backward: bool = False  # a backward-pass op (a rule's ``pass = "backward"`` matches it)
 
 
 @dataclass
@@ -88,10 +89,11 @@ class RunGraph:
         """Per node, the id of what one rule can address: placeable ops of one site
         (file, line, function) and op name; -1 for nodes no rule places. A fresh run calls a
         loop's ops more (or fewer) times than the recorded one, so a suggestion places each
-        group as a whole (on one device, or with its data): never by occurrence number."""
+        group as a whole (on one device, or with its data): never by occurrence number. The
+        forward and backward calls of a site are two groups (``pass`` tells them apart)."""
         ids: dict = {}
-        return np.array([ids.setdefault((nd.file, nd.line, nd.function, nd.name), len(ids)) if nd.placeable else -1
-                         for nd in self.nodes], dtype=np.int64)
+        return np.array([ids.setdefault((nd.file, nd.line, nd.function, nd.name, nd.backward), len(ids))
+                         if nd.placeable else -1 for nd in self.nodes], dtype=np.int64)
 
 
 def _rel(path: str, cwd: str) -> str:
@@ -157,16 +159,16 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
             out = site_cache[sid] = (_rel(s.file, cwd), s.line, s.function) if s else ("?", 0, "?")
         return out
 
-    def add_node(seq, kind, name, sid, occurrence, placeable, rec_dev, pin, cost):
+    def add_node(seq, kind, name, sid, occurrence, placeable, rec_dev, pin, cost, backward=False):
         file, line, func = site_of(sid)
-        nodes.append(OpNode(seq, kind, name, sid, file, line, func, occurrence, placeable))
+        nodes.append(OpNode(seq, kind, name, sid, file, line, func, occurrence, placeable, bool(backward)))
         recorded.append(rec_dev)
         pinned.append(pin)
         dur.append(cost)
         mem.append(0)
         return len(nodes) - 1
 
-    for seq, kind, name, op_devices, sid, in_bufs, out_bufs, error, dur_ns in ops:
+    for seq, kind, name, op_devices, sid, in_bufs, out_bufs, error, dur_ns, backward in ops:
         key = (sid, name)
         if kind in POLICY_KINDS or kind == OP_DEVICE_PUT:
             occurrence = occ[key]
@@ -209,7 +211,7 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
                     follow.append((producer[b], origin))
             pending.append(b)
         v = add_node(seq, kind, name, sid, occurrence if placeable else -1, placeable,
-                     rec, pin, max(int(dur_ns), 0))
+                     rec, pin, max(int(dur_ns), 0), backward)
         for node, (how, where) in follow:
             _follow(node, how, where, v, last_out, pinned, color)
         by_seq[seq] = v

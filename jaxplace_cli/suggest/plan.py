@@ -123,6 +123,8 @@ def _matches(rule: dict, nd) -> bool:
         return False
     if "occurrence" in rule and nd.occurrence != rule["occurrence"]:
         return False
+    if "pass" in rule and nd.backward != (rule["pass"] == "backward"):
+        return False
     if "site" in rule:
         file, _, lines = rule["site"].rpartition(":")
         lo, _, hi = lines.partition("-")

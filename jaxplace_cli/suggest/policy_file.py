@@ -76,30 +76,33 @@ def _site_rules(rg: RunGraph, a: np.ndarray, name) -> tuple[str, list[dict]]:
     placeable = [v for v, nd in enumerate(rg.nodes) if nd.placeable]
     counts = Counter(int(a[v]) for v in placeable if a[v] != JAX)
     default = min(counts, key=lambda d: (-counts[d], d)) if counts else 0
-    calls: dict = defaultdict(list)  # (file, line) -> name -> [(occurrence, device, function)]
+    calls: dict = defaultdict(list)  # (file, line) -> [(name, occurrence, device, function, backward)]
     for v in placeable:
         nd = rg.nodes[v]
-        calls[(nd.file, nd.line)].append((nd.name, nd.occurrence, int(a[v]), nd.function))
+        calls[(nd.file, nd.line)].append((nd.name, nd.occurrence, int(a[v]), nd.function, nd.backward))
     occurrences, per_site, by_file = [], defaultdict(list), defaultdict(list)
     for (file, line), rows in sorted(calls.items()):
-        per_name: dict = defaultdict(set)
-        for op, _, d, _ in rows:
-            per_name[op].add(d)
-        line_devs = set().union(*per_name.values())
+        per_key: dict = defaultdict(set)  # (name, backward) -> devices
+        for op, _, d, _, bw in rows:
+            per_key[(op, bw)].add(d)
+        line_devs = set().union(*per_key.values())
         if len(line_devs) == 1:  # every op on this line goes to one device: range candidate
-            by_file[file].append((line, sorted(per_name), line_devs.pop()))
+            by_file[file].append((line, sorted({op for op, _ in per_key}), line_devs.pop()))
             continue
         by_file[file].append((line, [], None))  # a barrier: ranges must not span this line
-        functions = {f for _, _, _, f in rows}
+        functions = {f for _, _, _, f, _ in rows}
         site = f"{_pattern(file)}:{line}"
-        for op in sorted(per_name):
-            devs = per_name[op]
-            if len(devs) == 1:  # one rule per (site, device), listing its op names
+        for op, bw in sorted(per_key):
+            devs = per_key[(op, bw)]
+            # a rule names the pass only where the op's forward and backward calls differ
+            other = per_key.get((op, not bw))
+            pas = ("backward" if bw else "forward") if other is not None and other != devs else None
+            if len(devs) == 1:  # one rule per (site, device, pass), listing its op names
                 d = next(iter(devs))
                 if d != default:
-                    per_site[(site, d)].append(_pattern(op))
+                    per_site[(site, d, pas)].append(_pattern(op))
                 continue
-            for _n, occ, d, func in sorted(r for r in rows if r[0] == op):
+            for _n, occ, d, func, _bw in sorted(r for r in rows if r[0] == op and r[4] == bw):
                 if d == default:
                     continue
                 rule = {"site": site, "op": [_pattern(op)], "occurrence": occ}
@@ -107,7 +110,9 @@ def _site_rules(rg: RunGraph, a: np.ndarray, name) -> tuple[str, list[dict]]:
                     rule["function"] = _pattern(func)
                 rule["device"] = name(d)
                 occurrences.append(rule)
-    specific = [{"site": site, "op": ops, "device": name(d)} for (site, d), ops in per_site.items()]
+    # rules naming a pass first: a pass-less rule of the same site would match both passes
+    specific = [{"site": site, "op": ops, **({"pass": pas} if pas else {}), "device": name(d)}
+                for (site, d, pas), ops in sorted(per_site.items(), key=lambda kv: kv[0][2] is None)]
     ranges = []
     for file in sorted(by_file):
         run: list = []
@@ -141,7 +146,7 @@ def render_policy(default: str, rules: list[dict], header: list[str]) -> str:
         if r.get("why"):
             lines.append(f"# {r['why']}")
         lines.append("[[rule]]")
-        for key in ("site", "function", "op", "occurrence", "device"):
+        for key in ("site", "function", "op", "pass", "occurrence", "device"):
             if key not in r:
                 continue
             val = r[key]

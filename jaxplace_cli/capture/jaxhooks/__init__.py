@@ -163,10 +163,9 @@ def _install_array_methods(report: HookReport) -> None:
             base = attr[2:-2]
             if base not in OPERATOR_NAMES:
                 continue
-            # x[0] uploads its index (an int32 start of a dynamic_slice, measured with
-            # transfer_guard); the count is the Python ints of the index, which is exact for
-            # x[i] and x[i, j] but not for every index (z[0] of a 2-d z uploads 2, y[1:3] 1)
+            # x[0] uploads its index: dispatch.index_uploads says how much
             spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=True)
+            spec.index = base == "getitem"
         elif attr.startswith("_") or attr in NOT_METHODS:
             continue
         else:

@@ -207,6 +207,15 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             on_transfer(ev)
         leaves = ()
     scalar_bytes = None
+    if spec.index and (n := index_uploads(args, dev)) is not None:
+        scalar_bytes = _SCALAR_BYTES[x64_enabled()]
+        for _ in range(n):
+            ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dev, scalar_bytes[int], True, False,
+                  spec.scalar_api, site, 0, seq)
+            transfers.append(ev)
+            if on_transfer is not None:
+                on_transfer(ev)
+        leaves = [a for a in leaves if type(a) not in PY_SCALARS and not isinstance(a, np.integer)]  # counted above
     for a in leaves:
         ta = type(a)
         if ta is ArrayImpl or isinstance(a, _Array):
@@ -343,8 +352,74 @@ def drop_own_frames(exc: BaseException) -> None:
         pass
 
 
+_INDEX_CACHE: dict = {}
+
+
+def _index_key(idx):
+    """A hashable form of a basic index (ints, slices of ints, None, ...), else None."""
+    items = idx if type(idx) is tuple else (idx,)
+    key = []
+    for i in items:
+        t = type(i)
+        if t is int or isinstance(i, np.integer):
+            key.append(int(i))
+        elif t is slice:
+            parts = (i.start, i.stop, i.step)
+            if not all(p is None or type(p) is int for p in parts):
+                return None
+            key.append(parts)
+        elif i is None or i is Ellipsis:
+            key.append(i)
+        else:
+            return None
+    return tuple(key)
+
+
+def index_uploads(args, dev: str) -> int | None:
+    """How many int scalars ``x[idx]`` uploads, when JAX takes its static path: eager
+    ``lax.slice`` with unit strides runs as a ``dynamic_slice`` whose start indices (one per
+    dimension of ``x``) are uploaded (jax/_src/lax/slicing.py ``_slice_impl``; measured with
+    transfer_guard: ``z[0]`` of a 2-d z uploads 2, ``y[1:3]`` 1, ``y[::2]`` and ``y[:]`` 0).
+    None for the other paths (array indices: dynamic slice or gather), where the Python ints
+    of the index are counted instead."""
+    if len(args) != 2 or "," in dev:
+        return None
+    x, idx = args
+    shape = getattr(x, "shape", None)
+    key = _index_key(idx)
+    if key is None or shape is None:
+        return None
+    key = (tuple(shape), key)
+    n = _INDEX_CACHE.get(key, -1)
+    if n == -1:
+        from jax._src.numpy import indexing
+
+        try:
+            static = indexing.NDIndexer.from_raw_indices(idx, key[0]).to_static_slice(mode=None)
+        except (TypeError, ValueError, IndexError):
+            n = None
+        else:
+            n = 0 if static.is_trivial_slice(key[0]) or static.strides is not None else len(key[0])
+        if len(_INDEX_CACHE) < 4096:
+            _INDEX_CACHE[key] = n
+    return n
+
+
 def wrap(fn, spec: CallSpec):
     """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
+    if spec.index:  # the native path counts Python ints; an index needs index_uploads
+        @functools.wraps(fn)
+        def indexing(*args, **kwargs):
+            try:
+                if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+                    return fn(*args, **kwargs)
+                return python_record_call(spec, fn, args, kwargs)
+            except Exception as exc:
+                drop_own_frames(exc)
+                raise
+
+        indexing.__jaxplace_original__ = fn
+        return indexing
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -102,7 +102,7 @@ class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
     __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api", "host_data")
+                 "scalars", "scalar_api", "host_data", "index")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=()):
@@ -116,6 +116,7 @@ class CallSpec:
         self.scalar_api = name + " (Python scalar)"  # made once, not per upload
         # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
         self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
+        self.index = False  # x[idx]: its uploads follow from the index (dispatch.index_uploads)
 
 
 HOST_DATA_TYPES = (np.ndarray, np.generic)
