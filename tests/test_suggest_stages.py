@@ -37,7 +37,7 @@ LOCAL = {  # copies under tests/data (always present) -> reference key
     "resnet50_inference_operators_throughput.json": "OperatorGraphs/resnet50_inference",
 }
 # where shared/ is present (CI, the main checkout): every other input that solves in
-# seconds here (Inception-v3, 36,596 ideals, is in the bench only)
+# seconds here (Inception-v3, 36,596 ideals, 74-119 s, is in the bench only: row E)
 SHARED_ONLY = ["LayerGraphs/gnmt_inference", "LayerGraphs/gnmt_training", "OperatorGraphs/bert_l-6_inference",
                "OperatorGraphs/bert_l-6_training", "OperatorGraphs/bert_l-12_inference",
                "OperatorGraphs/bert_L-12_training", "OperatorGraphs/resnet50_training"]
