@@ -97,10 +97,8 @@ def solve_by_group(g: Graph, group: np.ndarray, solve) -> tuple[Solution, np.nda
     sol = solve(g)
     tied: set = set()
     for _ in range(MAX_ROUNDS):
-        split = split_groups(group, sol.assign)
-        follow = follows_data(g, sol.assign)
-        bad = {int(s) for s in split if not follow[group == s].all()}
-        new = bad - tied
+        bad, _ = _split_by_following(g, group, sol.assign)
+        new = set(bad.tolist()) - tied
         if not new:
             break
         tied |= new
@@ -109,11 +107,17 @@ def solve_by_group(g: Graph, group: np.ndarray, solve) -> tuple[Solution, np.nda
         sol.model = "; ".join(x for x in (sol.model, "the calls of a site/op group share one device") if x)
         sol.notes.insert(0, f"{len(tied)} site/op group(s) kept on one device each, so the policy needs no "
                             f"per-call rules" + (f" ({left_out} call(s) pinned elsewhere stay apart)" if left_out else ""))
-    split = split_groups(group, sol.assign)
-    follow = follows_data(g, sol.assign)
-    mask = np.zeros(g.n, dtype=bool)
-    for s in split:
-        members = group == s
-        if follow[members].all():
-            mask |= members
+    _, following = _split_by_following(g, group, sol.assign)
+    mask = np.isin(group, following) & (group >= 0)
     return sol, mask
+
+
+def _split_by_following(g: Graph, group: np.ndarray, assign) -> tuple[np.ndarray, np.ndarray]:
+    """Split groups with a call away from its data, and split groups whose calls all follow
+    it (one pass over the nodes: a run has up to millions of ops and thousands of groups)."""
+    split = split_groups(group, assign)
+    if not split.size:
+        return split, split
+    m = group >= 0
+    away = np.bincount(group[m & ~follows_data(g, assign)], minlength=int(group.max()) + 1)
+    return split[away[split] > 0], split[away[split] == 0]
