@@ -43,19 +43,17 @@ class Schedule:
             succs[s].append((d, c))
         self.preds, self.succs = preds, succs
         self.unary = g.unary.tolist()
-        self.cls = list(range(n))  # per node, its class's first node; members of each class
-        self.members: dict = {}
+        members: dict = {}  # colour -> its nodes
+        for v in np.flatnonzero(g.color >= 0).tolist():
+            members.setdefault(int(g.color[v]), []).append(v)
+        self.group = {vs[0]: vs for vs in members.values()}  # a class's first node -> its nodes
+        self.cls = list(range(n))  # per node, its class's first node
         allowed = g.allowed.copy()
-        for v in range(n):
-            c = int(g.color[v])
-            if c >= 0:
-                self.members.setdefault(c, []).append(v)
-        for vs in self.members.values():
+        for first, vs in self.group.items():
             both = np.logical_and.reduce(allowed[vs], axis=0)
             allowed[vs] = both if both.any() else allowed[vs]
             for v in vs:
-                self.cls[v] = vs[0]
-        self.group = {vs[0]: vs for vs in self.members.values()}
+                self.cls[v] = first
         self.allowed = allowed.tolist()
         self.mem = g.mem.tolist()
         self.mem_cap = None if g.mem_cap is None else np.broadcast_to(np.asarray(g.mem_cap), (k,)).tolist()
