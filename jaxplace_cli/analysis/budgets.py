@@ -58,7 +58,7 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
     steps = _Steps(result.steps)
     breaches: list[Breach] = []
     for kind, limits in budget.kinds.items():
-        # Small h2d are Python scalar operands (DESIGN fact 7); a small d2h is still a host
+        # Small h2d are mostly Python scalar operands; a small d2h is still a host
         # sync (float(loss)), so d2h limits count every read unless the budget sets min_bytes.
         floor = min_bytes if kind != D2H or budget.min_bytes is not None else 0
         mine = [t for t in rows if t.kind == kind and t.bytes >= floor]
