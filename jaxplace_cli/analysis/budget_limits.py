@@ -76,9 +76,10 @@ BY_KEY = {lim.key: lim for lim in LIMITS}
 KIND_KEYS = tuple(key for key, *_ in _KIND_LIMITS)  # inside [h2d], [d2h], [d2d]
 SIZE_KEYS = tuple(key for key, _, _, unit, _ in _KIND_LIMITS if unit == SIZE)
 RUN_LIMITS = tuple(lim.key for lim in LIMITS if not lim.table and lim.unit == COUNT)  # top-level ints
-SETTINGS = ("min_bytes", "allow")  # keys of a budget that are not limits (also keywords)
+MIN_BYTES, ALLOW = "min_bytes", "allow"
+SETTINGS = (MIN_BYTES, ALLOW)  # keys of a budget that are not limits (also keywords)
 # every top-level key, in the order an "unknown key" error lists them
-TOP_KEYS = ("version", SETTINGS[0], FAIL_ON, SETTINGS[1], *RUN_LIMITS, *TRANSFER_KINDS, "total")
+TOP_KEYS = ("version", MIN_BYTES, FAIL_ON, ALLOW, *RUN_LIMITS, *TRANSFER_KINDS, "total")
 
 # -- the keywords of the pytest marker and jaxplace_cli.budget() -------------------------------
 # keyword -> budget key; a bare kind (h2d=3, h2d="1 MB") is a shorthand integrations/budget.py reads
