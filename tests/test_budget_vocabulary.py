@@ -1,5 +1,5 @@
 """A budget limit has three spellings — a budget file key, a ``jaxplace audit`` flag, a pytest
-marker keyword — all generated from analysis/budget_limits.py (issue 23). These tests pin the
+marker keyword — all generated from model/budget_limits.py (issue 23). These tests pin the
 spellings users rely on, written out here, and check that each spelling of a limit sets the same
 limit: the flags through the audit command's real (click) parser."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import typer.main
 
 from jaxplace_cli.analysis.budget_file import BudgetError, budget_from_dict, merge_flags
-from jaxplace_cli.analysis.budget_limits import LIMITS
 from jaxplace_cli.cli.app import app
 from jaxplace_cli.cli.limit_flags import given_limits
 from jaxplace_cli.integrations.budget import limits_to_budget
+from jaxplace_cli.model.budget_limits import LIMITS
 
 # (flag, metavar, its --help, budget file key, marker keyword), as docs/budgets.md names them
 SPELLINGS = [

@@ -1,6 +1,6 @@
 """A transfer budget as data: the strict TOML format, the same limits given as flags, and what
 a budget's ``allow`` patterns match. The check of a run against it is analysis/budgets.py; the
-keys, flags and keywords come from one table, analysis/budget_limits.py.
+keys, flags and keywords come from one table, model/budget_limits.py.
 
 Parsing is strict on purpose: a typo in a budget file would otherwise silently disable a limit,
 so an unknown key is an error (exit 2) that names the key and the file, before anything runs.
@@ -12,10 +12,10 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jaxplace_cli.analysis.budget_limits import BY_KEY, FAIL_ON, KIND_KEYS, RUN_LIMITS, SEVERITY, SIZE, SIZE_KEYS, TOP_KEYS
-from jaxplace_cli.analysis.rules.base import SEVERITIES
+from jaxplace_cli.model.budget_limits import BY_KEY, FAIL_ON, KIND_KEYS, RUN_LIMITS, SEVERITY, SIZE, SIZE_KEYS, TOP_KEYS
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import MAX_SIZE, parse_size
 from jaxplace_cli.model.untrusted import load_toml
 

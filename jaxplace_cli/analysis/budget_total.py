@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 
 from jaxplace_cli.analysis.budget_file import Breach, Budget
-from jaxplace_cli.analysis.budget_limits import limit_noun, limit_text
+from jaxplace_cli.model.budget_limits import limit_noun, limit_text
 from jaxplace_cli.model.events import D2H
 
 

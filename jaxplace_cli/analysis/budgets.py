@@ -7,11 +7,11 @@ from __future__ import annotations
 import bisect
 
 from jaxplace_cli.analysis.budget_file import Breach, Budget, BudgetError, budget_from_dict, load_budget, merge_flags
-from jaxplace_cli.analysis.budget_limits import limit_noun, limit_text
 from jaxplace_cli.analysis.budget_total import total_breaches
-from jaxplace_cli.analysis.rules.base import SEVERITIES
+from jaxplace_cli.model.budget_limits import limit_noun, limit_text
 from jaxplace_cli.model.events import D2H
 from jaxplace_cli.model.paths import file_name, site_name
+from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.store import queries
 
 # the check, and the budget file's model (budget_file.py) that callers import from here with it

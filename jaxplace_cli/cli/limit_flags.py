@@ -1,5 +1,5 @@
 """The budget limits as command-line flags: ``--max-h2d N``, ..., ``--fail-on SEVERITY``, one
-typer option per row of analysis/budget_limits.py ``LIMITS`` (name, metavar and help from the
+typer option per row of model/budget_limits.py ``LIMITS`` (name, metavar and help from the
 row), so a limit added there is a flag of ``jaxplace audit`` without another line here.
 
 typer reads a command's options from its signature, so ``with_limit_flags`` writes them into
@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from jaxplace_cli.analysis.budget_limits import COUNT, LIMITS
+from jaxplace_cli.model.budget_limits import COUNT, LIMITS
 
 
 def _option(lim) -> inspect.Parameter:

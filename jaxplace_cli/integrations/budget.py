@@ -44,14 +44,14 @@ def _install_inert() -> None:
 
 
 def limits_to_budget(limits: dict, where: str):
-    """Marker/ini keywords (analysis/budget_limits.py ``KEYWORDS``) -> a budgets.Budget.
+    """Marker/ini keywords (model/budget_limits.py ``KEYWORDS``) -> a budgets.Budget.
     ``h2d=3`` (an int) limits the count, ``h2d="1 MB"`` (a size string) the bytes. Raises
     BudgetError naming the bad keyword, with the closest valid one when it looks like a typo (a
     typo must not disable a limit)."""
     import difflib
 
     from jaxplace_cli.analysis.budget_file import Budget, BudgetError, budget_from_dict
-    from jaxplace_cli.analysis.budget_limits import KEYWORDS
+    from jaxplace_cli.model.budget_limits import KEYWORDS
 
     def key_of(keyword, value) -> tuple[str, str]:  # (table, key); table '' = top level
         if keyword in KINDS:

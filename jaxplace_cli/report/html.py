@@ -17,9 +17,9 @@ from importlib import resources
 
 from jaxplace_cli import __version__
 from jaxplace_cli.analysis import AuditResult
-from jaxplace_cli.analysis.rules.base import SEVERITIES
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import below, site_name
+from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.html_data import esc, payload, script_json
 from jaxplace_cli.report.html_tables import matrix, ops, run_metadata, steps

@@ -28,8 +28,8 @@ import urllib.parse
 from jaxplace_cli import __version__
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.analysis.findings import RULE_DOCS
-from jaxplace_cli.analysis.rules.base import SEVERITIES
 from jaxplace_cli.model import safe
+from jaxplace_cli.model.severity import SEVERITIES
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 HOME = "https://github.com/jaxplace/jaxplace"

@@ -3,9 +3,9 @@ they say the same thing in the same order."""
 from __future__ import annotations
 
 from jaxplace_cli.analysis import AuditResult
-from jaxplace_cli.analysis.rules.base import SEVERITIES
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes, human_ns
 
 
