@@ -1,11 +1,12 @@
 """``[total]`` budget limits: one kind's count, bytes and per-step numbers summed over the
-processes of a ``jax.distributed`` job (docs/budgets.md). Apart from budgets.py, which checks
-one run, so that each stays readable."""
+processes of a ``jax.distributed`` job (docs/budgets.md). The check of one run
+(analysis/budgets.py) uses it too: a run is a job of one process."""
 from __future__ import annotations
 
 import bisect
 
-from jaxplace_cli.analysis.budgets import Breach, Budget, _allowed_sites, _fmt, _noun
+from jaxplace_cli.analysis.budget_file import Breach, Budget
+from jaxplace_cli.model.budget_limits import limit_noun, limit_text
 from jaxplace_cli.model.events import D2H
 
 
@@ -20,7 +21,7 @@ def total_breaches(parts, budget: Budget, default_min_bytes: int) -> list[Breach
         total = {"count": 0, "bytes": 0}
         steps: dict[int, list[int]] = {}
         for result, run in parts:
-            allowed = _allowed_sites(run.store.sites(), budget.allow) if budget.allow else set()
+            allowed = budget.allowed_sites(run.store.sites()) if budget.allow else set()
             info = result.steps
             starts = [s.start_seq for s in info.steps] if info is not None else []
             for t in run.store.transfers():
@@ -35,15 +36,15 @@ def total_breaches(parts, budget: Budget, default_min_bytes: int) -> list[Breach
         for key in ("count", "bytes"):
             if key in limits and total[key] > limits[key]:
                 breaches.append(Breach(f"total.{kind}.{key}", limits[key], total[key],
-                                       f"{kind} {_noun(key)} of the job were limited to {_fmt(key, limits[key])} "
+                                       f"{kind} {limit_noun(key)} of the job were limited to {limit_text(key, limits[key])} "
                                        f"but its {len(parts)} processes {'did' if key == 'count' else 'moved'} "
-                                       f"{_fmt(key, total[key])}"))
+                                       f"{limit_text(key, total[key])}"))
         for key, field_ in (("count_per_step", 0), ("bytes_per_step", 1)):
             if key in limits and steps:
                 i, worst = max(steps.items(), key=lambda kv: (kv[1][field_], -kv[0]))
                 if worst[field_] > limits[key]:
                     breaches.append(Breach(f"total.{kind}.{key}", limits[key], worst[field_],
                                            f"{kind if field_ == 0 else kind + ' bytes'} per step of the job were "
-                                           f"limited to {_fmt(key, limits[key])} but step {i} did "
-                                           f"{_fmt(key, worst[field_])} over {len(parts)} processes"))
+                                           f"limited to {limit_text(key, limits[key])} but step {i} did "
+                                           f"{limit_text(key, worst[field_])} over {len(parts)} processes"))
     return breaches

@@ -9,21 +9,9 @@ from typing import List, Optional
 import typer
 
 from jaxplace_cli.cli.common import fail
+from jaxplace_cli.cli.limit_flags import given_limits, with_limit_flags
 
 EXIT_BREACH = 1
-
-# --max-* flag -> budget key (budgets.py)
-LIMIT_FLAGS = {
-    "max_h2d": "h2d.count", "max_h2d_bytes": "h2d.bytes", "max_h2d_per_step": "h2d.count_per_step",
-    "max_h2d_bytes_per_step": "h2d.bytes_per_step",
-    "max_d2h": "d2h.count", "max_d2h_bytes": "d2h.bytes", "max_d2h_per_step": "d2h.count_per_step",
-    "max_d2h_bytes_per_step": "d2h.bytes_per_step",
-    "max_d2d": "d2d.count", "max_d2d_bytes": "d2d.bytes", "max_d2d_per_step": "d2d.count_per_step",
-    "max_d2d_bytes_per_step": "d2d.bytes_per_step",
-    "max_pingpong": "pingpong", "max_host_syncs_per_step": "host_syncs_per_step",
-    "max_recompiles": "recompiles", "fail_on": "fail_on",
-}
-
 
 EPILOG = """\b
 examples:
@@ -33,10 +21,7 @@ examples:
 """
 
 
-def _limit(what: str) -> str:
-    return f"Limit: {what}."
-
-
+@with_limit_flags  # --max-h2d ... --fail-on: one per budget limit (cli/limit_flags.py)
 def audit(
     path: Path = typer.Argument(..., metavar="PATH",
                                 help="A jaxplace run directory, a jax.profiler log dir, or a .xplane.pb file."),
@@ -65,45 +50,14 @@ def audit(
                                            help="For a jax.profiler log dir: which profiling run (default: the newest)."),
     budget: Optional[Path] = typer.Option(None, "--budget", "-b", metavar="FILE",
                                           help="Budget file (TOML, docs/budgets.md): exit 1 when a limit is exceeded."),
-    max_h2d: Optional[int] = typer.Option(None, "--max-h2d", metavar="N", help=_limit("h2d transfers in the run")),
-    max_h2d_bytes: Optional[str] = typer.Option(None, "--max-h2d-bytes", metavar="SIZE",
-                                                help=_limit("h2d bytes in the run, e.g. 10MB")),
-    max_h2d_per_step: Optional[int] = typer.Option(None, "--max-h2d-per-step", metavar="N",
-                                                   help=_limit("h2d transfers in any steady-state step")),
-    max_h2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-h2d-bytes-per-step", metavar="SIZE",
-                                                         help=_limit("h2d bytes in any steady-state step")),
-    max_d2h: Optional[int] = typer.Option(None, "--max-d2h", metavar="N",
-                                          help=_limit("d2h transfers in the run (every read, any size)")),
-    max_d2h_bytes: Optional[str] = typer.Option(None, "--max-d2h-bytes", metavar="SIZE",
-                                                help=_limit("d2h bytes in the run")),
-    max_d2h_per_step: Optional[int] = typer.Option(None, "--max-d2h-per-step", metavar="N",
-                                                   help=_limit("d2h transfers in any steady-state step")),
-    max_d2h_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2h-bytes-per-step", metavar="SIZE",
-                                                         help=_limit("d2h bytes in any steady-state step")),
-    max_d2d: Optional[int] = typer.Option(None, "--max-d2d", metavar="N", help=_limit("d2d transfers in the run")),
-    max_d2d_bytes: Optional[str] = typer.Option(None, "--max-d2d-bytes", metavar="SIZE",
-                                                help=_limit("d2d bytes in the run")),
-    max_d2d_per_step: Optional[int] = typer.Option(None, "--max-d2d-per-step", metavar="N",
-                                                   help=_limit("d2d transfers in any steady-state step")),
-    max_d2d_bytes_per_step: Optional[str] = typer.Option(None, "--max-d2d-bytes-per-step", metavar="SIZE",
-                                                         help=_limit("d2d bytes in any steady-state step")),
-    max_pingpong: Optional[int] = typer.Option(None, "--max-pingpong", metavar="N",
-                                               help=_limit("ping-pong round trips")),
-    max_host_syncs_per_step: Optional[int] = typer.Option(None, "--max-host-syncs-per-step", metavar="N",
-                                                          help=_limit("blocking reads in any steady-state step")),
-    max_recompiles: Optional[int] = typer.Option(None, "--max-recompiles", metavar="N",
-                                                 help=_limit("recompiles found by the recompile rule")),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", metavar="SEVERITY",
-                                          help="Fail (exit 1) on any finding of this severity or worse: error, "
-                                               "warning, info."),
+    **limits,
 ) -> None:
     """Report the verdict, findings by rule, transfers, sites and ops per device of a run.
 
     With --budget FILE or any --max-* / --fail-on limit, exit 1 when a limit is exceeded, with
     one sentence per breach; a flag overrides the file's value. SIZE: 1048576, "10 MB", 4KiB.
     """
-    given = locals()
-    flags = {key: given[name] for name, key in LIMIT_FLAGS.items() if given[name] is not None}
+    flags = given_limits(limits)
     code = audit_path(path, format, output, min_bytes, top, rule, ignore, loop_threshold,
                       recompile_threshold, run_name, budget, flags, max_findings=max_findings, verbose=verbose)
     raise typer.Exit(code)

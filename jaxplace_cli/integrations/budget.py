@@ -43,45 +43,37 @@ def _install_inert() -> None:
         _INSTALLED.append(True)
 
 
-# Marker / ini / context-manager keywords -> (budget table, key); None table = top level.
-_KIND_SUFFIX = {"count": "count", "bytes": "bytes", "per_step": "count_per_step",
-                "bytes_per_step": "bytes_per_step"}
-KEYWORDS = {f"{k}_{suffix}": (k, key) for k in KINDS for suffix, key in _KIND_SUFFIX.items()}
-KEYWORDS.update({k: (None, k) for k in ("pingpong", "host_syncs_per_step", "recompiles",
-                                        "fail_on", "min_bytes", "allow")})
-KEYWORDS["host_syncs"] = (None, "host_syncs_per_step")  # kept: an early spelling
-
-
 def limits_to_budget(limits: dict, where: str):
-    """Marker/ini keywords -> a budgets.Budget. ``h2d=3`` (an int) limits the count,
-    ``h2d="1 MB"`` (a size string) the bytes. Raises BudgetError naming the bad keyword, with
-    the closest valid one when it looks like a typo (a typo must not disable a limit)."""
+    """Marker/ini keywords (model/budget_limits.py ``KEYWORDS``) -> a budgets.Budget.
+    ``h2d=3`` (an int) limits the count, ``h2d="1 MB"`` (a size string) the bytes. Raises
+    BudgetError naming the bad keyword, with the closest valid one when it looks like a typo (a
+    typo must not disable a limit)."""
     import difflib
 
-    from jaxplace_cli.analysis.budgets import Budget, BudgetError, budget_from_dict
+    from jaxplace_cli.analysis.budget_file import Budget, BudgetError, budget_from_dict
+    from jaxplace_cli.model.budget_limits import KEYWORDS
+
+    def key_of(keyword, value) -> tuple[str, str]:  # (table, key); table '' = top level
+        if keyword in KINDS:
+            return keyword, "count" if isinstance(value, int) else "bytes"
+        return KEYWORDS[keyword].rpartition(".")[::2]
 
     data: dict = {}
-    for key, value in limits.items():
-        if key in KINDS:
-            data.setdefault(key, {})["count" if isinstance(value, int) else "bytes"] = value
-            continue
-        if key not in KEYWORDS:
+    for keyword, value in limits.items():
+        if keyword not in KINDS and keyword not in KEYWORDS:
             known = [*KINDS, *KEYWORDS]
-            close = difflib.get_close_matches(key, known, n=1)
+            close = difflib.get_close_matches(keyword, known, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
-            raise BudgetError(f"{where}: unknown keyword {key!r} ({hint})")
-        table, name = KEYWORDS[key]
-        if key == "allow" and isinstance(value, str):
+            raise BudgetError(f"{where}: unknown keyword {keyword!r} ({hint})")
+        table, name = key_of(keyword, value)
+        if keyword == "allow" and isinstance(value, str):
             value = [value]  # one pattern (the ini option can only give strings)
-        if table is None:
-            data[name] = value
-        else:
-            data.setdefault(table, {})[name] = value
+        (data.setdefault(table, {}) if table else data)[name] = value
     b = budget_from_dict(data, where) if data else Budget(source=where)
     # the limits as the user wrote them: a failure says "limited to 10 KB", not "9.8 KiB"
     b.as_written = {}
-    for key, value in limits.items():
-        table, name = (key, "bytes") if key in KINDS else KEYWORDS[key]
+    for keyword, value in limits.items():
+        table, name = key_of(keyword, value)
         if table and isinstance(value, str):  # a size: h2d="10 KB", d2d_bytes_per_step="1MB"
             b.as_written[f"{table}.{name}"] = value
     return b

@@ -19,6 +19,7 @@ from jaxplace_cli import __version__
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import below, site_name
+from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.html_data import esc, payload, script_json
 from jaxplace_cli.report.html_tables import matrix, ops, run_metadata, steps
@@ -106,7 +107,7 @@ def _header(result: AuditResult) -> str:
 
 def verdict_text(result: AuditResult) -> tuple[str, str]:
     """(css class, sentence): a budget's verdict first, else the worst finding's severity."""
-    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
     found = ", ".join(f"{n} {s}{'s' if n > 1 else ''}" for s, n in counts.items() if n)
     if result.budget is not None and not result.budget.passed:
         return "bad", f"budget FAILED ({len(result.budget.breaches)} breaches)" + (f"; findings: {found}" if found else "")

@@ -29,6 +29,7 @@ from jaxplace_cli import __version__
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.analysis.findings import RULE_DOCS
 from jaxplace_cli.model import safe
+from jaxplace_cli.model.severity import SEVERITIES
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 HOME = "https://github.com/jaxplace/jaxplace"
@@ -129,8 +130,8 @@ def render(result: AuditResult, max_results: int = MAX_RESULTS) -> str:
             locs = where(b.file, b.line)
             results.append({"ruleId": rid, "level": "error", "message": {"text": safe.plain(b.message)},
                             "locations": locs, "partialFingerprints": _fingerprint(rid, locs)})
-    order = {"error": 0, "warning": 1, "info": 2}
-    for f in sorted(result.findings, key=lambda f: (order.get(f.severity, 3), -f.bytes, -f.count)):
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    for f in sorted(result.findings, key=lambda f: (order.get(f.severity, len(SEVERITIES)), -f.bytes, -f.count)):
         locs = where(f.file, f.line)
         text = safe.plain(f.message + (f" Fix: {f.fix}" if f.fix else ""))
         results.append({"ruleId": f.rule, "level": _LEVEL.get(f.severity, "note"), "message": {"text": text},

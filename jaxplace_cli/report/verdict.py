@@ -5,15 +5,14 @@ from __future__ import annotations
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes, human_ns
-
-SEVERITY_ORDER = ("error", "warning", "info")
 
 
 def severity_counts(findings) -> str:
     """``1 error, 2 warnings`` (``no findings`` when there are none)."""
     parts = []
-    for sev in SEVERITY_ORDER:
+    for sev in SEVERITIES:
         n = sum(f.severity == sev for f in findings)
         if n:
             parts.append(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}")
@@ -45,7 +44,7 @@ def verdict_parts(result: AuditResult) -> list[str]:
 def by_rule(findings) -> list[tuple[str, list]]:
     """Findings grouped by rule: the rule with the worst severity (then most bytes, most
     count) first; within a rule, worst and most costly first."""
-    order = {s: i for i, s in enumerate(SEVERITY_ORDER)}
+    order = {s: i for i, s in enumerate(SEVERITIES)}
     groups: dict[str, list] = {}
     for f in findings:
         groups.setdefault(f.rule, []).append(f)

@@ -8,11 +8,8 @@ from dataclasses import dataclass, field
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import OP_JIT, OP_SEGMENT
 from jaxplace_cli.model.paths import site_name
+from jaxplace_cli.model.severity import ERROR, INFO, SEVERITIES, WARNING  # noqa: F401 - the rules import them from here
 from jaxplace_cli.store import queries
-
-ERROR, WARNING, INFO = "error", "warning", "info"
-SEVERITIES = (ERROR, WARNING, INFO)
-
 
 
 @dataclass
