@@ -21,7 +21,6 @@ each process's trace window (sources/collectives.py).
 """
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from jaxplace_cli.analysis.merge import device_order, local_devices, merge_findi
 from jaxplace_cli.analysis.run import InputError, RunData, analyse, open_run
 from jaxplace_cli.model.manifest import Manifest
 from jaxplace_cli.store.layout import RunDirError, is_job_dir, process_dirs, read_job
+from jaxplace_cli.store.reader import StoreError, reading
 
 MAX_TRACE_BYTES = 256 * 2**20  # a process's trace larger than this is not read for collectives
 
@@ -128,12 +128,11 @@ def audit_job(path, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 
         try:
             run = open_run(d)
             manifest = run.manifest.to_dict()  # the checked manifest, read as plain data
-            view.result = analyse(run, lambda run=run: audit_run(run, cfg, select, ignore, top_sites=10_000))
+            with reading(d):
+                view.result = analyse(run, lambda run=run: audit_run(run, cfg, select, ignore, top_sites=10_000))
             runs.append((view, run))
-        except InputError as exc:
+        except (InputError, StoreError) as exc:  # one unreadable run: the others still audit
             view.error = str(exc)
-        except sqlite3.DatabaseError as exc:  # one corrupt store: the others still audit
-            view.error = f"the events store is corrupt or unreadable ({exc})"
         _describe(view, manifest, ends.get(index))
         views.append(view)
     if not runs:
