@@ -24,6 +24,11 @@ class OutputPathError(JaxplaceError):
     """``-o FILE`` with an extension no renderer is registered for (exit 2)."""
 
 
+class OutputWriteError(JaxplaceError, OSError):
+    """A report that could not be written: an ``OSError`` still (what callers of
+    ``write_atomic`` catch), said by the CLI in one line (exit 2)."""
+
+
 def format_for(path, table: dict) -> str:
     """The format ``-o PATH`` asks for by its extension; OutputPathError (one line) otherwise,
     never a silent fallback: ``-o report.html`` once wrote the box-drawing text report."""
@@ -73,7 +78,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         _write_atomic(Path(path), text)
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _write_atomic(path: Path, text: str) -> None:
