@@ -280,16 +280,15 @@ def _job_status(views) -> str:
 
 
 def judge_job(path, budget, min_bytes: int = 1024) -> BudgetVerdict:
-    """A budget over a job: every limit per process (a breach names the process), and the
-    ``[total]`` limits over the job (analysis/budgets.py ``total_breaches``)."""
-    from jaxplace_cli.analysis.budget_total import total_breaches
-    from jaxplace_cli.analysis.budgets import check
+    """A budget over a job (``jaxplace launch --budget``): ``Audit.judge`` of the job."""
+    from jaxplace_cli.analysis.audit import Audit
 
-    result = audit_job(path, RuleConfig(min_bytes=min_bytes))
-    return job_verdict(result, budget, min_bytes, check, total_breaches)
+    return Audit(path, RuleConfig(min_bytes=min_bytes)).judge(budget).budget
 
 
 def job_verdict(result: AuditResult, budget, min_bytes: int, check, total_breaches) -> BudgetVerdict:
+    """Every limit per process (a breach names the process), and the ``[total]`` limits over
+    the job (analysis/budget_total.py)."""
     per_process = replace(budget, total={})
     breaches, parts = [], []
     for v in result.distributed.processes:

@@ -1,7 +1,9 @@
-"""Renderers: AuditResult -> text. They never analyse; they only present.
+"""Renderers: an audit, a diff or a suggestion -> text. They never analyse; they only present
+what the command hands them (``analysis.audit.Audit`` computed it).
 
-The format comes from ``--format`` or the output file's extension (``format_for``): one table,
-``EXTENSIONS``, for every command that writes a report file.
+Every format is one entry of the registry in ``report/base.py``. The format comes from
+``--format`` or the output file's extension (``pick_format``), for every command that writes
+a report file.
 """
 from __future__ import annotations
 
