@@ -113,6 +113,18 @@ class Audit:
             out.append((f"p{v.index}", v.result, part.timeline(detail_max)))
         return out
 
+    def sources(self) -> dict:
+        """(file, line) -> the source line of each top site, finding and related site, read
+        now (``analysis.timeline.source_lines``: regular .py files only)."""
+        from jaxplace_cli.analysis.timeline import source_lines
+
+        result = self.result()
+        locs = {(t.file, t.line) for t in result.summary.sites}
+        for f in result.findings:
+            locs.add((f.file, f.line))
+            locs.update((r.get("file"), r.get("line")) for r in f.related[:8] if isinstance(r, dict))
+        return source_lines(locs)
+
     def document(self) -> dict:
         """The audit as its documented JSON document (analysis/document.py)."""
         from jaxplace_cli.analysis.document import to_dict

@@ -142,7 +142,8 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         if fmt == "html":  # the page draws the run's timeline
             stage("building the timeline")
             timeline = audit.timeline()
-    options = Options(max_findings=max_findings, verbose=verbose, timeline=timeline if fmt == "html" else None)
+    page = {"timeline": timeline, "sources": audit.sources()} if fmt == "html" else {}
+    options = Options(max_findings=max_findings, verbose=verbose, **page)
     _emit(result, fmt, output, options)
     return EXIT_BREACH if result.budget is not None and not result.budget.passed else 0
 

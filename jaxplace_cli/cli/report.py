@@ -82,6 +82,6 @@ def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 2
         stage("building the timeline")
         timeline = audit.timeline()
         stage("writing the page")
-        text = renderer("audit", "html").render(result, Options(timeline=timeline))
+        text = renderer("audit", "html").render(result, Options(timeline=timeline, sources=audit.sources()))
         write_atomic(output, text)
     return len(text.encode())

@@ -44,7 +44,8 @@ def _display_report(run_dir: Path) -> Path | None:
     out = run_dir.with_name(run_dir.name + ".html")
     try:
         audit = Audit(run_dir, suggest=attach_suggestion)
-        page = renderer("audit", "html").render(audit.result(), Options(timeline=audit.timeline()))
+        page = renderer("audit", "html").render(audit.result(), Options(timeline=audit.timeline(),
+                                                                        sources=audit.sources()))
         write_atomic(out, page)
     except (JaxplaceError, OSError) as exc:
         print(f"jaxplace: error: no report for {run_dir}: {exc}", file=sys.stderr)

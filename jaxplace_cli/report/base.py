@@ -29,7 +29,7 @@ class Options:
     verbose: bool = False  # text, rich, markdown: every finding and related site
     failures: tuple = ()  # diff: the --fail-on-increase sentences, already decided
     timeline: object = None  # html: the run's analysis.timeline.Timeline (None: no timeline)
-    sources: dict | None = None  # html: (file, line) -> source text (None: read them)
+    sources: dict | None = None  # html: (file, line) -> source line (Audit.sources(); None: none)
 
 
 class Renderer(Protocol):

@@ -29,12 +29,9 @@ CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'
 
 def render(result: AuditResult, timeline=None, sources: dict | None = None) -> str:
     """The page. ``timeline``: the run's ``analysis.timeline.Timeline`` (``Audit.timeline()``;
-    None: the page says where the input's timeline is); ``sources``: (file, line) -> text
-    (read here when None)."""
-    if sources is None:
-        from jaxplace_cli.analysis.timeline import source_lines
-
-        sources = source_lines(_locations(result))
+    None: the page says where the input's timeline is); ``sources``: (file, line) -> the
+    source line shown under a finding or site (``Audit.sources()``; None: none shown)."""
+    sources = sources or {}
     css = resources.files("jaxplace_cli.report").joinpath("assets/report.css").read_text()
     js = resources.files("jaxplace_cli.report").joinpath("assets/report.js").read_text()
     body = "\n".join([
@@ -57,14 +54,6 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
 def render_report(result: AuditResult, options) -> str:
     """The registry's entry point (report/base.py): the timeline rides in ``options``."""
     return render(result, options.timeline, options.sources)
-
-
-def _locations(result: AuditResult) -> set:
-    locs = {(t.file, t.line) for t in result.summary.sites}
-    for f in result.findings:
-        locs.add((f.file, f.line))
-        locs.update((r.get("file"), r.get("line")) for r in f.related[:8] if isinstance(r, dict))
-    return locs
 
 
 def _header(result: AuditResult) -> str:
