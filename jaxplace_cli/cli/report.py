@@ -33,7 +33,8 @@ def report(
     metadata. No network: open it anywhere.
 
     Big runs are drawn with a level of detail (the page says which): every event of a
-    window of steps, aggregates elsewhere.
+    window of steps, aggregates elsewhere. A launch job: the processes merged, with a table
+    of the processes (a timeline per process: jaxplace report JOB/proc-<i>).
     """
     from jaxplace_cli.model.sizes import human_bytes
 
