@@ -653,13 +653,13 @@ def test_every_audit_format_keeps_input_inert(clean_result, s):
 @given(s=HOSTILE_TEXT, t=HOSTILE_TEXT)
 def test_every_diff_format_keeps_input_inert(s, t):
     from jaxplace_cli.analysis.diff import Diff, KindDelta, SiteDelta
-    from jaxplace_cli.report.diff_render import RENDERERS
+    from jaxplace_cli.report.base import Options, formats, renderer
 
     d = Diff(s, t, [KindDelta("d2d", 1, 3, 10, 30)],
              [SiteDelta(f"{s}.py:3 d2d {t}", 1, 3, 10, 30, "changed", f"{s}.py", 3),
               SiteDelta(t, 0, 1, 0, 5, "new", t, 1)], [s])
-    for fmt, render in RENDERERS.items():
-        text = render(d, [f"d2d bytes grew {s}"])
+    for fmt in formats("diff"):
+        text = renderer("diff", fmt).render(d, Options(failures=(f"d2d bytes grew {s}",)))
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f\u202e\u2028\ud800-\udfff]", text), (fmt, text)
         if fmt == "markdown":
             _markdown({"out": None}, text, "", fmt)

@@ -21,7 +21,7 @@ ALLOWED = {
     "analysis": {"model", "store", "sources"},
     "suggest": {"model", "store", "analysis", "placement"},
     "report": {"model", "analysis", "suggest"},
-    "integrations": {"model", "store", "placement", "capture", "analysis", "report"},
+    "integrations": {"model", "store", "placement", "capture", "analysis", "suggest", "report"},
     "cli": {"model", "store", "sources", "placement", "capture", "analysis", "suggest", "report",
             "integrations"},
 }
@@ -224,3 +224,11 @@ def test_docs_name_only_files_that_exist():
             if not (REPO / target).exists():
                 bad.append(f"{doc.name}: {target}")
     assert not bad, "\n".join(bad)
+
+
+def test_commands_raise_their_errors():
+    """One error path (issue 23): a command raises a ``JaxplaceError`` and ``cli/main.py`` alone
+    turns it into one line and an exit code; no command prints and exits by itself."""
+    bad = [f"{path.relative_to(PKG)}:{i}" for path in sorted((PKG / "cli").glob("*.py"))
+           for i, line in enumerate(path.read_text().splitlines(), 1) if "fail(" in line]
+    assert not bad, "fail( in cli/: " + ", ".join(bad)

@@ -1,6 +1,7 @@
 """Analyses: pure functions from a recorded run (or a foreign trace) to results.
 
-``audit_run`` is the facade the CLI uses: summary + findings in one ``AuditResult``.
+``audit_run``: summary + findings of one run in one ``AuditResult``. Commands do not call it
+themselves: ``analysis.audit.Audit`` is the one entry point (a run, a trace or a job).
 Renderers (``report/``) only ever see an ``AuditResult``.
 """
 from __future__ import annotations

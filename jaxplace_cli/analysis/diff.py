@@ -6,7 +6,6 @@ differ between machines, lines and APIs do not.
 """
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import site_name
 from jaxplace_cli.model.sizes import MAX_SIZE
 from jaxplace_cli.model.untrusted import MAX_BASELINE_BYTES, load_json
-from jaxplace_cli.store.reader import StoreError
 
 
 class DiffInputError(JaxplaceError):
@@ -72,24 +70,13 @@ def load_side(path: Path, min_bytes: int) -> dict:
             raise DiffInputError(f"{path} is not a `jaxplace audit --format json` file of schema version 1")
         check_saved_audit(data, str(path))
         return data
-    from jaxplace_cli.analysis import audit_run
-    from jaxplace_cli.analysis.distributed import audit_job, is_job
-    from jaxplace_cli.analysis.document import to_dict
+    from jaxplace_cli.analysis.audit import JOB, RUN, Audit
     from jaxplace_cli.analysis.findings import RuleConfig
-    from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
 
-    try:
-        if is_job(path):  # a jax.distributed job: its processes merged
-            return to_dict(audit_job(path, RuleConfig(min_bytes=min_bytes), top_sites=10_000))
-        if classify_input(path) != "run":
-            raise DiffInputError(f"{path} is not a jaxplace run directory or a saved audit JSON")
-        run = open_run(path)
-        return to_dict(analyse(run, lambda: audit_run(run, RuleConfig(min_bytes=min_bytes),
-                                                      top_sites=10_000)))
-    except InputError as exc:
-        raise DiffInputError(str(exc)) from None
-    except (sqlite3.DatabaseError, StoreError) as exc:
-        raise DiffInputError(f"{path}: the events store is corrupt or unreadable ({exc})") from None
+    audit = Audit(path, RuleConfig(min_bytes=min_bytes), top_sites=10_000)  # InputError: one line
+    if audit.kind not in (RUN, JOB):
+        raise DiffInputError(f"{path} is not a jaxplace run directory or a saved audit JSON")
+    return audit.document()
 
 
 def check_saved_audit(data: dict, where: str) -> None:

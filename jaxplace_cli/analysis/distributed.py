@@ -21,7 +21,6 @@ each process's trace window (sources/collectives.py).
 """
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from jaxplace_cli.analysis.merge import device_order, local_devices, merge_findi
 from jaxplace_cli.analysis.run import InputError, RunData, analyse, open_run
 from jaxplace_cli.model.manifest import Manifest
 from jaxplace_cli.store.layout import RunDirError, is_job_dir, process_dirs, read_job
+from jaxplace_cli.store.reader import StoreError, reading
 
 MAX_TRACE_BYTES = 256 * 2**20  # a process's trace larger than this is not read for collectives
 
@@ -128,12 +128,11 @@ def audit_job(path, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 
         try:
             run = open_run(d)
             manifest = run.manifest.to_dict()  # the checked manifest, read as plain data
-            view.result = analyse(run, lambda run=run: audit_run(run, cfg, select, ignore, top_sites=10_000))
+            with reading(d):
+                view.result = analyse(run, lambda run=run: audit_run(run, cfg, select, ignore, top_sites=10_000))
             runs.append((view, run))
-        except InputError as exc:
+        except (InputError, StoreError) as exc:  # one unreadable run: the others still audit
             view.error = str(exc)
-        except sqlite3.DatabaseError as exc:  # one corrupt store: the others still audit
-            view.error = f"the events store is corrupt or unreadable ({exc})"
         _describe(view, manifest, ends.get(index))
         views.append(view)
     if not runs:
@@ -280,17 +279,9 @@ def _job_status(views) -> str:
     return "complete" if all(v.status == "complete" for v in views) else views[0].status
 
 
-def judge_job(path, budget, min_bytes: int = 1024) -> BudgetVerdict:
-    """A budget over a job: every limit per process (a breach names the process), and the
-    ``[total]`` limits over the job (analysis/budgets.py ``total_breaches``)."""
-    from jaxplace_cli.analysis.budget_total import total_breaches
-    from jaxplace_cli.analysis.budgets import check
-
-    result = audit_job(path, RuleConfig(min_bytes=min_bytes))
-    return job_verdict(result, budget, min_bytes, check, total_breaches)
-
-
 def job_verdict(result: AuditResult, budget, min_bytes: int, check, total_breaches) -> BudgetVerdict:
+    """Every limit per process (a breach names the process), and the ``[total]`` limits over
+    the job (analysis/budget_total.py)."""
     per_process = replace(budget, total={})
     breaches, parts = [], []
     for v in result.distributed.processes:

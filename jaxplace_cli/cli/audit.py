@@ -8,7 +8,6 @@ from typing import List, Optional
 
 import typer
 
-from jaxplace_cli.cli.common import fail
 from jaxplace_cli.cli.limit_flags import given_limits, with_limit_flags
 
 EXIT_BREACH = 1
@@ -64,113 +63,58 @@ def audit(
 
 
 def load_gate_budget(budget_path: Optional[Path], flags: dict):
-    """The budget from a file and/or flags, validated (BudgetError -> exit 2); None if none."""
-    from jaxplace_cli.analysis.budgets import BudgetError, load_budget, merge_flags
+    """The budget from a file and/or flags, validated (BudgetError: one line, exit 2); None if none."""
+    from jaxplace_cli.analysis.budgets import load_budget, merge_flags
 
     if budget_path is None and not flags:
         return None
-    try:
-        b = load_budget(budget_path) if budget_path is not None else None
-        return merge_flags(b, flags)
-    except BudgetError as exc:
-        fail(str(exc))
+    b = load_budget(budget_path) if budget_path is not None else None
+    return merge_flags(b, flags)
 
 
 def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=None, ignore=None,
                loop_threshold=3, recompile_threshold=2, run_name=None, budget_path=None, flags=None,
                max_findings=None, verbose=False) -> int:
     """Audit ``path`` and render it; returns the exit code (0, or 1 on a budget breach)."""
-    import sqlite3
+    from jaxplace_cli.analysis.audit import Audit
+    from jaxplace_cli.analysis.findings import RuleConfig
+    from jaxplace_cli.cli.common import check_rules, parse_min_bytes
+    from jaxplace_cli.cli.report import BIG_RUN, stages
+    from jaxplace_cli.report import pick_format
+    from jaxplace_cli.report.base import Options
+    from jaxplace_cli.suggest.top import attach_suggestion
 
-    from jaxplace_cli.analysis import BudgetVerdict, audit_run
-    from jaxplace_cli.analysis.findings import RULES, RuleConfig
-    from jaxplace_cli.analysis.run import InputError, analyse, classify_input, open_run
-    from jaxplace_cli.model.sizes import parse_size
-    from jaxplace_cli.report import FORMATS, OutputPathError, format_for
-    from jaxplace_cli.store.reader import StoreError
-
-    if format is None and output is not None:
-        try:
-            format = format_for(output)
-        except OutputPathError as exc:
-            fail(str(exc))
-    fmt = format or ("rich" if sys.stdout.isatty() else "text")
-    if fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}{_did_you_mean(fmt, FORMATS)}")
-    try:
-        min_b = parse_size(min_bytes)
-    except ValueError as exc:
-        fail(f"--min-bytes: {exc}")
-    from jaxplace_cli.analysis.rules.distributed import JOB_RULES
-
-    for r in (rule or []) + (ignore or []):
-        if r not in RULES and r not in JOB_RULES:
-            fail(f"unknown rule {r!r}{_did_you_mean(r, [*RULES, *JOB_RULES]) or ''}; rules are: "
-                 f"{', '.join([*RULES, *JOB_RULES])}")
+    fmt = pick_format("audit", format, output, "rich" if sys.stdout.isatty() else "text")
+    min_b = parse_min_bytes(min_bytes)
+    check_rules(rule, ignore)
     gate = load_gate_budget(budget_path, flags or {})
     cfg = RuleConfig(min_bytes=min_b, loop_threshold=loop_threshold, recompile_threshold=recompile_threshold)
-    try:
-        from jaxplace_cli.analysis.distributed import audit_job, is_job
-
-        kind = "job" if is_job(path) else classify_input(path)
-        if kind == "job":  # a jax.distributed job: its processes merged (analysis/distributed.py)
-            result = audit_job(path, cfg, rule, ignore, top_sites=top)
-        elif kind == "run":
-            run = open_run(path)
-            from jaxplace_cli.cli.report import BIG_RUN, stages
-            from jaxplace_cli.suggest.top import attach_suggestion
-
-            big = sys.stderr.isatty() and run.store.count("ops") + run.store.count("transfers") > BIG_RUN
-            with stages(big) as stage:  # a transient progress line on stderr for a big run
-                stage("auditing the run")
-                result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
-                                                                run, cfg.min_bytes))
-        else:
-            from jaxplace_cli.analysis.trace_audit import audit_trace
-
-            if gate is not None:
-                fail("budgets need a jaxplace run (sites, steps, lineage); audit the run directory")
-            result = audit_trace(path, cfg, top_sites=top, run=run_name, select=rule, ignore=ignore)
-    except InputError as exc:
-        fail(str(exc))
-    except (sqlite3.DatabaseError, StoreError) as exc:  # a store corrupt past its header
-        fail(f"{path}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
-    if gate is not None and kind == "job":  # every process, and the job in total
-        from jaxplace_cli.analysis.budget_total import total_breaches
-        from jaxplace_cli.analysis.budgets import check
-        from jaxplace_cli.analysis.distributed import job_verdict
-
-        result.budget = job_verdict(result, gate, min_b, check, total_breaches)
-    elif gate is not None:
-        from jaxplace_cli.analysis.budgets import check
-
-        result.budget = BudgetVerdict(gate.source, gate.limit_names(), check(result, run, gate, min_b))
-    _emit(result, fmt, output, max_findings, verbose)
+    audit = Audit(path, cfg, select=rule, ignore=ignore, top_sites=top, trace_run=run_name,
+                  suggest=attach_suggestion)
+    with stages(sys.stderr.isatty() and audit.size() > BIG_RUN) as stage:  # a big run: a progress line
+        stage("auditing the run")
+        result = audit.judge(gate) if gate is not None else audit.result()
+        if fmt == "html":  # the page draws the run's timeline
+            stage("building the timeline")
+            timeline = audit.timeline()
+    page = {"timeline": timeline, "sources": audit.sources()} if fmt == "html" else {}
+    options = Options(max_findings=max_findings, verbose=verbose, **page)
+    _emit(result, fmt, output, options)
     return EXIT_BREACH if result.budget is not None and not result.budget.passed else 0
 
 
-def _did_you_mean(word: str, choices) -> str:
-    """`` (did you mean 'pingpong'?)`` for a near miss, else ''."""
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _emit(result, fmt: str, output: Optional[Path], max_findings=None, verbose=False) -> None:
-    from jaxplace_cli.report import render_to_string, write_atomic
+def _emit(result, fmt: str, output: Optional[Path], options) -> None:
+    from jaxplace_cli.report import write_atomic
+    from jaxplace_cli.report.base import renderer
     from jaxplace_cli.report.budget import verdict_lines
 
-    text = render_to_string(result, fmt, max_findings=max_findings, verbose=verbose)
+    text = renderer("audit", fmt).render(result, options)
     if output is None:
         sys.stdout.write(text)
         if fmt not in ("rich", "text", "github"):  # the verdict always reaches the CI log
             for line in verdict_lines(result.budget):
                 print(line, file=sys.stderr)
         return
-    try:
-        write_atomic(output, text)
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
+    write_atomic(output, text)
     for line in verdict_lines(result.budget):
         print(line, file=sys.stderr)

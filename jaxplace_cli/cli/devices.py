@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from jaxplace_cli.cli.common import fail
+from jaxplace_cli.model.errors import UsageError
 
 EPILOG = """\b
 example:
@@ -34,7 +34,7 @@ def devices(
         typer.echo(json.dumps(devs, indent=2))
         return
     if format != "text":
-        fail(f"--format must be text or json, not {format!r}")
+        raise UsageError(f"--format must be text or json, not {format!r}")
     from rich.console import Console
     from rich.table import Table
 

@@ -1,14 +1,11 @@
 """`jaxplace diff BASE NEW`: what changed in data movement between two runs (or a baseline)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-
-from jaxplace_cli.cli.common import fail
 
 EPILOG = """\b
 example:
@@ -32,43 +29,25 @@ def diff(
                                                      help="Exit 1 when any kind's bytes or count grew by more than PCT percent."),
 ) -> None:
     """Per-kind and per-site deltas, new sites and vanished sites."""
-    from jaxplace_cli.analysis.diff import DiffInputError, compare, increases_over, load_side, to_dict
+    from jaxplace_cli.analysis.diff import compare, increases_over, load_side
+    from jaxplace_cli.cli.common import parse_min_bytes
     from jaxplace_cli.model.safe import plain
-    from jaxplace_cli.model.sizes import parse_size
-    from jaxplace_cli.report import OutputPathError, format_for
-    from jaxplace_cli.report.diff_render import EXTENSIONS, FORMATS, RENDERERS
+    from jaxplace_cli.report import pick_format, write_atomic
+    from jaxplace_cli.report.base import Options, renderer
 
-    if format is None and output is not None:
-        try:
-            format = format_for(output, EXTENSIONS)
-        except OutputPathError as exc:
-            fail(str(exc))
-    fmt = format or "text"
-    if fmt not in FORMATS:
-        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    try:
-        mb = parse_size(min_bytes) if min_bytes is not None else None
-    except ValueError as exc:
-        fail(f"--min-bytes: {exc}")
-    try:
-        # a saved baseline was counted from its own min_bytes: count the runs the same way
-        saved = [load_side(p, 0) for p in (base, new) if Path(p).is_file()]
-        if mb is None:
-            mb = saved[0]["transfers"].get("min_bytes", 1024) if saved else 1024
-        d = compare(load_side(base, mb), load_side(new, mb), str(base), str(new))
-    except DiffInputError as exc:
-        fail(str(exc))
+    fmt = pick_format("diff", format, output, "text")
+    mb = parse_min_bytes(min_bytes) if min_bytes is not None else None
+    # a saved baseline was counted from its own min_bytes: count the runs the same way
+    saved = [load_side(p, 0) for p in (base, new) if Path(p).is_file()]
+    if mb is None:
+        mb = saved[0]["transfers"].get("min_bytes", 1024) if saved else 1024
+    d = compare(load_side(base, mb), load_side(new, mb), str(base), str(new))
     failures = increases_over(d, fail_on_increase) if fail_on_increase is not None else []
-    text = (json.dumps(to_dict(d), indent=2) + "\n") if fmt == "json" else RENDERERS[fmt](d, failures)
+    text = renderer("diff", fmt).render(d, Options(failures=tuple(failures)))
     if output is None:
         sys.stdout.write(text)
     else:
-        from jaxplace_cli.report import write_atomic
-
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
+        write_atomic(output, text)
     for sentence in failures:
         print(f"jaxplace: diff: {plain(sentence)}", file=sys.stderr)
     if failures:

@@ -118,7 +118,7 @@ def free_port() -> int:
 def main(argv: list[str]) -> None:
     """``jaxplace launch ARGV``; ends in SystemExit with the job's exit code."""
     from jaxplace_cli.capture.runner import ScriptNotFound, resolve_target
-    from jaxplace_cli.cli.common import fail
+    from jaxplace_cli.model.errors import UsageError
     from jaxplace_cli.store.layout import RunDirError, create_run_dir, default_run_dir
 
     ns, forward, rest = parse(argv)
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> None:
     try:
         _, target = resolve_target(script, ns.module)
     except ScriptNotFound as exc:
-        fail(str(exc))
+        raise UsageError(str(exc)) from None
     gate = None
     if ns.budget is not None:  # a typo in the budget is an error before anything runs
         from jaxplace_cli.cli.audit import load_gate_budget
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> None:
     try:
         job_dir = create_run_dir(ns.out if ns.out is not None else default_run_dir(target))
     except RunDirError as exc:
-        fail(str(exc))
+        raise UsageError(str(exc)) from None
     job = Launch(ns, forward, rest, job_dir)
     code = job.run()
     if not ns.quiet:
@@ -147,12 +147,13 @@ def main(argv: list[str]) -> None:
 
 
 def _check_budget(job_dir: Path, gate) -> int:
-    from jaxplace_cli.analysis.distributed import judge_job
+    from jaxplace_cli.analysis.audit import Audit
+    from jaxplace_cli.analysis.findings import RuleConfig
     from jaxplace_cli.model.errors import JaxplaceError
     from jaxplace_cli.report.budget import verdict_lines
 
     try:
-        verdict = judge_job(job_dir, gate)
+        verdict = Audit(job_dir, RuleConfig(min_bytes=1024)).judge(gate).budget
     except JaxplaceError as exc:
         print(f"jaxplace: error: {exc}", file=sys.stderr)
         return exc.exit_code

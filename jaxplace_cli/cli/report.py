@@ -13,11 +13,10 @@ from typing import List, Optional
 
 import typer
 
-from jaxplace_cli.cli.common import fail
-
 
 def report(
-    path: Path = typer.Argument(..., help="A jaxplace run directory (a jax.profiler log dir or .xplane.pb: no timeline)."),
+    path: Path = typer.Argument(..., help="A jaxplace run directory or launch job directory (a jax.profiler "
+                                          "log dir or .xplane.pb: no timeline)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o",
                                           help="The HTML file to write (default: ./<run name>.html), atomically."),
     min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are counted apart."),
@@ -34,7 +33,8 @@ def report(
     metadata. No network: open it anywhere.
 
     Big runs are drawn with a level of detail (the page says which): every event of a
-    window of steps, aggregates elsewhere.
+    window of steps, aggregates elsewhere. A launch job: the processes merged, with a table
+    of the processes (a timeline per process: jaxplace report JOB/proc-<i>).
     """
     from jaxplace_cli.model.sizes import human_bytes
 
@@ -65,32 +65,24 @@ def stages(enabled: bool):
 
 def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 20, rule=None, ignore=None,
                  progress: bool = False) -> int:
-    """Audit ``path``, build its timeline, write the page to ``output``; returns its size."""
-    import sqlite3
-
-    from jaxplace_cli.analysis.findings import RULES
-    from jaxplace_cli.analysis.run import InputError
-    from jaxplace_cli.model.sizes import parse_size
+    """Audit ``path`` (a run, a trace or a job), build its timeline, write the page to
+    ``output``; returns its size."""
+    from jaxplace_cli.analysis.audit import Audit
+    from jaxplace_cli.analysis.findings import RuleConfig
+    from jaxplace_cli.cli.common import check_rules, parse_min_bytes
     from jaxplace_cli.report import write_atomic
-    from jaxplace_cli.report.html import render_path
-    from jaxplace_cli.store import StoreError
+    from jaxplace_cli.report.base import Options, renderer
+    from jaxplace_cli.suggest.top import attach_suggestion
 
-    try:
-        min_b = parse_size(min_bytes)
-    except ValueError as exc:
-        fail(f"--min-bytes: {exc}")
-    for r in (rule or []) + (ignore or []):
-        if r not in RULES:
-            fail(f"unknown rule {r!r}; rules are: {', '.join(RULES)}")
+    cfg = RuleConfig(min_bytes=parse_min_bytes(min_bytes))
+    check_rules(rule, ignore)
     with stages(progress) as stage:
-        try:
-            text = render_path(path, min_b, top, rule, ignore, stage)
-        except InputError as exc:
-            fail(str(exc))
-        except (sqlite3.DatabaseError, StoreError) as exc:
-            fail(f"{path}: the events store is corrupt or unreadable ({exc}); no report written")
-        try:
-            write_atomic(output, text)
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}")
+        audit = Audit(path, cfg, select=rule, ignore=ignore, top_sites=top, suggest=attach_suggestion)
+        stage({"run": "auditing the run", "job": "auditing the job's processes"}.get(audit.kind, "reading the trace"))
+        result = audit.result()
+        stage("building the timeline")
+        timeline = audit.timeline()
+        stage("writing the page")
+        text = renderer("audit", "html").render(result, Options(timeline=timeline, sources=audit.sources()))
+        write_atomic(output, text)
     return len(text.encode())

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from jaxplace_cli.cli.common import fail
+from jaxplace_cli.model.errors import UsageError
 
 
 def run_script(*, script: Optional[str], args: list[str], module: Optional[str], out: Optional[Path],
@@ -20,31 +20,31 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     from jaxplace_cli.store.layout import RunDirError
 
     if module is None and script is None:
-        fail("nothing to run: give a script (jaxplace run train.py) or -m MODULE")
+        raise UsageError("nothing to run: give a script (jaxplace run train.py) or -m MODULE")
     if module is not None and script is not None:
         args = [script, *args]  # `jaxplace run -m pkg arg1`: arg1 belongs to the module
     if trace not in TRACE_MODES:
-        fail(f"--trace must be one of {', '.join(TRACE_MODES)}, not {trace!r}")
+        raise UsageError(f"--trace must be one of {', '.join(TRACE_MODES)}, not {trace!r}")
     n_devices, device_spec = None, None
     if devices is not None:
         if devices.strip().isdigit():
             n_devices = int(devices)
             if n_devices < 1:
-                fail("--devices N needs N >= 1")
+                raise UsageError("--devices N needs N >= 1")
             if "jax" in sys.modules:
-                fail("--devices must be applied before JAX is imported; run jaxplace as a command")
+                raise UsageError("--devices must be applied before JAX is imported; run jaxplace as a command")
         else:
             device_spec = devices
     if record not in ("all", "transfers"):
-        fail(f"--record must be all or transfers, not {record!r}")
+        raise UsageError(f"--record must be all or transfers, not {record!r}")
     if on_policy_error not in ("raise", "fallback"):
-        fail(f"--on-policy-error must be raise or fallback, not {on_policy_error!r}")
+        raise UsageError(f"--on-policy-error must be raise or fallback, not {on_policy_error!r}")
     if granularity not in ("unit", "op"):
-        fail(f"--granularity must be unit or op, not {granularity!r}")
+        raise UsageError(f"--granularity must be unit or op, not {granularity!r}")
     try:
         kind, target = resolve_target(None if module else script, module)
     except ScriptNotFound as exc:
-        fail(str(exc))
+        raise UsageError(str(exc)) from None
     if n_devices:
         from jaxplace_cli.capture.session import simulate_cpu_devices
 
@@ -69,7 +69,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     try:
         session = Session(opts)
     except RunDirError as exc:
-        fail(str(exc))
+        raise UsageError(str(exc)) from None
     if follow_children:
         from jaxplace_cli.capture.child import child_environment
 
@@ -103,27 +103,21 @@ def _placer(policy, device_spec, on_policy_error, granularity, n_devices):
         placer = make_placer(policy, device_spec, on_policy_error, granularity)
         check_before_run(placer.policy, placer.device_names, n_devices, on_policy_error)
     except (PolicyLoadError, ValueError) as exc:
-        fail(str(exc))
+        raise UsageError(str(exc)) from None
     return placer
 
 
 def _check_budget(run_dir, gate, script_code: int) -> int:
     """The budget verdict after the run; the script's own failure code wins and is said."""
-    import sqlite3
-
     from jaxplace_cli.analysis.budgets import judge_run
     from jaxplace_cli.analysis.run import analyse, open_run
-    from jaxplace_cli.model.errors import JaxplaceError
     from jaxplace_cli.model.safe import plain
     from jaxplace_cli.report.budget import verdict_lines
+    from jaxplace_cli.store.reader import reading
 
-    try:
-        run = open_run(run_dir)
+    run = open_run(run_dir)
+    with reading(run_dir):
         result = analyse(run, lambda: judge_run(run, gate))
-    except JaxplaceError as exc:
-        fail(str(exc))
-    except sqlite3.DatabaseError as exc:
-        fail(f"{run_dir}: the events store is corrupt or unreadable ({exc}); the run cannot be audited")
     for line in verdict_lines(result.budget):
         print(line, file=sys.stderr)
     verdict = 0 if result.budget.passed else 1

@@ -2,7 +2,6 @@
 and (with --verify) the proof by re-running the script."""
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from jaxplace_cli.cli.common import fail
+from jaxplace_cli.model.errors import UsageError
 
 EPILOG = """\b
 examples:
@@ -56,11 +55,11 @@ def suggest(
     from jaxplace_cli.suggest.solve import SOLVERS
 
     if format not in ("text", "json"):
-        fail(f"--format must be text or json, not {format!r}")
+        raise UsageError(f"--format must be text or json, not {format!r}")
     if objective not in OBJECTIVES:
-        fail(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+        raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     if solver not in SOLVERS:
-        fail(f"--solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
+        raise UsageError(f"--solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
     cap = None
     if mem_cap is not None:
         from jaxplace_cli.model.sizes import parse_size
@@ -68,54 +67,45 @@ def suggest(
         try:
             cap = parse_size(mem_cap)
         except ValueError as exc:
-            fail(f"--mem-cap: {exc}")
+            raise UsageError(f"--mem-cap: {exc}") from None
     if graph is not None:
         if path is not None:
-            fail("give a run directory or --graph FILE, not both")
+            raise UsageError("give a run directory or --graph FILE, not both")
         _suggest_graph(graph, objective, accelerators, not no_cpu, seed, balance, solver, cap, output, format)
         return
     if path is None:
-        fail("nothing to suggest for: give a run directory (jaxplace suggest RUN_DIR) or --graph FILE.json")
+        raise UsageError("nothing to suggest for: give a run directory (jaxplace suggest RUN_DIR) or --graph FILE.json")
     _suggest_run(path, output, objective, devices, balance, cap, seed, solver, retarget_puts,
                  verify, verify_out, format)
 
 
 def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, retarget_puts,
                  verify, verify_out, fmt) -> None:
-    import sqlite3
-
     from jaxplace_cli.analysis.distributed import is_job
-    from jaxplace_cli.analysis.run import InputError, analyse, open_run
-    from jaxplace_cli.report.suggest_render import plan_json, render_plan, render_verification
-    from jaxplace_cli.store.reader import StoreError
+    from jaxplace_cli.analysis.run import analyse, open_run
+    from jaxplace_cli.report.base import renderer
+    from jaxplace_cli.report.suggest_render import PlanReport
+    from jaxplace_cli.store.reader import reading
     from jaxplace_cli.suggest.plan import make_plan
 
     if is_job(path):  # placement is per process: each process places its own ops
-        fail(f"{path} is a jax.distributed job; suggest a placement for one process's run: "
-             f"jaxplace suggest {Path(path) / 'proc-0'}")
-    try:
-        run = open_run(path)
-    except InputError as exc:
-        fail(str(exc))
+        raise UsageError(f"{path} is a jax.distributed job; suggest a placement for one process's run: "
+                         f"jaxplace suggest {Path(path) / 'proc-0'}")
+    run = open_run(path)
     names = [d.strip() for d in devices.split(",") if d.strip()] if devices else None
-    try:
+    with reading(path):
         no_ops = run.store.count("ops") == 0
-    except (sqlite3.DatabaseError, StoreError) as exc:
-        fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
     if no_ops:  # a script that never dispatched JAX work: nothing to place (was an IndexError)
-        fail(f"{path} recorded no JAX ops (the script dispatched no JAX work), so there is nothing "
-             "to place; record a run that uses JAX, e.g. jaxplace run train.py")
+        raise UsageError(f"{path} recorded no JAX ops (the script dispatched no JAX work), so there is nothing "
+                         "to place; record a run that uses JAX, e.g. jaxplace run train.py")
+    policy_path = output if output is not None else (
+        Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml" if verify is not None else None)
     try:
-        policy_path = output if output is not None else (
-            Path(tempfile.mkdtemp(prefix="jaxplace-suggest-")) / "policy.toml" if verify is not None else None)
-        plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver,
-                                              str(policy_path) if policy_path is not None else None))
-    except InputError as exc:
-        fail(str(exc))
-    except (sqlite3.DatabaseError, StoreError) as exc:
-        fail(f"{path}: the events store is corrupt or unreadable ({exc}); no suggestion can be made")
+        with reading(path):
+            plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver,
+                                                  str(policy_path) if policy_path is not None else None))
     except ValueError as exc:
-        fail(str(exc))  # how the solvers say a request cannot be met (the data is sound)
+        raise UsageError(str(exc)) from None  # how the solvers say a request cannot be met (the data is sound)
     if policy_path is not None:
         _write(policy_path, plan.policy_text)
     result = None
@@ -126,12 +116,7 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
         out_dir = verify_out or Path(tempfile.mkdtemp(prefix="jaxplace-verify-")) / "run"
         result = replay(plan, policy_path, script, out_dir)
     shown = str(policy_path) if policy_path is not None else None
-    if fmt == "json":
-        sys.stdout.write(json.dumps(plan_json(plan, shown, result), indent=2, default=_jsonable) + "\n")
-    else:
-        sys.stdout.write(render_plan(plan, shown, str(path)))
-        if result is not None:
-            sys.stdout.write(render_verification(result, plan))
+    sys.stdout.write(renderer("suggest", fmt).render(PlanReport(plan, shown, str(path), result)))
     if result is not None and not result.match:
         raise typer.Exit(1)
 
@@ -139,45 +124,25 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
 def _suggest_graph(graph, objective, accelerators, include_cpu, seed, balance, solver, cap, output, fmt) -> None:
     import numpy as np
 
-    from jaxplace_cli.report.suggest_render import graph_json, render_graph
-    from jaxplace_cli.suggest.from_json import GraphFileError, load_graph_json
+    from jaxplace_cli.report.base import renderer
+    from jaxplace_cli.report.suggest_render import GraphReport
+    from jaxplace_cli.suggest.from_json import load_graph_json
     from jaxplace_cli.suggest.solve import solve_graph
 
-    try:
-        g = load_graph_json(graph, include_cpu=include_cpu, accelerators=accelerators)
-    except GraphFileError as exc:
-        fail(str(exc))
+    g = load_graph_json(graph, include_cpu=include_cpu, accelerators=accelerators)  # GraphFileError: one line
     if cap is not None:
         g.mem_cap = np.full(g.k, cap, dtype=np.int64)
     try:
         sol = solve_graph(g, objective, seed, balance, solver)
     except ValueError as exc:
-        fail(str(exc))
-    doc = graph_json(g, sol, objective)
+        raise UsageError(str(exc)) from None
+    shown = GraphReport(str(graph), g, sol, objective)
     if output is not None:
-        _write(output, json.dumps(doc, indent=2, default=_jsonable) + "\n")
-    if fmt == "json":
-        sys.stdout.write(json.dumps(doc, indent=2, default=_jsonable) + "\n")
-    else:
-        sys.stdout.write(render_graph(str(graph), g, sol, objective))
+        _write(output, renderer("graph", "json").render(shown))
+    sys.stdout.write(renderer("graph", fmt).render(shown))
 
 
 def _write(path: Path, text: str) -> None:
     from jaxplace_cli.report import write_atomic
 
-    try:
-        write_atomic(Path(path), text)
-    except OSError as exc:
-        fail(f"cannot write {path}: {exc.strerror or exc}")
-
-
-def _jsonable(x):
-    import numpy as np
-
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+    write_atomic(Path(path), text)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from jaxplace_cli.cli.common import fail
+from jaxplace_cli.model.errors import UsageError
 
 HOST = "127.0.0.1"
 PREFIX = "/data/plugin/profile"
@@ -24,7 +24,8 @@ BLOCKED = ("/capture_profile",)  # would make the server reach out to another ad
 
 
 def view(
-    path: Path = typer.Argument(..., help="A jaxplace run directory (or a jax.profiler log dir)."),
+    path: Path = typer.Argument(..., help="A jaxplace run directory, a launch job directory (every process's "
+                                          "trace) or a jax.profiler log dir."),
     port: int = typer.Option(8791, "--port", min=0, max=65535,
                              help="Port on 127.0.0.1 (0: any free port; a busy port falls back to a free one)."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Serve with TensorBoard instead of XProf (needs tensorboard)."),
@@ -67,18 +68,23 @@ def _stop_on_signals() -> None:
 
 
 def profile_logdir(path: Path) -> Path:
-    """The directory XProf reads: it holds ``plugins/profile/<session>/*.xplane.pb``."""
+    """The directory XProf reads: it holds ``plugins/profile/<session>/*.xplane.pb``, or for a
+    launch job each process's run does (``proc-<i>/plugins/...``: XProf walks below its log
+    dir and lists each process's sessions under ``proc-<i>``)."""
+    from jaxplace_cli.store.layout import is_job_dir
+
     path = Path(path)
     if not path.exists():
-        fail(f"{path} does not exist; pass a run directory made by `jaxplace run`")
+        raise UsageError(f"{path} does not exist; pass a run directory made by `jaxplace run`")
     if path.is_file():
-        fail(f"{path} is a file; XProf reads a directory holding plugins/profile/<session>/*.xplane.pb "
-             "(a jaxplace run directory or a jax.profiler log dir)")
-    traces = sorted((path / "plugins" / "profile").glob("*/*.xplane.pb")) if (path / "plugins").is_dir() else []
+        raise UsageError(f"{path} is a file; XProf reads a directory holding plugins/profile/<session>/*.xplane.pb "
+                         "(a jaxplace run directory or a jax.profiler log dir)")
+    below = "proc-*/plugins/profile/*/*.xplane.pb" if is_job_dir(path) else "plugins/profile/*/*.xplane.pb"
+    traces = sorted(path.glob(below))
     if not traces:
-        fail(f"{path} holds no jax.profiler trace (plugins/profile/*/*.xplane.pb): the run was recorded "
-             "with --trace off, or the trace window did not open; rerun with --trace window (the "
-             f"default) or --trace full. jaxplace's own timeline: jaxplace report {path}")
+        raise UsageError(f"{path} holds no jax.profiler trace ({below}): the run was recorded "
+                         "with --trace off, or the trace window did not open; rerun with --trace window (the "
+                         f"default) or --trace full. jaxplace's own timeline: jaxplace report {path}")
     return path.resolve()
 
 
@@ -117,7 +123,7 @@ def xprof_server(logdir: Path, port: int):
         from xprof import profile_plugin_loader
         from xprof.standalone import base_plugin, plugin_event_multiplexer
     except ImportError as exc:
-        fail(f"XProf is not importable ({exc}); install it with: pip install xprof")
+        raise UsageError(f"XProf is not importable ({exc}); install it with: pip install xprof") from None
     logging.getLogger("tensorboard.plugins.profile").setLevel(logging.WARNING)
     context = base_plugin.TBContext(str(logdir), plugin_event_multiplexer.DataProvider(str(logdir)),
                                     base_plugin.TBContext.Flags(False))
@@ -126,7 +132,7 @@ def xprof_server(logdir: Path, port: int):
     context.src_prefix = None
     plugin = profile_plugin_loader.ProfilePluginLoader().load(context)
     if plugin is None:
-        fail("XProf's profile plugin could not be loaded (see the warning above)")
+        raise UsageError("XProf's profile plugin could not be loaded (see the warning above)")
     app = make_app(plugin)
     for p in dict.fromkeys((port, 0)):
         server = wsgi.Server((HOST, p), app)
@@ -137,7 +143,7 @@ def xprof_server(logdir: Path, port: int):
             return server
         except OSError as exc:
             last = exc
-    fail(f"cannot listen on {HOST}: {last}")
+    raise UsageError(f"cannot listen on {HOST}: {last}")
 
 
 def _tensorboard(logdir: Path, port: int) -> int:
@@ -145,8 +151,8 @@ def _tensorboard(logdir: Path, port: int) -> int:
     import subprocess
 
     if importlib.util.find_spec("tensorboard") is None:
-        fail("TensorBoard is not installed (pip install tensorboard); without --tensorboard, "
-             "jaxplace view serves the trace with XProf")
+        raise UsageError("TensorBoard is not installed (pip install tensorboard); without --tensorboard, "
+                         "jaxplace view serves the trace with XProf")
     argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", HOST,
             "--port", str(port or 6006)]
     print(f"jaxplace: TensorBoard at http://{HOST}:{port or 6006}/#profile  (Ctrl-C to stop)", file=sys.stderr)

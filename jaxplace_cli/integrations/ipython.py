@@ -33,19 +33,21 @@ def load(ip) -> None:
 def _display_report(run_dir: Path) -> Path | None:
     """Write ``<run>.html`` and show it in an iframe (``srcdoc``, sandboxed: its script runs in
     an origin of its own, away from the notebook's page)."""
-    import sqlite3
-
     from IPython.display import HTML, display
 
+    from jaxplace_cli.analysis.audit import Audit
     from jaxplace_cli.model.errors import JaxplaceError
     from jaxplace_cli.report import write_atomic
-    from jaxplace_cli.report.html import render_path
+    from jaxplace_cli.report.base import Options, renderer
+    from jaxplace_cli.suggest.top import attach_suggestion
 
     out = run_dir.with_name(run_dir.name + ".html")
     try:
-        page = render_path(run_dir)
+        audit = Audit(run_dir, suggest=attach_suggestion)
+        page = renderer("audit", "html").render(audit.result(), Options(timeline=audit.timeline(),
+                                                                        sources=audit.sources()))
         write_atomic(out, page)
-    except (JaxplaceError, sqlite3.DatabaseError, OSError) as exc:
+    except (JaxplaceError, OSError) as exc:
         print(f"jaxplace: error: no report for {run_dir}: {exc}", file=sys.stderr)
         return None
     display(HTML(f'<div class="jaxplace"><iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '

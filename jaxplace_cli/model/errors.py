@@ -21,3 +21,8 @@ class DataError(JaxplaceError):
     """A value in a run's store that jaxplace could not have written (a buffer id list that is
     not numbers, a negative duration): the store is damaged or hostile (exit code 2). Raised
     deep in an analysis, which does not know the file; ``analysis.run.analyse`` names it."""
+
+
+class UsageError(JaxplaceError):
+    """A bad option, argument or combination of them, or an output that cannot be written
+    (exit code 2): what commands raise where they once printed and exited themselves."""

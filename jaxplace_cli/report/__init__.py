@@ -1,24 +1,23 @@
-"""Renderers: AuditResult -> text. They never analyse; they only present.
+"""Renderers: an audit, a diff or a suggestion -> text. They never analyse; they only present
+what the command hands them (``analysis.audit.Audit`` computed it).
 
-The format comes from ``--format`` or the output file's extension (``format_for``): one table,
-``EXTENSIONS``, for every command that writes a report file.
+Every format is one entry of the registry in ``report/base.py``. The format comes from
+``--format`` or the output file's extension (``pick_format``), for every command that writes
+a report file.
 """
 from __future__ import annotations
 
-import importlib
-import io
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from jaxplace_cli.analysis import AuditResult
-from jaxplace_cli.model.errors import JaxplaceError
+from jaxplace_cli.model.errors import JaxplaceError, UsageError
+from jaxplace_cli.report.base import Options, extensions, formats, renderer
 
-FORMATS = ("rich", "text", "json", "markdown", "junit", "sarif", "github", "html")
-EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit",
-              ".sarif": "sarif", ".html": "html", ".htm": "html"}
-MODULES = {"json": "json_report"}  # format -> module of report/ (default: the format's name)
+FORMATS = formats("audit")  # the audit's formats and extensions: views of report/base.py's registry
+EXTENSIONS = extensions("audit")
 DEFAULT_WIDTH = 100  # text written to a pipe or a file, when COLUMNS does not say
 MIN_WIDTH = 40
 
@@ -27,10 +26,14 @@ class OutputPathError(JaxplaceError):
     """``-o FILE`` with an extension no renderer is registered for (exit 2)."""
 
 
-def format_for(path, extensions: dict | None = None) -> str:
+class OutputWriteError(JaxplaceError, OSError):
+    """A report that could not be written: an ``OSError`` still (what callers of
+    ``write_atomic`` catch), said by the CLI in one line (exit 2)."""
+
+
+def format_for(path, table: dict) -> str:
     """The format ``-o PATH`` asks for by its extension; OutputPathError (one line) otherwise,
     never a silent fallback: ``-o report.html`` once wrote the box-drawing text report."""
-    table = EXTENSIONS if extensions is None else extensions
     suffix = Path(path).suffix.lower()
     if suffix in table:
         return table[suffix]
@@ -38,6 +41,22 @@ def format_for(path, extensions: dict | None = None) -> str:
     what = f"extension {suffix!r}" if suffix else "no extension"
     raise OutputPathError(f"-o {Path(path).name}: {what} names no report format (use {known}, "
                           "or give --format)")
+
+
+def pick_format(kind: str, fmt: str | None, output, default: str) -> str:
+    """The format of a ``kind`` output: ``--format``, else ``-o``'s extension, else ``default``;
+    a name the registry does not know is one line (exit 2)."""
+    if fmt is None and output is not None:
+        fmt = format_for(output, extensions(kind))
+    fmt = fmt or default
+    names = formats(kind)
+    if fmt not in names:
+        import difflib
+
+        close = difflib.get_close_matches(fmt, list(names), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"--format must be one of {', '.join(names)}, not {fmt!r}{hint}")
+    return fmt
 
 
 def text_width() -> int:
@@ -51,35 +70,20 @@ def text_width() -> int:
 
 def render_to_string(result: AuditResult, fmt: str, *, width: int | None = None,
                      max_findings: int | None = None, verbose: bool = False) -> str:
-    """``fmt`` of ``result``. ``max_findings`` (sites per rule) and ``verbose`` shape the
-    human-readable reports (text, rich, markdown); ``width`` the text ones."""
-    from jaxplace_cli.report.terminal import DEFAULT_MAX_FINDINGS
-
-    cap = DEFAULT_MAX_FINDINGS if max_findings is None else max_findings
-    if fmt == "markdown":
-        from jaxplace_cli.report.markdown import render as markdown
-
-        return markdown(result, max_findings=cap, verbose=verbose)
-    if fmt not in ("rich", "text"):
-        module = importlib.import_module(f".{MODULES.get(fmt, fmt)}", __name__)
-        return module.render(result)
-    from rich.console import Console
-
-    from jaxplace_cli.report.terminal import render
-
-    buf = io.StringIO()
-    rich = fmt == "rich"
-    console = Console(file=buf, force_terminal=rich, no_color=not rich, width=width or text_width(),
-                      highlight=False, soft_wrap=False, emoji=False, markup=False)
-    render(result, console, max_findings=cap, verbose=verbose)
-    text = buf.getvalue()
-    # rich pads indented blocks to the full width; a text report keeps no trailing blanks
-    return text if rich else "\n".join(line.rstrip() for line in text.split("\n"))
+    """The audit ``result`` in format ``fmt`` (the registry's ``audit`` renderers)."""
+    return renderer("audit", fmt).render(result, Options(width=width, max_findings=max_findings, verbose=verbose))
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file + rename: a failed write never leaves a partial report."""
-    path = Path(path)
+    """Write via a temporary file + rename: a failed write never leaves a partial report (and
+    is one line, exit 2)."""
+    try:
+        _write_atomic(Path(path), text)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or "."))
     umask = os.umask(0)
     os.umask(umask)

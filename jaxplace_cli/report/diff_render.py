@@ -1,6 +1,7 @@
-"""Renderers for `jaxplace diff`: a Diff -> text, markdown, GitHub annotations or JUnit XML
-(json is ``diff.to_dict``). Like the audit renderers they only present; ``failures`` are the
-``--fail-on-increase`` sentences, already decided by ``diff.increases_over``. Every string
+"""Renderers for `jaxplace diff`: a Diff -> text, JSON (``diff.to_dict``), markdown, GitHub
+annotations or JUnit XML, registered in report/base.py. Like the audit renderers they only
+present; ``options.failures`` are the ``--fail-on-increase`` sentences, already decided by
+``diff.increases_over``. Every string
 that came from a side (paths, site keys, notes) passes the ``model.safe`` function of its
 target."""
 from __future__ import annotations
@@ -14,9 +15,6 @@ from jaxplace_cli.model.safe import markdown as md
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.github import _line as _annotation
 
-FORMATS = ("text", "json", "markdown", "github", "junit")
-EXTENSIONS = {".json": "json", ".txt": "text", ".md": "markdown", ".xml": "junit"}
-
 
 def _pct(p) -> str:
     if p is None:
@@ -28,7 +26,7 @@ def _changed(d: Diff):
     return [s for s in d.sites if s.status != "same"]
 
 
-def text(d: Diff, failures: list[str]) -> str:
+def text(d: Diff, options) -> str:
     out = [f"jaxplace diff  {plain(d.base)}  ->  {plain(d.new)}"]
     for k in d.kinds:
         out.append(f"  {k.kind}: {k.base_count} -> {k.new_count} transfers, "
@@ -42,7 +40,8 @@ def text(d: Diff, failures: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def markdown(d: Diff, failures: list[str]) -> str:
+def markdown(d: Diff, options) -> str:
+    failures = options.failures
     out = [f"## jaxplace diff: {code_span(d.base)} → {code_span(d.new)}", ""]
     out += [f"- :x: {md(f)}" for f in failures] + ([""] if failures else [])
     out += ["| kind | count | bytes | change |", "|---|---:|---:|---:|"]
@@ -61,8 +60,9 @@ def markdown(d: Diff, failures: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def github(d: Diff, failures: list[str]) -> str:
+def github(d: Diff, options) -> str:
     """A warning on each new or grown site (on its line), an error per failed limit."""
+    failures = options.failures
     out = []
     for s in d.sites:
         if s.status == "new" or (s.status == "changed" and s.new_bytes > s.base_bytes):
@@ -74,8 +74,9 @@ def github(d: Diff, failures: list[str]) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
-def junit(d: Diff, failures: list[str]) -> str:
+def junit(d: Diff, options) -> str:
     """One testcase per transfer kind; it fails when --fail-on-increase judged it grown."""
+    failures = options.failures
     suite = ET.Element("testsuite", name="jaxplace diff", tests=str(len(d.kinds)), failures="0", errors="0")
     n_failed = 0
     for k in d.kinds:
@@ -93,4 +94,9 @@ def junit(d: Diff, failures: list[str]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-RENDERERS = {"text": text, "markdown": markdown, "github": github, "junit": junit}
+def json_doc(d: Diff, options) -> str:
+    import json
+
+    from jaxplace_cli.analysis.diff import to_dict
+
+    return json.dumps(to_dict(d), indent=2) + "\n"

@@ -37,3 +37,8 @@ def render(result: AuditResult) -> str:
     if result.budget is not None:
         out += [_line("error", f"budget: {b.message}", b.file, b.line) for b in result.budget.breaches]
     return "\n".join(out) + ("\n" if out else "")
+
+
+def render_report(result: AuditResult, options) -> str:
+    """The registry's entry point (report/base.py)."""
+    return render(result)

@@ -22,30 +22,23 @@ from jaxplace_cli.model.paths import below, site_name
 from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.html_data import esc, payload, script_json
-from jaxplace_cli.report.html_tables import matrix, ops, run_metadata, steps
+from jaxplace_cli.report.html_tables import matrix, ops, processes, run_metadata, steps
 from jaxplace_cli.report.verdict import cost_text
 
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
 
 def render(result: AuditResult, timeline=None, sources: dict | None = None) -> str:
-    """The page. ``timeline``: ``analysis.timeline.Timeline`` (built here from the run when
-    None and the input is a run); ``sources``: (file, line) -> text (read here when None)."""
-    if timeline is None and result.source == "run":
-        from jaxplace_cli.analysis.run import analyse, open_run
-        from jaxplace_cli.analysis.timeline import build_timeline
-
-        run = open_run(result.path)
-        timeline = analyse(run, lambda: build_timeline(run, result))
-    if sources is None:
-        from jaxplace_cli.analysis.timeline import source_lines
-
-        sources = source_lines(_locations(result))
+    """The page. ``timeline``: the run's ``analysis.timeline.Timeline`` (``Audit.timeline()``;
+    None: the page says where the input's timeline is); ``sources``: (file, line) -> the
+    source line shown under a finding or site (``Audit.sources()``; None: none shown)."""
+    sources = sources or {}
     css = resources.files("jaxplace_cli.report").joinpath("assets/report.css").read_text()
     js = resources.files("jaxplace_cli.report").joinpath("assets/report.js").read_text()
     body = "\n".join([
-        _header(result), _verdict(result), _timeline(timeline), _findings(result, timeline, sources),
-        _sites(result, timeline, sources), matrix(result), steps(result), ops(result), run_metadata(result),
+        _header(result), _verdict(result), _timeline(timeline, result), _findings(result, timeline, sources),
+        _sites(result, timeline, sources), matrix(result), steps(result), ops(result), processes(result),
+        run_metadata(result),
         f'<footer>jaxplace {esc(__version__)} · one self-contained file: no network, no external '
         'script or style</footer>'])
     page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -59,42 +52,9 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
     return page.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
-def render_path(path, min_bytes: int = 1024, top: int = 20, rule=None, ignore=None, stage=None) -> str:
-    """Audit what ``path`` holds — a run (with its timeline) or a jax.profiler trace — and
-    render the page. ``stage(text)`` is told each step (a progress display). Bad input raises
-    ``InputError`` (a corrupt store: ``sqlite3.DatabaseError``/``StoreError``); callers say it
-    in one line."""
-    from jaxplace_cli.analysis import audit_run
-    from jaxplace_cli.analysis.findings import RuleConfig
-    from jaxplace_cli.analysis.run import analyse, classify_input, open_run
-    from jaxplace_cli.analysis.timeline import build_timeline
-
-    stage = stage or (lambda text: None)
-    cfg = RuleConfig(min_bytes=min_bytes)
-    if classify_input(path) == "run":
-        from jaxplace_cli.suggest.top import attach_suggestion
-
-        run = open_run(path)
-        stage("auditing the run")
-        result = analyse(run, lambda: attach_suggestion(audit_run(run, cfg, rule, ignore, top_sites=top),
-                                                        run, cfg.min_bytes))
-        stage("building the timeline")
-        timeline = analyse(run, lambda: build_timeline(run, result))
-    else:
-        from jaxplace_cli.analysis.trace_audit import audit_trace
-
-        stage("reading the trace")
-        result, timeline = audit_trace(path, cfg, top_sites=top, select=rule, ignore=ignore), None
-    stage("writing the page")
-    return render(result, timeline)
-
-
-def _locations(result: AuditResult) -> set:
-    locs = {(t.file, t.line) for t in result.summary.sites}
-    for f in result.findings:
-        locs.add((f.file, f.line))
-        locs.update((r.get("file"), r.get("line")) for r in f.related[:8] if isinstance(r, dict))
-    return locs
+def render_report(result: AuditResult, options) -> str:
+    """The registry's entry point (report/base.py): the timeline rides in ``options``."""
+    return render(result, options.timeline, options.sources)
 
 
 def _header(result: AuditResult) -> str:
@@ -131,7 +91,15 @@ def _verdict(result: AuditResult) -> str:
     return "\n".join(out) + "</section>"
 
 
-def _timeline(tl) -> str:
+def _timeline(tl, result: AuditResult) -> str:
+    if tl is None and result.distributed is not None:
+        return ('<section id="timeline"><h2>Timeline</h2><p class="note">This input is a '
+                'jax.distributed job: each process has its own clock and timeline. Draw one with '
+                f'<code>jaxplace report {esc(result.path)}/proc-&lt;i&gt;</code>, or all of them in '
+                f'one Perfetto trace with <code>jaxplace export {esc(result.path)} --perfetto '
+                'job.json.gz</code>.</p></section>')
+    if tl is None and result.source == "run":
+        return '<section id="timeline"><h2>Timeline</h2><p class="note">No timeline was drawn for this page.</p></section>'
     if tl is None:
         return ('<section id="timeline"><h2>Timeline</h2><p class="note">This input is a '
                 'jax.profiler trace, not a jaxplace run: jaxplace draws its timeline from a run\'s '

@@ -139,3 +139,22 @@ def run_metadata(result: AuditResult) -> str:
                                (f"{trace.get('mode')} ({trace.get('state')})" if trace else "")),
     ]
     return f'<section id="run"><h2>Run</h2>{_dl(items)}</section>'
+
+
+def processes(result: AuditResult) -> str:
+    """A jax.distributed job's processes (how each ended, its devices, ops and transfers);
+    nothing for a single run."""
+    view = result.distributed
+    if view is None:
+        return ""
+    out = [f'<section id="processes"><h2>Processes ({view.process_count})</h2><table class="totals"><thead><tr>'
+           '<th>process</th><th>host</th><th>ended</th><th>devices</th><th>ops</th><th>transfers</th>'
+           '<th>run</th></tr></thead><tbody>']
+    for v in view.processes:
+        moved = ", ".join(f"{k} {t.count:,} ({human_bytes(t.bytes)})" for k, t in v.totals.items() if t.count)
+        out.append(f'<tr><td>p{v.index}</td><td>{esc(v.host)}</td><td>{esc(v.died or v.ended)}</td>'
+                   f'<td>{esc(", ".join(v.devices))}</td><td class="num">{v.ops:,}</td>'
+                   f'<td>{esc(moved or v.error or "none")}</td><td>{esc(v.path)}</td></tr>')
+    if view.missing:
+        out.append(f'<tr><td colspan="7">missing: {esc(", ".join(f"p{i}" for i in view.missing))}</td></tr>')
+    return "\n".join(out) + "</tbody></table></section>"

@@ -7,5 +7,5 @@ from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.analysis.document import to_dict
 
 
-def render(result: AuditResult) -> str:
+def render(result: AuditResult, options=None) -> str:
     return json.dumps(to_dict(result), indent=2) + "\n"

@@ -80,3 +80,8 @@ def render(result: AuditResult) -> str:
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def render_report(result: AuditResult, options) -> str:
+    """The registry's entry point (report/base.py)."""
+    return render(result)

@@ -62,3 +62,11 @@ def _tables(result: AuditResult, cap: int | None) -> list[str]:
             out.append(f"| {safe.code_span(site_name(t.file, t.line), table=True)} | {safe.markdown(t.kind)} | {t.count:,} | "
                        f"{human_bytes(t.bytes)} | {how} | {safe.code_span(t.api, table=True)} |")
     return out
+
+
+def render_report(result: AuditResult, options) -> str:
+    """The registry's entry point (report/base.py)."""
+    from jaxplace_cli.report.terminal import DEFAULT_MAX_FINDINGS
+
+    cap = DEFAULT_MAX_FINDINGS if options.max_findings is None else options.max_findings
+    return render(result, max_findings=cap, verbose=options.verbose)

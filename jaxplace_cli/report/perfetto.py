@@ -14,6 +14,10 @@
   the host's ``compiles`` thread.
 
 Times are microseconds (the format's unit) from the run's first event, with ns precision.
+
+A ``jax.distributed`` job is its processes' runs side by side: each process's lanes are
+processes of their own, named ``p<i> host``, ``p<i> cpu:2048``, each run timed from its own
+first event (the processes' clocks are not aligned by jaxplace).
 """
 from __future__ import annotations
 
@@ -31,33 +35,36 @@ def _us(ns: int) -> float:
     return ns / 1000.0
 
 
-def events(result: AuditResult, tl):
+def events(result: AuditResult, tl, label: str = "", base: int = 1, flow0: int = 0):
     """Yield the trace's events, metadata first: dicts, except ops and transfers, which come as
     their JSON text already (formatted here from pre-encoded names: ~4x faster than encoding
-    2M dicts of a 1M-event run one by one)."""
+    2M dicts of a 1M-event run one by one). A job's process ``label`` (``p1``) has its lanes
+    from pid ``base`` on and its flow ids from ``flow0 + 1``."""
     lanes = tl.lanes
     for i, lane in enumerate(lanes):
-        yield {"ph": "M", "name": "process_name", "pid": i + 1, "tid": 0, "args": {"name": lane}}
-        yield {"ph": "M", "name": "process_sort_index", "pid": i + 1, "tid": 0, "args": {"sort_index": i}}
-        yield {"ph": "M", "name": "thread_name", "pid": i + 1, "tid": TID_TRANSFERS, "args": {"name": "transfers"}}
-    yield {"ph": "M", "name": "thread_name", "pid": 1, "tid": TID_STEPS, "args": {"name": "steps"}}
-    yield {"ph": "M", "name": "thread_name", "pid": 1, "tid": TID_COMPILES, "args": {"name": "compiles"}}
+        name = f"{label} {lane}" if label else lane
+        yield {"ph": "M", "name": "process_name", "pid": i + base, "tid": 0, "args": {"name": name}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": i + base, "tid": 0,
+               "args": {"sort_index": i + base - 1}}
+        yield {"ph": "M", "name": "thread_name", "pid": i + base, "tid": TID_TRANSFERS, "args": {"name": "transfers"}}
+    yield {"ph": "M", "name": "thread_name", "pid": base, "tid": TID_STEPS, "args": {"name": "steps"}}
+    yield {"ph": "M", "name": "thread_name", "pid": base, "tid": TID_COMPILES, "args": {"name": "compiles"}}
     o, t = tl.ops, tl.transfers
     tids: dict[int, int] = {}
     for th in list(o["thread"]) + list(t["thread"]):
         tids.setdefault(th, FIRST_OP_TID + len(tids))
     site_j = [_j(site_name(f, line) if f else "") for f, line, _ in tl.sites]
-    yield from _ops(tl, tids, site_j)
-    yield from _transfers(tl, site_j)
-    yield from _steps(tl)
-    yield from _compiles(tl)
-    yield from _findings(result, tl, tids)
+    yield from _ops(tl, tids, site_j, base)
+    yield from _transfers(tl, site_j, base, flow0)
+    yield from _steps(tl, base)
+    yield from _compiles(tl, base)
+    yield from _findings(result, tl, tids, base)
 
 
 _j = json.JSONEncoder(ensure_ascii=True).encode
 
 
-def _ops(tl, tids: dict, site_j: list):
+def _ops(tl, tids: dict, site_j: list, base: int):
     o = tl.ops
     names, kinds = [_j(n) for n in tl.names], [_j(k) for k in tl.op_kinds]
     placed = ["," + '"placed":' + _j(p) if p else "" for p in tl.op_placed]
@@ -65,7 +72,7 @@ def _ops(tl, tids: dict, site_j: list):
     named = set()
     for lane, thread, ts, dur, n, k, site, seq, pl, err in zip(o["lane"], o["thread"], o["ts"], o["dur"], o["name"],
                                                                  o["kind"], o["site"], o["seq"], o["placed"], o["err"]):
-        pid, tid = lane + 1, tids[thread]
+        pid, tid = lane + base, tids[thread]
         if (pid, tid) not in named:
             named.add((pid, tid))
             yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
@@ -75,7 +82,7 @@ def _ops(tl, tids: dict, site_j: list):
                f'{placed[pl]}{errors[err]}}}}}')
 
 
-def _transfers(tl, site_j: list):
+def _transfers(tl, site_j: list, base: int, flow0: int):
     t, lanes = tl.transfers, [_j(x) for x in tl.lanes]
     kinds = ("h2d", "d2h", "d2d", "?")
     apis = [_j(a) for a in tl.apis]
@@ -95,31 +102,31 @@ def _transfers(tl, site_j: list):
         at_dst = at_src if dst == src else max(ts, free.get(dst, 0))
         free[dst] = at_dst + 1
         for lane, at in ((src, at_src), (dst, at_dst)) if src != dst else ((src, at_src),):
-            yield (f'{{"ph":"X","name":"{kind} {size}","cat":"transfer","pid":{lane + 1},"tid":{TID_TRANSFERS},'
+            yield (f'{{"ph":"X","name":"{kind} {size}","cat":"transfer","pid":{lane + base},"tid":{TID_TRANSFERS},'
                    f'"ts":{at / 1000!r},"dur":0.001,"args":{args}}}')
-        yield (f'{{"ph":"s","id":{i + 1},"name":"transfer","cat":"transfer","pid":{src + 1},"tid":{TID_TRANSFERS},'
+        yield (f'{{"ph":"s","id":{flow0 + i + 1},"name":"transfer","cat":"transfer","pid":{src + base},"tid":{TID_TRANSFERS},'
                f'"ts":{at_src / 1000!r}}}')
-        yield (f'{{"ph":"f","bp":"e","id":{i + 1},"name":"transfer","cat":"transfer","pid":{dst + 1},'
+        yield (f'{{"ph":"f","bp":"e","id":{flow0 + i + 1},"name":"transfer","cat":"transfer","pid":{dst + base},'
                f'"tid":{TID_TRANSFERS},"ts":{at_dst / 1000!r}}}')
 
 
-def _steps(tl):
+def _steps(tl, base: int):
     st = tl.steps
     labels = st.get("labels", [])
     for i, (a, b) in enumerate(zip(st.get("start", []), st.get("end", []))):
-        yield {"ph": "X", "name": labels[i] if i < len(labels) else f"step {i}", "cat": "step", "pid": 1,
+        yield {"ph": "X", "name": labels[i] if i < len(labels) else f"step {i}", "cat": "step", "pid": base,
                "tid": TID_STEPS, "ts": _us(a), "dur": _us(max(0, b - a)),
                "args": {"step": i, "warmup": i < st.get("warmup", 0)}}
 
 
-def _compiles(tl):
+def _compiles(tl, base: int):
     c = tl.compiles
     for ts, name, secs in zip(c.get("ts", []), c.get("name", []), c.get("secs", [])):
-        yield {"ph": "i", "s": "t", "name": f"compile {name}", "cat": "compile", "pid": 1, "tid": TID_COMPILES,
+        yield {"ph": "i", "s": "t", "name": f"compile {name}", "cat": "compile", "pid": base, "tid": TID_COMPILES,
                "ts": _us(ts), "args": {"seconds": secs}}
 
 
-def _findings(result: AuditResult, tl, tids: dict):
+def _findings(result: AuditResult, tl, tids: dict, base: int):
     o, t = tl.ops, tl.transfers
     for i, f in enumerate(result.findings):
         m = tl.moments.get(f"finding:{i}", {"ops": [], "transfers": []})
@@ -127,25 +134,31 @@ def _findings(result: AuditResult, tl, tids: dict):
                 "severity": f.severity}
         name = f"{f.severity}: {f.rule}"
         if not m["ops"] and not m["transfers"]:
-            yield {"ph": "i", "s": "g", "name": name, "cat": "finding", "pid": 1, "tid": TID_TRANSFERS,
+            yield {"ph": "i", "s": "g", "name": name, "cat": "finding", "pid": base, "tid": TID_TRANSFERS,
                    "ts": 0.0, "args": args}
         for j in m["ops"]:
-            yield {"ph": "i", "s": "t", "name": name, "cat": "finding", "pid": o["lane"][j] + 1,
+            yield {"ph": "i", "s": "t", "name": name, "cat": "finding", "pid": o["lane"][j] + base,
                    "tid": tids[o["thread"][j]], "ts": _us(o["ts"][j]), "args": args}
         for j in m["transfers"]:
-            yield {"ph": "i", "s": "t", "name": name, "cat": "finding", "pid": t["dst"][j] + 1,
+            yield {"ph": "i", "s": "t", "name": name, "cat": "finding", "pid": t["dst"][j] + base,
                    "tid": TID_TRANSFERS, "ts": _us(t["ts"][j]), "args": args}
 
 
-def write(result: AuditResult, tl, fh) -> int:
-    """Write the trace to text file ``fh`` one event per line; returns the number of events."""
+def write(path: str, parts, fh) -> int:
+    """Write the trace of ``parts`` (``Audit.timelines()``: ``(label, result, timeline)`` per
+    run, one for a run, one per process of a job) to text file ``fh``, one event per line;
+    returns the number of events."""
     fh.write('{"displayTimeUnit":"ns","otherData":')
-    fh.write(json.dumps({"tool": "jaxplace", "run": result.path, "detail": tl.detail.how}))
+    how = "; ".join(f"{label}: {tl.detail.how}" if label else tl.detail.how for label, _, tl in parts)
+    fh.write(json.dumps({"tool": "jaxplace", "run": path, "detail": how}))
     fh.write(',"traceEvents":[\n')
-    n = 0
+    n, base, flow0 = 0, 1, 0
     dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
-    for ev in events(result, tl):
-        fh.write((",\n" if n else "") + (ev if isinstance(ev, str) else dumps(ev)))
-        n += 1
+    for label, result, tl in parts:
+        for ev in events(result, tl, label, base, flow0):
+            fh.write((",\n" if n else "") + (ev if isinstance(ev, str) else dumps(ev)))
+            n += 1
+        base += len(tl.lanes)
+        flow0 += len(tl.transfers["ts"])
     fh.write("\n]}\n")
     return n

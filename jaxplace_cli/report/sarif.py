@@ -153,3 +153,8 @@ def render(result: AuditResult, max_results: int = MAX_RESULTS) -> str:
     }
     doc = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
     return json.dumps(doc, indent=2) + "\n"
+
+
+def render_report(result: AuditResult, options) -> str:
+    """The registry's entry point (report/base.py)."""
+    return render(result)

@@ -6,7 +6,9 @@ passes ``safe.plain`` (``_lines``), so none can carry a control character to the
 """
 from __future__ import annotations
 
+import json
 import shlex
+from typing import NamedTuple
 
 from jaxplace_cli.model.events import D2D, TRANSFER_KINDS
 from jaxplace_cli.model.safe import plain
@@ -197,3 +199,51 @@ def _table(rows, indent: str = "") -> list[str]:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+
+
+class PlanReport(NamedTuple):
+    """What ``jaxplace suggest RUN`` shows: the plan, where its policy went, the verification."""
+
+    plan: Plan
+    policy_path: str | None
+    run_path: str
+    verification: object = None  # suggest.verify's result, with --verify
+
+
+class GraphReport(NamedTuple):
+    """What ``jaxplace suggest --graph FILE`` shows."""
+
+    path: str
+    graph: Graph
+    solution: Solution
+    objective: str
+
+
+def plan_text(r: PlanReport, options) -> str:
+    text = render_plan(r.plan, r.policy_path, r.run_path)
+    return text + (render_verification(r.verification, r.plan) if r.verification is not None else "")
+
+
+def plan_doc(r: PlanReport, options) -> str:
+    return json.dumps(plan_json(r.plan, r.policy_path, r.verification), indent=2, default=jsonable) + "\n"
+
+
+def graph_text(r: GraphReport, options) -> str:
+    return render_graph(r.path, r.graph, r.solution, r.objective)
+
+
+def graph_doc(r: GraphReport, options) -> str:
+    return json.dumps(graph_json(r.graph, r.solution, r.objective), indent=2, default=jsonable) + "\n"
+
+
+def jsonable(x):
+    """numpy scalars and arrays as JSON values (``json.dumps(default=...)``)."""
+    import numpy as np
+
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

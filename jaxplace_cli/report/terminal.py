@@ -278,3 +278,28 @@ def _hosts(console: Console, result: AuditResult) -> None:
                    f"{hs.ops_total:,}", human_ns(ns),
                    "" if h.step_count is None else str(h.step_count))
     console.print(ht)
+
+
+def render_rich(result: AuditResult, options) -> str:
+    """The rich report (a terminal's colours and styles) as text: the registry's ``rich``."""
+    return _to_text(result, options, rich=True)
+
+
+def render_text(result: AuditResult, options) -> str:
+    """The same layout, plain: no colour, no trailing blanks (a pipe, a file, a CI log)."""
+    return _to_text(result, options, rich=False)
+
+
+def _to_text(result: AuditResult, options, rich: bool) -> str:
+    import io
+
+    from jaxplace_cli.report import text_width
+
+    cap = DEFAULT_MAX_FINDINGS if options.max_findings is None else options.max_findings
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=rich, no_color=not rich, width=options.width or text_width(),
+                      highlight=False, soft_wrap=False, emoji=False, markup=False)
+    render(result, console, max_findings=cap, verbose=options.verbose)
+    text = buf.getvalue()
+    # rich pads indented blocks to the full width; a text report keeps no trailing blanks
+    return text if rich else "\n".join(line.rstrip() for line in text.split("\n"))

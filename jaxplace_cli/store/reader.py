@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import tempfile
 import urllib.parse
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +23,17 @@ from jaxplace_cli.store.schema import MAGIC, SCHEMA_VERSION, TABLES, columns
 
 class StoreError(JaxplaceError):
     """The events database is missing, corrupt, or from another schema version."""
+
+
+@contextmanager
+def reading(where):
+    """Read a store (through a reader, its queries or an analysis over them) with SQLite's
+    errors said once, here: a file damaged past the header the reader checked fails only when
+    a query reaches the bad page, anywhere in an analysis. ``where``: the run (or job) read."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{where}: the events store is corrupt or unreadable ({exc})") from None
 
 
 class StoreReader:
