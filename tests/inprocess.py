@@ -1,5 +1,6 @@
 """Record a block of real JAX work in this process (the 4 simulated CPU devices of conftest)
-with the same hooks and recorder as ``jaxplace run``, and hand back the stored rows."""
+with the same hooks and recorder as ``jaxplace run`` (held through ``capture.recording``, as
+``jaxplace run`` holds them), and hand back the stored rows."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -23,16 +24,19 @@ class Recorded:
 
 @contextmanager
 def recorded(record: str = "all"):
-    from jaxplace_cli.capture.jaxhooks import install, uninstall
     from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.capture.recording import Recording, installed_record
 
     rec = Recorder()
     out = Recorded()
-    install(rec, record)
+    recording = Recording(rec, record)
+    recording.start()
     try:
+        # hooks someone else installed keep their mode: a test of "transfers" needs its own
+        assert installed_record() == record, f"hooks installed as {installed_record()!r}, not {record!r}"
         yield out
     finally:
-        uninstall()
+        recording.stop()
         rows = rec.drain()
         out.transfers = [TransferEvent(*t) for t in rows["transfers"]]
         out.ops = [OpEvent(*o) for o in rows["ops"]]

@@ -199,15 +199,12 @@ def test_debug_callback_without_a_placement_is_jax_own():
     import jax
     import jax.numpy as jnp
 
-    from jaxplace_cli.capture.jaxhooks import install, uninstall
     from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.capture.recording import Recording
 
-    install(Recorder(maxlen=100))
-    try:
+    with Recording(Recorder(maxlen=100)):
         got = []
         with warnings.catch_warnings():
             jax.debug.callback(lambda x: got.append(type(x).__name__), jnp.ones(2))
             jax.effects_barrier()
-    finally:
-        uninstall()
     assert got == ["ArrayImpl"]

@@ -232,3 +232,43 @@ def test_commands_raise_their_errors():
     bad = [f"{path.relative_to(PKG)}:{i}" for path in sorted((PKG / "cli").glob("*.py"))
            for i, line in enumerate(path.read_text().splitlines(), 1) if "fail(" in line]
     assert not bad, "fail( in cli/: " + ", ".join(bad)
+
+HOOKS_PKG = "jaxplace_cli.capture.jaxhooks"
+HOOKS_HOME = "jaxplace_cli/capture/recording.py"  # capture.recording.Recording: reference counted
+HOOKS_USE_ALLOWED = {
+    "jaxplace_cli/capture/jaxhooks/__init__.py": "defines install/uninstall",
+    "tests/scripts/faults/inject.py": "wraps jaxhooks.install to send a signal while hooks go in",
+}
+
+
+def _hook_installs(tree) -> list[int]:
+    """Lines that name ``jaxhooks.install``/``uninstall``: imported by name, or read as an
+    attribute of the jaxhooks package under any alias (``hooks.install(...)``)."""
+    aliases, lines = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == HOOKS_PKG:
+            lines += [node.lineno for a in node.names if a.name in ("install", "uninstall")]
+        elif isinstance(node, ast.ImportFrom) and node.module == HOOKS_PKG.rsplit(".", 1)[0]:
+            aliases.update(a.asname or a.name for a in node.names if a.name == "jaxhooks")
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname for a in node.names if a.name == HOOKS_PKG and a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("install", "uninstall"):
+            if (isinstance(node.value, ast.Name) and node.value.id in aliases) or ast.unparse(node.value) == HOOKS_PKG:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_one_place_installs_hooks():
+    """Only ``capture/recording.py`` installs or removes JAX's hooks: every user (jaxplace run,
+    budget(), device_placement, the pytest plugin, the tests' in-process recorder) holds a
+    ``Recording``, so nested and concurrent uses share one reference-counted install."""
+    found = {}
+    for path in sorted([*PKG.rglob("*.py"), *(REPO / "tests").rglob("*.py")]):
+        rel = path.relative_to(REPO).as_posix()
+        lines = _hook_installs(ast.parse(path.read_text(), filename=str(path)))
+        if lines:
+            found[rel] = lines
+    assert HOOKS_HOME in found, "the scan no longer sees capture/recording.py install the hooks"
+    bad = [f"{rel}:{lines}" for rel, lines in found.items() if rel != HOOKS_HOME and rel not in HOOKS_USE_ALLOWED]
+    assert not bad, "install/uninstall the hooks through capture.recording.Recording:\n" + "\n".join(bad)

@@ -39,7 +39,7 @@ class RunOptions:
     trace: str = "window"
     trace_seconds: float = TRACE_SECONDS
     trace_ops: int = TRACE_OPS  # the window also closes after this many dispatches (0: no limit)
-    record: str = "all"  # all | transfers (see hooks.install)
+    record: str = "all"  # all | transfers (see jaxhooks.install)
     policy: str = "default"
     placer: object = None  # placement.engine.Placer, built (and validated) before the run
     command: list[str] = field(default_factory=list)
@@ -184,6 +184,7 @@ class Session:
         # started now, so the child Python starts while this one imports JAX
         self._writer = open_writer(self.run_dir / EVENTS)
         self._bg = None
+        self._recording = None  # capture.recording.Recording: the hooks, once start() holds them
         self.recorder = None
         self.trace = None
         self.hook_report = None
@@ -200,9 +201,9 @@ class Session:
         import jax
         import jaxlib
 
-        from jaxplace_cli.capture import jaxhooks as hooks
         from jaxplace_cli.capture.jaxhooks.trace_window import TraceWindow
         from jaxplace_cli.capture.recorder import Recorder
+        from jaxplace_cli.capture.recording import Recording
         from jaxplace_cli.store.writer import BackgroundWriter
 
         self.manifest.jax_version, self.manifest.jaxlib_version = jax.__version__, jaxlib.__version__
@@ -221,18 +222,16 @@ class Session:
         # a smaller limit, for tests)
         limit = os.environ.get("JAXPLACE_BACKLOG_ROWS", "")
         self.recorder.attach_writer(self._bg.wake, *([int(limit)] if limit.isdigit() and int(limit) > 0 else []))
-        self.hook_report = hooks.install(self.recorder, self.opts.record)
+        # the hooks, held for the whole run (a device_placement or budget() in the script
+        # shares them), with --policy's placer active for every thread
+        self._recording = Recording(self.recorder, self.opts.record, placer=self.opts.placer)
+        self.hook_report = self._recording.start()
         self.manifest.record = self.opts.record
         from jaxplace_cli.capture import native
 
         self.manifest.capture = native.kind()
         for name, reason in self.hook_report.failed:
             self.recorder.marker("hook-unavailable", f"{name}: {reason}")
-        if self.opts.placer is not None:
-            from jaxplace_cli.capture.jaxhooks.state import active
-
-            active.placer = self.opts.placer
-            active.placing = True
         self.trace = TraceWindow(self.run_dir, self.opts.trace, self.opts.trace_seconds, self.opts.trace_ops)
         self.trace.arm()
         self.manifest.hooks = Hooks(self.hook_report.installed,
@@ -292,17 +291,16 @@ class Session:
             _release_signals(previous, held, outcome)
 
     def _finalize(self, outcome: Outcome) -> None:
-        from jaxplace_cli.capture import jaxhooks as hooks
-
         if getattr(self, "status", None) is not None:
             self.status.stop()  # the terminal whole again before any traceback or summary
 
         if self.trace is not None:
             self.trace.close()
-        hooks.uninstall()
-        from jaxplace_cli.capture.jaxhooks.state import active
-
-        placer, active.placer = active.placer, None
+        placer = None
+        if self._recording is not None:
+            self._recording.stop()
+            # the placer placed only once the hooks were in (hook_report: start() returned)
+            placer = self.opts.placer if self.hook_report is not None else None
         if placer is not None:
             self.manifest.placement = Placement(placer.policy.label, placer.decisions, placer.fallbacks,
                                                 placer.granularity, placer.on_error, placer.device_names)

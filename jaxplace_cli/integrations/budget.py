@@ -26,21 +26,12 @@ class BudgetExceeded(JaxplaceError, AssertionError):
     exit_code = EXIT_FAILED_CHECK
 
 
-_INSTALLED: list = []  # hooks installed inert for the whole session (pytest_sessionstart)
 # Buffer ids live on the arrays themselves; an array made in an earlier recorded test keeps
 # its id, so every recorder of this process draws from one counter (far above the ids of an
 # outer `jaxplace run` recorder) and ids never collide across tests.
 _BUF_IDS = itertools.count(1 << 40)
 
 
-def _install_inert() -> None:
-    from jaxplace_cli.capture.jaxhooks import install, state
-    from jaxplace_cli.capture.recorder import Recorder
-
-    if state.active.rec is None and not _INSTALLED:
-        install(Recorder())  # patch the entry points ...
-        state.active.rec = None  # ... but record nothing until a budgeted test runs
-        _INSTALLED.append(True)
 
 
 def limits_to_budget(limits: dict, where: str):
@@ -83,41 +74,27 @@ def limits_to_budget(limits: dict, where: str):
 def _recording():
     """Record the block's JAX work into a temporary run directory. Yields a dict that holds,
     once the block is done, ``dir`` (the run directory) and ``tmp`` (its owner: ``_verdict``
-    audits the run and removes it). Hooks already installed (inert for a pytest session, or
-    an outer ``jaxplace run``) are borrowed: only the active recorder is swapped and restored."""
-    from jaxplace_cli.capture.jaxhooks import install, state
+    audits the run and removes it). The hooks are held through ``capture.recording``: hooks
+    already installed (inert for a pytest session, or an outer ``jaxplace run``) are shared,
+    the block's recorder is active for its duration and the previous one after it."""
     from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.capture.recording import Recording
     from jaxplace_cli.model.manifest import Manifest
     from jaxplace_cli.store.layout import EVENTS, write_manifest
     from jaxplace_cli.store.writer import StoreWriter
 
     rec = Recorder()
     rec.buf_ids = _BUF_IDS  # see _BUF_IDS
-    installed_here = False
-    if _INSTALLED or state.active.rec is not None:
-        previous = state.active.rec
-        state.active.rec = rec
-    else:
-        from jaxplace_cli.integrations.placement import _adopt_caller_jits
-
-        previous = None
-        install(rec)
-        installed_here = True
-        # jit functions made before the hooks (module level, no pytest plugin) are recorded too
-        _adopt_caller_jits()
+    # adopt_jits: jit functions made before the hooks (module level, no pytest plugin) are
+    # recorded too, when this block is the one that installs the hooks
+    recording = Recording(rec, adopt_jits=True)
+    recording.start()
     holder: dict = {}
     tmp = tempfile.TemporaryDirectory(prefix="jaxplace-budget-")
     try:
         yield holder
     finally:
-        if installed_here:
-            from jaxplace_cli.capture.jaxhooks import uninstall
-            from jaxplace_cli.integrations.placement import _restore_jits
-
-            uninstall()
-            _restore_jits()
-        else:
-            state.active.rec = previous
+        recording.stop()
         from pathlib import Path
 
         run_dir = Path(tmp.name)

@@ -1,36 +1,28 @@
 """The library API: ``device_placement(policy)``, ``where(x)`` and ``install_jax_alias()``.
 
-``device_placement`` works without ``jaxplace run``: if the hooks are not installed it
-installs them with a bounded in-memory recorder (nothing is written anywhere) and removes
-them when the outermost context exits. It is per thread (other threads keep their own
-placement), nestable (the innermost wins) and restores the previous state on exit and on
-exceptions.
+``device_placement`` works without ``jaxplace run``: it holds a ``capture.recording.Recording``,
+which installs the hooks if no one holds them (recording into a bounded in-memory recorder:
+nothing is written anywhere) and removes them when the last holder leaves. It is per thread
+(other threads keep their own placement), nestable (the innermost wins) and restores the
+previous state on exit and on exceptions.
 
 Jit functions made before the hooks (a module-level ``@jax.jit`` above the ``with`` block,
 under plain python) are JAX's own and never reach the hooks. When ``device_placement``
 installs the hooks itself, it wraps those it can find — the global names of the module that
 entered the block — for the duration, so they are placed as under ``jaxplace run``; one held
-only in a local variable cannot be rewrapped, and a warning says so, once per function.
+only in a local variable cannot be rewrapped, and a ``PlacementWarning`` says so, once per
+function (``capture/jaxhooks/adopt.py``).
 """
 from __future__ import annotations
 
-import sys
-import threading
-import warnings
 from contextlib import contextmanager
 
+from jaxplace_cli.capture.jaxhooks.adopt import PlacementWarning
 from jaxplace_cli.capture.jaxhooks.engine import RAISE, Placer
 from jaxplace_cli.placement.devices import parse_device_spec
 from jaxplace_cli.placement.policies import load_policy
 
-_install_lock = threading.Lock()
-_owned = {"depth": 0}
-_adopted: list = []  # (namespace dict, name, original, wrapper) restored at the outermost exit
-_warned: set = set()
-
-
-class PlacementWarning(UserWarning):
-    """A jit function device_placement cannot place (made before the hooks, held locally)."""
+__all__ = ["PlacementWarning", "device_placement", "install_jax_alias", "make_placer", "where"]
 
 
 def make_placer(policy, devices=None, on_error: str = RAISE, granularity: str = "unit") -> Placer:
@@ -51,73 +43,18 @@ def device_placement(policy, *, devices=None, on_error: str = RAISE, granularity
     ("gpu", "cpu:0,cpu:1" or a list). ``on_error="fallback"``: when the policy fails, let JAX
     decide and record it instead of raising ``PolicyError``.
     """
-    from jaxplace_cli.capture.jaxhooks import install
     from jaxplace_cli.capture.jaxhooks.state import active, tls
-    from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.capture.recording import Recording
 
     placer = make_placer(policy, devices, on_error, granularity)
-    with _install_lock:
-        if active.rec is None:
-            install(Recorder(maxlen=100_000))
-            _owned["depth"] = 1
-            _adopt_caller_jits()
-        elif _owned["depth"]:
-            _owned["depth"] += 1
-    previous = tls.placer
-    tls.placer = placer
-    active.placing = True  # stays on once used: then each op checks its thread's placer
-    try:
-        yield placer
-    finally:
-        tls.placer = previous
-        with _install_lock:
-            if _owned["depth"]:
-                _owned["depth"] -= 1
-                if _owned["depth"] == 0:
-                    from jaxplace_cli.capture.jaxhooks import uninstall
-
-                    uninstall()
-                    _restore_jits()
-
-
-def _caller_frame():
-    """The first frame outside jaxplace and contextlib: the code that entered the block."""
-    frame = sys._getframe(1)
-    while frame is not None and (frame.f_globals.get("__name__") or "").split(".")[0] in ("jaxplace_cli", "contextlib"):
-        frame = frame.f_back
-    return frame
-
-
-def _adopt_caller_jits() -> None:
-    from jaxplace_cli.capture.jaxhooks.adopt import adopt, is_unhooked_jit
-
-    frame = _caller_frame()
-    if frame is None:
-        return
-    namespace = frame.f_globals
-    for name, obj in list(namespace.items()):
-        if is_unhooked_jit(obj):
-            wrapper = adopt(obj)
-            namespace[name] = wrapper
-            _adopted.append((namespace, name, obj, wrapper))
-    if frame.f_locals is namespace:
-        return
-    for name, obj in frame.f_locals.items():
-        if is_unhooked_jit(obj) and namespace.get(name) is not obj and id(obj) not in _warned:
-            _warned.add(id(obj))
-            warnings.warn(
-                f"jaxplace: device_placement cannot place jit function {name!r}: it was made with "
-                "jax.jit before jaxplace's hooks were installed and is held in a local variable, so "
-                "its calls run where JAX decides; define it at module level (then it is placed), "
-                "inside the with block, or run the script with `jaxplace run`",
-                PlacementWarning, stacklevel=4)
-
-
-def _restore_jits() -> None:
-    while _adopted:
-        namespace, name, original, wrapper = _adopted.pop()
-        if namespace.get(name) is wrapper:  # the script did not rebind it meanwhile
-            namespace[name] = original
+    with Recording(adopt_jits=True):  # the hooks place only what they record
+        previous = tls.placer
+        tls.placer = placer
+        active.placing = True  # stays on once used: then each op checks its thread's placer
+        try:
+            yield placer
+        finally:
+            tls.placer = previous
 
 
 def install_jax_alias() -> None:

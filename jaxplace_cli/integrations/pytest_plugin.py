@@ -24,14 +24,15 @@ import shlex
 
 import pytest
 
-# The pytest-free part lives in recording.py; BudgetExceeded and budget stay importable here.
-from jaxplace_cli.integrations.budget import BudgetExceeded, _install_inert, _recording, _verdict, budget, limits_to_budget
+# The pytest-free part lives in budget.py; BudgetExceeded and budget stay importable here.
+from jaxplace_cli.integrations.budget import BudgetExceeded, _recording, _verdict, budget, limits_to_budget
 from jaxplace_cli.report.budget import failure_text
 
 __all__ = ["BudgetExceeded", "budget"]
 
 MARKER = "transfer_budget"
 ENABLE = "jaxplace"
+_SESSION_HOOKS: list = []  # the inert capture.recording.Recording held for the process's sessions
 
 
 def pytest_addoption(parser):
@@ -92,11 +93,23 @@ class Budgets:
             return
         from jaxplace_cli.capture.import_hook import after_import
 
-        after_import("jax", _install_inert)
+        after_import("jax", _hold_inert_hooks)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
         yield from _check_budget(item)
+
+
+def _hold_inert_hooks() -> None:
+    """Install the hooks inert, held until the process ends (never stopped: a budgeted test
+    records into them; several sessions in one process, as pytester runs them, share one)."""
+    if _SESSION_HOOKS:
+        return
+    from jaxplace_cli.capture.recording import Recording
+
+    hold = Recording(inert=True)
+    hold.start()
+    _SESSION_HOOKS.append(hold)
 
 
 def _parse_ini(text: str) -> dict:

@@ -1,9 +1,11 @@
 """The only package that touches JAX internals.
 
-``install(recorder)`` patches each entry point it can and returns a ``HookReport`` naming
-what it installed and what this JAX version did not allow (with the reason); a hook that
-fails to install is skipped, never fatal — the user's program runs either way.
-``uninstall()`` restores every original object.
+``install()`` patches each entry point it can and returns a ``HookReport`` naming what it
+installed and what this JAX version did not allow (with the reason); a hook that fails to
+install is skipped, never fatal — the user's program runs either way. ``uninstall()``
+restores every original object. Both are called from one place only,
+``capture/recording.py`` (``Recording``: reference counted, it also picks the recorder the
+hooks record into); ``tests/test_layout.py`` checks that.
 
 Entry points hooked (see dispatch.py for why these and not primitives alone):
 ``jax.jit`` (jit.py); public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.scipy``
@@ -332,8 +334,9 @@ EAGER_OP_HOOKS = ("modules", "ufunc", "array-methods", "eager-primitives")
 RECORD_MODES = ("all", "transfers")
 
 
-def install(recorder, record: str = "all") -> HookReport:
-    """Install every hook this JAX version allows and activate ``recorder``.
+def install(record: str = "all") -> HookReport:
+    """Install every hook this JAX version allows, inert until ``capture.recording`` sets
+    ``state.active.rec``.
 
     ``record="transfers"``: skip the eager-op wrappers (jax.numpy functions, Array operators,
     eagerly bound primitives). jit calls, device_put/get and host reads are still recorded,
@@ -358,7 +361,6 @@ def install(recorder, record: str = "all") -> HookReport:
         traceback_util.register_exclusion(str(Path(__file__).resolve().parents[2]))
     except Exception as exc:
         report.failed.append(("traceback-filter", f"{type(exc).__name__}: {exc}"))
-    state.active.rec = recorder
     return report
 
 
