@@ -94,6 +94,10 @@ class Recorder:
         # as what take() pops (rows a Sink could not pack, or every row without one).
         self.packed = None
         self._deques = (self.ops, self.transfers, self.buffers)
+        # Failures of the recording itself (a hook's own error): counted, never raised into
+        # the user's program, which keeps its result (recording_failed)
+        self.recording_errors = 0
+        self.first_recording_error = ""
         self._decoder = None  # unpacks them for an in-process writer (drain)
         self._drained = threading.Condition()
         self._drains = 0
@@ -210,6 +214,25 @@ class Recorder:
     def marker(self, kind: str, value: str) -> None:
         self.markers.append(Marker(next(self.seqs), perf_counter_ns() - self.t0, kind, value))
 
+    def recording_failed(self, exc: BaseException) -> None:
+        """A hook failed to record a call that itself went as it would under plain python:
+        the call's result (or its own error) stands; this counts the failure and keeps the first
+        one's text (``recording_error_line``, said once at the end of the run). Never raises."""
+        try:
+            self.recording_errors += 1
+            if not self.first_recording_error:
+                self.first_recording_error = _error_text(exc)
+        except Exception:
+            pass
+
+    def recording_error_line(self) -> str:
+        """One sentence for the end of the run ("" when recording never failed)."""
+        n = self.recording_errors
+        if not n:
+            return ""
+        return (f"{n} call{'s' if n != 1 else ''} could not be recorded (the program's results are "
+                f"unaffected; the run's rows are incomplete); the first: {self.first_recording_error}")
+
     # -- back-pressure ----------------------------------------------------------------------
     def attach_writer(self, want_drain, limit: int = 32_768) -> None:
         """A writer thread drains this recorder: from now on a backlog over ``limit`` rows
@@ -284,6 +307,17 @@ class Recorder:
         if PACKED in batch and self._decoder is None:
             self._decoder = packed_module().Decoder()
         return finish_rows(unpack(batch, self._decoder))
+
+
+def _error_text(exc: BaseException) -> str:
+    """``Type: first line (file:line)``: where in jaxplace the recording failed."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        where = f" ({Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return f"{type(exc).__name__}: {text}"[:500] + where
 
 
 def _pop_all(dq: deque) -> list:
