@@ -308,3 +308,36 @@ def test_the_decoder_still_reads_what_was_packed():
     ops, transfers, buffers = _decode(VALID)
     assert (len(ops), len(transfers), len(buffers)) == (2, 1, 1)
     assert ops[1] == (9, -5, 2**80, None, "ünïcode ⚡", ((1,), ()))
+
+
+def test_a_list_result_emptied_while_it_is_recorded():
+    """Recording calls into Python (here the recorder's ``buffer_id`` for a new input), which
+    can change the list a call returned: the C path holds its own copy of the items, as the
+    Python path does (before: a borrowed pointer into the list's freed storage)."""
+
+    def rows_of(record_call):
+        result = []
+
+        class Meddling(Recorder):
+            def buffer_id(self, arr, *rest):
+                result.clear()  # the user's list, emptied mid-recording
+                return super().buffer_id(arr, *rest)
+
+        def split(x):
+            result[:] = [x[:2] + 0, x[2:] + 0]
+            return result
+
+        rec = Meddling()
+        previous, active.rec = active.rec, rec
+        try:
+            out = _invoke(record_call, CallSpec("split", OP_JNP), split,
+                          (jax.device_put(np.arange(4.0), jax.devices()[2]),), {}, False)
+        finally:
+            active.rec = previous
+        assert out is result and out == []
+        rows = rec.take()
+        return _without_clock(rows["ops"], (1, 2)), rows["buffers"], rec.recording_errors
+
+    ops, buffers, errors = rows_of(NATIVE)
+    assert (ops, buffers, errors) == rows_of(dispatch.python_record_call)
+    assert len(ops) == 1 and ops[0][9] == (2, 3) and len(buffers) == 3 and errors == 0

@@ -8,12 +8,15 @@
    calls back into the recorder's Python methods (_tier, _intern_site), which decide, so the
    classification rules live in one place (capture/recorder.py).
 
-   record_call: capture/jaxhooks/dispatch.py's record_call for the common eager cases, the
-   same rows in the same order. Every case it does not know (a placement policy active,
-   keyword arguments, containers or numpy data among the operands, a pytree result that is not
-   a flat tuple of arrays, a multi-device result, a failing call) is handed to the Python code
-   (`python_record_call`, `after_call`, `record_failure`) before anything is recorded, so the
-   Python path stays the one definition of what a row means.
+   record_call: capture/jaxhooks/dispatch.py's python_record_call for the common eager cases,
+   the same rows in the same order (tests/test_native_twin.py compares them call by call).
+   Every case it does not know (a placement policy active, keyword arguments, containers or
+   numpy data among the operands, a pytree result that is not a flat tuple or list of arrays,
+   a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
+   `after_call`, `record_failure`) before anything is recorded, so the Python path stays the
+   one definition of what a row means. A failure of the recording itself never reaches the
+   user's program: the call's result is returned and the failure counted on the recorder
+   (Recorder.recording_failed), as on the Python path.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

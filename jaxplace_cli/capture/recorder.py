@@ -1,7 +1,8 @@
 """In-process recorder: the cheap, thread-safe sink that hooks write events into.
 
-Everything on the hot path is a deque append of a tuple (atomic under the GIL, so threads
-need no lock). Work that is not needed to *capture* a fact — formatting shapes, joining buffer
+Everything on the hot path is an append of a tuple to one of the recorder's tables (atomic
+under the GIL, so threads need no lock): a deque, or once a writer is attached a Sink that
+packs the row at once (model/_packed.c). Work that is not needed to *capture* a fact — formatting shapes, joining buffer
 ids — is deferred to ``store/rows.py``, which runs in the writer process (the row shapes: model/raw.py).
 """
 from __future__ import annotations
@@ -276,7 +277,7 @@ class Recorder:
 
         Cheap on purpose (a popleft per row): it runs in the script's process, under the GIL
         the script needs. Turning raw rows into stored rows is ``finish_rows``' job, done in the
-        writer process (store_process.py) or by ``drain()``."""
+        writer process (store/writer_process.py) or by ``drain()``."""
         ops, transfers, buffers = self._deques
         batch = {
             "sites": _pop_all(self._new_sites),
@@ -353,8 +354,4 @@ def _nbytes(shape, dtype) -> int:
     return n * size
 
 
-def thread_id() -> int:
-    return threading.get_ident()
-
-
-__all__ = ["Recorder", "OpEvent", "TransferEvent", "thread_id"]
+__all__ = ["Recorder", "OpEvent", "TransferEvent"]

@@ -2,7 +2,7 @@
 
 Why wrappers and not ``core.EvalTrace.process_primitive``: ``jax.numpy`` functions and user
 ``jit`` functions dispatch through the C++ fast path, which never re-enters Python on a cache
-hit (DESIGN.md fact 1). Forcing the slow path costs ~x1.44; a thin Python wrapper around the
+hit. Forcing the slow path costs ~x1.44; a thin Python wrapper around the
 *public* entry points (``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs
 a few microseconds of Python per op, sees the caller's frame, and keeps the fast path. Primitives bound
 eagerly outside any wrapper (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on

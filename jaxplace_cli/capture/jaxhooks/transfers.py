@@ -1,7 +1,8 @@
-"""Explicit transfer hooks: ``device_put``, ``device_get``, host reads of an Array.
+"""Device-to-host hooks: ``device_get`` and every host read of an Array (``device_put`` and
+the other placement APIs are uploads.py's).
 
 Every device-to-host read funnels through ``ArrayImpl._value`` (``float()``, ``int()``,
-``bool()``, ``.item()``, ``.tolist()``, ``np.asarray``, printing) — DESIGN.md fact 8 — so one
+``bool()``, ``.item()``, ``.tolist()``, ``np.asarray``, printing), so one
 property hook sees them all; the API the user called is named from the frame just inside the
 user's frame (``__float__`` -> ``float()``). Each Array is counted once: the first read
 copies it to the host, later reads hit the host copy (as on GPU/TPU; the CPU backend may
