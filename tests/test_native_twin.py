@@ -341,3 +341,42 @@ def test_a_list_result_emptied_while_it_is_recorded():
     ops, buffers, errors = rows_of(NATIVE)
     assert (ops, buffers, errors) == rows_of(dispatch.python_record_call)
     assert len(ops) == 1 and ops[0][9] == (2, 3) and len(buffers) == 3 and errors == 0
+
+
+def test_str_and_int_subclasses_cannot_reenter_a_row():
+    """A str or int subclass in a row has Python code (``__hash__``, ``__eq__``, ``__str__``)
+    that could append another row to the same buffer while this one is half encoded (before:
+    the stream came out corrupt, "unknown record"). The encoder copies such values to the
+    plain type first: that code never runs, and the row holds the plain value."""
+    rb, fallback = _packed.RowBuffer(), collections.deque()
+    sink = rb.sink(0, fallback)
+    ran = []
+
+    class Name(str):
+        def __hash__(self):
+            ran.append("hash")
+            sink.append((99, "from __hash__"))
+            return str.__hash__(self)
+
+        def __eq__(self, other):
+            ran.append("eq")
+            sink.append((98, "from __eq__"))
+            return str.__eq__(self, other)
+
+    class Big(int):
+        def __str__(self):
+            ran.append("str")
+            sink.append((97, "from __str__"))
+            return int.__str__(self)
+
+        def __index__(self):
+            ran.append("index")
+            return 1
+
+    sink.append((1, Name("cpu:0"), Big(7)))
+    sink.append((2, Name("cpu:0"), Big(2**70), "cpu:0"))
+    data, n_ops, *_ = rb.take()
+    ops, transfers, buffers = _packed.Decoder().decode(data)
+    assert ops == [(1, "cpu:0", 7), (2, "cpu:0", 2**70, "cpu:0")] and n_ops == 2
+    assert [type(v) for v in ops[1]] == [int, str, int, str]
+    assert (ran, list(fallback), transfers, buffers) == ([], [], [], [])

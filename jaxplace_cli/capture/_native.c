@@ -701,6 +701,8 @@ static int backlog_check(PyObject *rec) {
    the user's program goes on with its result, as under plain python. 0 when handled; -1 when
    the error is not an Exception (KeyboardInterrupt, SystemExit: the user's, they stand). */
 static int recording_failed(PyObject *rec) {
+    if (!PyErr_Occurred()) /* a -1 without an error (a site_of that returned a negative id) */
+        PyErr_SetString(PyExc_SystemError, "jaxplace: the recording failed without an error");
     if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);

@@ -150,10 +150,11 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
 /* Encode `row` (a raw row of `table`) at the end of the buffer; steals row. */
 static int rb_add(RowBuffer *rb, int table, PyObject *row) {
     if (!row) return -1;
-    /* Encoding runs no Python code of the row's values (encode copies subclasses), but an
-       allocation can start a collection whose finalizers do, and a finalizer may dispatch an
-       op whose row comes here (or another thread may, while one holds the GIL): `busy` sends
-       such a row to the Sink's fallback deque instead of into the half-written scratch row. */
+    /* Encoding runs no Python code (encode copies str/int subclasses; it allocates no object
+       the cycle collector tracks, so no collection and no finalizer starts here), hence
+       nothing can append meanwhile. `busy` keeps it so if that ever changes: a row appended
+       during another's encoding goes to the Sink's fallback deque, not into the half-written
+       scratch row. */
     rb->busy = 1;
     rb->rlen = 0;
     char head[2] = {'R', (char)table};
