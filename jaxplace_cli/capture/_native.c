@@ -8,12 +8,15 @@
    calls back into the recorder's Python methods (_tier, _intern_site), which decide, so the
    classification rules live in one place (capture/recorder.py).
 
-   record_call: capture/jaxhooks/dispatch.py's record_call for the common eager cases, the
-   same rows in the same order. Every case it does not know (a placement policy active,
-   keyword arguments, containers or numpy data among the operands, a pytree result that is not
-   a flat tuple of arrays, a multi-device result, a failing call) is handed to the Python code
-   (`python_record_call`, `after_call`, `record_failure`) before anything is recorded, so the
-   Python path stays the one definition of what a row means.
+   record_call: capture/jaxhooks/dispatch.py's python_record_call for the common eager cases,
+   the same rows in the same order (tests/test_native_twin.py compares them call by call).
+   Every case it does not know (a placement policy active, keyword arguments, containers or
+   numpy data among the operands, a pytree result that is not a flat tuple or list of arrays,
+   a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
+   `after_call`, `record_failure`) before anything is recorded, so the Python path stays the
+   one definition of what a row means. A failure of the recording itself never reaches the
+   user's program: the call's result is returned and the failure counted on the recorder
+   (Recorder.recording_failed), as on the Python path.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -233,7 +236,7 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
-    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit;
+    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
@@ -419,8 +422,12 @@ typedef struct {
 } Call;
 
 /* Can the C post-processing record this call exactly as dispatch._after_call would? 0: no
-   (the Python code does it), 1: yes, -1: error. Reads only; records nothing. */
-static int fast_case(Call *c, PyObject **outs, Py_ssize_t *nouts) {
+   (the Python code does it), 1: yes, -1: error. Reads only; records nothing. On 1, *items and
+   *nouts are the result arrays: c->out itself (kept alive by the Call), or the items of *held,
+   a new reference to a tuple (the result, or a list's items copied: recording calls into
+   Python, which must not pull an item out from under a borrowed pointer). */
+static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *nouts) {
+    *held = NULL;
     if (c->kwargs) return 0; /* keyword arguments: the Python code reads them */
     int t = attr_true(c->spec, S_host_data);
     if (t) return t < 0 ? -1 : 0;
@@ -437,21 +444,26 @@ static int fast_case(Call *c, PyObject **outs, Py_ssize_t *nouts) {
     }
     PyObject *out = c->out;
     if (Py_TYPE(out) == (PyTypeObject *)G.array_type) {
-        outs[0] = out;
+        *items = &c->out;
         *nouts = 1;
         return 1;
     }
     if (!PyTuple_CheckExact(out) && !PyList_CheckExact(out)) return 0;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(out);
     if (m == 0 || m > 4096) return 0;
-    PyObject **items = PySequence_Fast_ITEMS(out);
+    PyObject **its = PySequence_Fast_ITEMS(out);
     for (Py_ssize_t i = 0; i < m; i++)
-        if (Py_TYPE(items[i]) != (PyTypeObject *)G.array_type) return 0;
+        if (Py_TYPE(its[i]) != (PyTypeObject *)G.array_type) return 0;
+    *held = PyTuple_CheckExact(out) ? Py_NewRef(out) : PyList_AsTuple(out);
+    if (!*held) return -1;
+    *items = PySequence_Fast_ITEMS(*held);
     *nouts = m;
-    return 2; /* outs are PySequence_Fast_ITEMS(out) */
+    return 1;
 }
 
-/* The rows of one recorded call, as dispatch._after_call appends them (fast cases only). */
+/* The rows of one recorded call, as dispatch._after_call appends them (the cases c_records
+   accepts): 0 recorded, 1 not recorded (a multi-device result: the Python code records it),
+   -1 error. One cleanup label (`done`) for every exit. */
 static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     int rc = -1;
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
@@ -463,7 +475,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
 
     dev = device_of(outs[0]);
     if (!dev) goto done;
-    if (has_comma(dev)) goto slow; /* a multi-device op: endpoint groups, sharded uploads */
+    if (has_comma(dev)) goto to_python; /* a multi-device op: endpoint groups, sharded uploads */
     if (!(tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident()))) goto done;
     if (!(t0rel = PyLong_FromLongLong(c->t0 - c->base))) goto done;
     if (!(seqs = PyObject_GetAttr(c->rec, S_seqs))) goto done;
@@ -630,7 +642,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (err < 0) goto done;
     rc = 0;
     goto done;
-slow:
+to_python:
     rc = 1;
 done:
     Py_XDECREF(dev);
@@ -684,7 +696,139 @@ static int backlog_check(PyObject *rec) {
     return r ? 0 : -1;
 }
 
-/* record_call(spec, fn, args, kwargs, backward=False): dispatch.record_call in C. */
+/* A failure of the recording itself (not of the user's call), with its error set: counted on
+   the recorder (Recorder.recording_failed, said once at the end of the run) and cleared, so
+   the user's program goes on with its result, as under plain python. 0 when handled; -1 when
+   the error is not an Exception (KeyboardInterrupt, SystemExit: the user's, they stand). */
+static int recording_failed(PyObject *rec) {
+    if (!PyErr_Occurred()) /* a -1 without an error (a site_of that returned a negative id) */
+        PyErr_SetString(PyExc_SystemError, "jaxplace: the recording failed without an error");
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb && ev) PyException_SetTraceback(ev, tb);
+    PyObject *r = rec && ev ? PyObject_CallMethodOneArg(rec, S_recording_failed, ev) : NULL;
+    Py_XDECREF(r);
+    PyErr_Clear(); /* counting failed too: nothing more can be done without the user noticing */
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return 0;
+}
+
+static void call_clear(Call *c) {
+    Py_CLEAR(c->rec);
+    Py_CLEAR(c->site);
+    Py_CLEAR(c->seq);
+    Py_CLEAR(c->out);
+}
+
+/* Before the call: its site, sequence number, the recorder's clock, and tls.op (the op in
+   flight, which host reads inside it are attributed to). 0, or -1 with an error set. */
+static int begin_call(Call *c, PyObject *kwargs) {
+    PyObject *cache = PyObject_GetAttr(c->rec, S_site_cache);
+    if (!cache) return -1;
+    PyFrameObject *frame = PyEval_GetFrame(); /* the Python caller of record_call (the hook) */
+    long sid = 0;
+    if (frame && Py_TYPE(cache) == &SiteCacheType) {
+        sid = site_lookup((SiteCache *)cache, frame);
+    } else if (frame) { /* a recorder made without the native cache: its Python site_of */
+        PyObject *r = PyObject_CallOneArg(cache, (PyObject *)frame);
+        sid = r ? PyLong_AsLong(r) : -1;
+        Py_XDECREF(r);
+        if (sid == -1 && !PyErr_Occurred()) sid = 0;
+    }
+    Py_DECREF(cache);
+    if (sid < 0 || !(c->site = PyLong_FromLong(sid))) return -1;
+    PyObject *seqs = PyObject_GetAttr(c->rec, S_seqs);
+    c->seq = seqs ? PyIter_Next(seqs) : NULL;
+    Py_XDECREF(seqs);
+    if (!c->seq) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the recorder's sequence ended");
+        return -1;
+    }
+    PyObject *t0obj = PyObject_GetAttr(c->rec, S_t0);
+    if (!t0obj) return -1;
+    c->base = PyLong_AsLongLong(t0obj);
+    Py_DECREF(t0obj);
+    if (c->base == -1 && PyErr_Occurred()) return -1;
+    PyObject *name = PyObject_GetAttr(c->spec, S_name);
+    PyObject *op = name ? PyTuple_Pack(5, name, c->seq, c->site, c->args, kwargs) : NULL;
+    Py_XDECREF(name);
+    int rc = op ? set_tls(ONE, op) : -1;
+    Py_XDECREF(op);
+    return rc;
+}
+
+/* tls back to "no op in flight", keeping whatever error is set (the user's call's). */
+static void end_call(void) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (set_tls(ZERO, Py_None) < 0) PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* The call raised: the Python code records the failure (it never raises); the user's error
+   stands, as it was. */
+static void record_raised(Call *c, PyObject *kwargs) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb) PyException_SetTraceback(ev, tb);
+    PyObject *t0 = PyLong_FromLongLong(c->t0), *t1 = PyLong_FromLongLong(c->t1);
+    PyObject *r = (t0 && t1) ? PyObject_CallFunctionObjArgs(G.record_failure, c->rec, c->spec, c->args,
+                                                            kwargs, c->seq, c->site, t0, t1, ev, NULL)
+                             : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(t0);
+    Py_XDECREF(t1);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* The rows of a call that returned c->out: in C where c_records says it can, else by
+   dispatch._after_call; then rec.on_dispatch and back-pressure. 0, or -1 with an error set. */
+static int record_result(Call *c, PyObject *kwargs) {
+    PyObject *held = NULL, **items = NULL;
+    Py_ssize_t nouts = 0;
+    int in_c = c_records(c, &held, &items, &nouts);
+    if (in_c < 0) return -1;
+    if (in_c) {
+        if (PyTuple_GET_SIZE(c->args) && items[0] == PyTuple_GET_ITEM(c->args, 0)) {
+            Py_XDECREF(held); /* jnp.asarray(array) and friends: nothing was dispatched */
+            return 0;
+        }
+        int r = record_fast(c, items, nouts);
+        Py_XDECREF(held);
+        if (r < 0) return -1;
+        in_c = r == 0; /* 1: a multi-device result, which the Python code records */
+    }
+    if (in_c) {
+        PyObject *cb = PyObject_GetAttr(G.active, S_on_dispatch);
+        if (!cb) return -1;
+        PyObject *r = cb == Py_None ? Py_NewRef(Py_None) : PyObject_CallNoArgs(cb);
+        Py_DECREF(cb);
+        if (!r) return -1;
+        Py_DECREF(r);
+    } else { /* dispatch._after_call runs on_dispatch itself */
+        PyObject *t0 = PyLong_FromLongLong(c->t0), *t1 = PyLong_FromLongLong(c->t1);
+        PyObject *r = (t0 && t1) ? PyObject_CallFunctionObjArgs(G.after_call, c->rec, c->spec, c->fn, c->args,
+                                                                kwargs, c->out, c->site, c->seq, t0, t1,
+                                                                c->placed, c->backward, NULL)
+                                 : NULL;
+        Py_XDECREF(t0);
+        Py_XDECREF(t1);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    return backlog_check(c->rec);
+}
+
+/* record_call(spec, fn, args, kwargs, backward=False): dispatch.python_record_call in C.
+   What the user's call returns or raises is never changed by the recording: a recording
+   failure before the call runs it unrecorded, one after it returns its result (both counted:
+   recording_failed). */
 static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t argc, PyObject *kwnames) {
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *backward = argc == 5 ? argv[4] : Py_False;
@@ -706,119 +850,35 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
     int placing = PyDict_Check(argv[3]) ? attr_true(G.active, S_placing) : 1;
     if (placing) /* a placement policy: the placer's Python code decides, the Python path records */
         return placing < 0 ? NULL : PyObject_Vectorcall(G.py_record_call, argv, (size_t)argc, kwnames);
+    PyObject *kwargs = argv[3];
     Call c = {0};
     c.spec = argv[0];
     c.fn = argv[1];
     c.args = argv[2];
-    c.kwargs = PyDict_Check(argv[3]) && PyDict_GET_SIZE(argv[3]) == 0 ? NULL : argv[3];
+    c.kwargs = PyDict_GET_SIZE(kwargs) == 0 ? NULL : kwargs;
     c.backward = backward;
     c.placed = G.empty;
-    PyObject *cache = NULL, *t0obj = NULL, *op = NULL, *result = NULL;
     c.rec = PyObject_GetAttr(G.active, S_rec);
-    if (!c.rec) return NULL;
-    if (!(cache = PyObject_GetAttr(c.rec, S_site_cache))) goto error;
-    PyFrameObject *frame = PyEval_GetFrame(); /* the Python caller of record_call (the hook) */
-    long sid = 0;
-    if (frame && Py_TYPE(cache) == &SiteCacheType) {
-        sid = site_lookup((SiteCache *)cache, frame);
-    } else if (frame) { /* a recorder made without the native cache: its Python site_of */
-        PyObject *r = PyObject_CallOneArg(cache, (PyObject *)frame);
-        sid = r ? PyLong_AsLong(r) : -1;
-        Py_XDECREF(r);
-        if (sid == -1 && !PyErr_Occurred()) sid = 0;
+    if (!c.rec || begin_call(&c, kwargs) < 0) {
+        int handled = recording_failed(c.rec);
+        end_call();
+        call_clear(&c);
+        return handled < 0 ? NULL : PyObject_Call(argv[1], argv[2], c.kwargs); /* unrecorded */
     }
-    if (sid < 0) goto error;
-    if (!(c.site = PyLong_FromLong(sid))) goto error;
-    PyObject *seqs = PyObject_GetAttr(c.rec, S_seqs);
-    c.seq = seqs ? PyIter_Next(seqs) : NULL;
-    Py_XDECREF(seqs);
-    if (!c.seq) goto error;
-    if (!(t0obj = PyObject_GetAttr(c.rec, S_t0))) goto error;
-    c.base = PyLong_AsLongLong(t0obj);
-    if (c.base == -1 && PyErr_Occurred()) goto error;
-    PyObject *name = PyObject_GetAttr(c.spec, S_name);
-    op = name ? PyTuple_Pack(5, name, c.seq, c.site, c.args, argv[3]) : NULL;
-    Py_XDECREF(name);
-    if (!op || set_tls(ONE, op) < 0) goto error;
     c.t0 = now_ns();
-    c.out = c.kwargs ? PyObject_Call(c.fn, c.args, c.kwargs) : PyObject_Call(c.fn, c.args, NULL);
+    c.out = PyObject_Call(c.fn, c.args, c.kwargs);
     c.t1 = now_ns();
-    {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        int err = set_tls(ZERO, Py_None);
-        if (err < 0) PyErr_Clear();
-        PyErr_Restore(et, ev, tb);
+    end_call();
+    if (!c.out) {
+        record_raised(&c, kwargs);
+        call_clear(&c);
+        return NULL;
     }
-    if (!c.out) { /* the call raised: the Python code records the failure, the error stands */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        if (tb) PyException_SetTraceback(ev, tb);
-        PyObject *t0 = PyLong_FromLongLong(c.t0), *t1 = PyLong_FromLongLong(c.t1);
-        PyObject *r = (t0 && t1) ? PyObject_CallFunctionObjArgs(
-                                       G.record_failure, c.rec, c.spec, c.args,
-                                       argv[3], c.seq, c.site, t0, t1, ev, NULL)
-                                 : NULL;
-        Py_XDECREF(r);
-        Py_XDECREF(t0);
-        Py_XDECREF(t1);
-        PyErr_Clear();
-        PyErr_Restore(et, ev, tb);
-        goto error;
-    }
-    PyObject *outs[1];
-    Py_ssize_t nouts = 0;
-    int fast = fast_case(&c, outs, &nouts);
-    if (fast < 0) goto error;
-    if (fast) {
-        PyObject **items = fast == 1 ? outs : PySequence_Fast_ITEMS(c.out);
-        if (PyTuple_GET_SIZE(c.args) && items[0] == PyTuple_GET_ITEM(c.args, 0)) { /* nothing dispatched */
-            result = c.out;
-            c.out = NULL;
-            goto error; /* not an error: the common exit */
-        }
-        int r = record_fast(&c, items, nouts);
-        if (r < 0) goto error;
-        if (r == 0) fast = 1;
-        else fast = 0; /* a multi-device result: the Python code records it */
-    }
-    if (!fast) {
-        PyObject *t0 = PyLong_FromLongLong(c.t0), *t1 = PyLong_FromLongLong(c.t1);
-        PyObject *r = (t0 && t1) ? PyObject_CallFunctionObjArgs(
-                                       G.after_call, c.rec, c.spec, c.fn, c.args,
-                                       argv[3], c.out, c.site, c.seq,
-                                       t0, t1, c.placed, backward, NULL)
-                                 : NULL;
-        Py_XDECREF(t0);
-        Py_XDECREF(t1);
-        if (!r) goto error;
-        Py_DECREF(r);
-        result = c.out;
-        c.out = NULL;
-    } else {
-        PyObject *cb = PyObject_GetAttr(G.active, S_on_dispatch);
-        if (!cb) goto error;
-        if (cb != Py_None) {
-            PyObject *r = PyObject_CallNoArgs(cb);
-            Py_DECREF(cb);
-            if (!r) goto error;
-            Py_DECREF(r);
-        } else {
-            Py_DECREF(cb);
-        }
-        result = c.out;
-        c.out = NULL;
-    }
-    if (result && backlog_check(c.rec) < 0) Py_CLEAR(result);
-error:
-    Py_XDECREF(c.rec);
-    Py_XDECREF(cache);
-    Py_XDECREF(t0obj);
-    Py_XDECREF(op);
-    Py_XDECREF(c.site);
-    Py_XDECREF(c.seq);
-    Py_XDECREF(c.out);
+    if (record_result(&c, kwargs) < 0 && recording_failed(c.rec) < 0) /* a Ctrl-C while recording */
+        Py_CLEAR(c.out);
+    PyObject *result = c.out;
+    c.out = NULL;
+    call_clear(&c);
     return result;
 }
 
@@ -872,6 +932,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_buffer_id, "buffer_id");
     INTERN(S_backlog_wait, "wait_for_writer");
     INTERN(S_limit, "backlog_limit");
+    INTERN(S_recording_failed, "recording_failed");
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
     if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
     if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;

@@ -1,7 +1,8 @@
 """In-process recorder: the cheap, thread-safe sink that hooks write events into.
 
-Everything on the hot path is a deque append of a tuple (atomic under the GIL, so threads
-need no lock). Work that is not needed to *capture* a fact — formatting shapes, joining buffer
+Everything on the hot path is an append of a tuple to one of the recorder's tables (atomic
+under the GIL, so threads need no lock): a deque, or once a writer is attached a Sink that
+packs the row at once (model/_packed.c). Work that is not needed to *capture* a fact — formatting shapes, joining buffer
 ids — is deferred to ``store/rows.py``, which runs in the writer process (the row shapes: model/raw.py).
 """
 from __future__ import annotations
@@ -94,6 +95,10 @@ class Recorder:
         # as what take() pops (rows a Sink could not pack, or every row without one).
         self.packed = None
         self._deques = (self.ops, self.transfers, self.buffers)
+        # Failures of the recording itself (a hook's own error): counted, never raised into
+        # the user's program, which keeps its result (recording_failed)
+        self.recording_errors = 0
+        self.first_recording_error = ""
         self._decoder = None  # unpacks them for an in-process writer (drain)
         self._drained = threading.Condition()
         self._drains = 0
@@ -210,6 +215,25 @@ class Recorder:
     def marker(self, kind: str, value: str) -> None:
         self.markers.append(Marker(next(self.seqs), perf_counter_ns() - self.t0, kind, value))
 
+    def recording_failed(self, exc: BaseException) -> None:
+        """A hook failed to record a call that itself went as it would under plain python:
+        the call's result (or its own error) stands; this counts the failure and keeps the first
+        one's text (``recording_error_line``, said once at the end of the run). Never raises."""
+        try:
+            self.recording_errors += 1
+            if not self.first_recording_error:
+                self.first_recording_error = _error_text(exc)
+        except Exception:
+            pass
+
+    def recording_error_line(self) -> str:
+        """One sentence for the end of the run ("" when recording never failed)."""
+        n = self.recording_errors
+        if not n:
+            return ""
+        return (f"{n} call{'s' if n != 1 else ''} could not be recorded (the program's results are "
+                f"unaffected; the run's rows are incomplete); the first: {self.first_recording_error}")
+
     # -- back-pressure ----------------------------------------------------------------------
     def attach_writer(self, want_drain, limit: int = 32_768) -> None:
         """A writer thread drains this recorder: from now on a backlog over ``limit`` rows
@@ -253,7 +277,7 @@ class Recorder:
 
         Cheap on purpose (a popleft per row): it runs in the script's process, under the GIL
         the script needs. Turning raw rows into stored rows is ``finish_rows``' job, done in the
-        writer process (store_process.py) or by ``drain()``."""
+        writer process (store/writer_process.py) or by ``drain()``."""
         ops, transfers, buffers = self._deques
         batch = {
             "sites": _pop_all(self._new_sites),
@@ -284,6 +308,17 @@ class Recorder:
         if PACKED in batch and self._decoder is None:
             self._decoder = packed_module().Decoder()
         return finish_rows(unpack(batch, self._decoder))
+
+
+def _error_text(exc: BaseException) -> str:
+    """``Type: first line (file:line)``: where in jaxplace the recording failed."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        where = f" ({Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return f"{type(exc).__name__}: {text}"[:500] + where
 
 
 def _pop_all(dq: deque) -> list:
@@ -319,8 +354,4 @@ def _nbytes(shape, dtype) -> int:
     return n * size
 
 
-def thread_id() -> int:
-    return threading.get_ident()
-
-
-__all__ = ["Recorder", "OpEvent", "TransferEvent", "thread_id"]
+__all__ = ["Recorder", "OpEvent", "TransferEvent"]

@@ -33,6 +33,7 @@ typedef struct {
     Py_ssize_t rlen, rcap;
     PyObject *strings;        /* str -> id */
     Py_ssize_t rows[N_TABLES];
+    int busy;                 /* a row is being encoded into `row` (see rb_add) */
 } RowBuffer;
 
 static int grow(char **b, Py_ssize_t *cap, Py_ssize_t need) {
@@ -77,7 +78,20 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         tag = 'N';
         return rput(rb, &tag, 1);
     }
-    if (PyLong_Check(v)) { /* an int subclass (IntEnum) is stored as the int it is */
+    if (PyLong_Check(v) || PyUnicode_Check(v)) {
+        /* A str or int subclass is copied to the exact type first: its own Python code
+           (__str__, __hash__, __eq__) would otherwise run in the middle of the row, where it
+           could append another row to this buffer. Copying runs no Python code (the
+           subclass's value is read as CPython stores it); the row keeps the plain value. */
+        if (!PyLong_CheckExact(v) && !PyUnicode_CheckExact(v)) {
+            PyObject *exact = PyLong_Check(v) ? PyNumber_Index(v) : PyUnicode_FromObject(v);
+            if (!exact) return -1;
+            int rc = encode(rb, exact, depth);
+            Py_DECREF(exact);
+            return rc;
+        }
+    }
+    if (PyLong_CheckExact(v)) {
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
         if (!overflow) {
@@ -86,7 +100,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
             tag = 'i';
             return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &y, 8);
         }
-        PyObject *text = PyObject_Str(v);
+        PyObject *text = PyObject_Str(v); /* an exact int: CPython's own conversion */
         if (!text) return -1;
         Py_ssize_t n;
         const char *u = PyUnicode_AsUTF8AndSize(text, &n);
@@ -96,7 +110,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         Py_DECREF(text);
         return rc;
     }
-    if (PyUnicode_Check(v)) {
+    if (PyUnicode_CheckExact(v)) {
         PyObject *id = PyDict_GetItemWithError(rb->strings, v);
         uint32_t sid;
         if (id) {
@@ -136,9 +150,16 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
 /* Encode `row` (a raw row of `table`) at the end of the buffer; steals row. */
 static int rb_add(RowBuffer *rb, int table, PyObject *row) {
     if (!row) return -1;
+    /* Encoding runs no Python code (encode copies str/int subclasses; it allocates no object
+       the cycle collector tracks, so no collection and no finalizer starts here), hence
+       nothing can append meanwhile. `busy` keeps it so if that ever changes: a row appended
+       during another's encoding goes to the Sink's fallback deque, not into the half-written
+       scratch row. */
+    rb->busy = 1;
     rb->rlen = 0;
     char head[2] = {'R', (char)table};
     int rc = rput(rb, head, 2) < 0 || encode(rb, row, 0) < 0 || bput(rb, rb->row, rb->rlen) < 0 ? -1 : 0;
+    rb->busy = 0;
     Py_DECREF(row);
     if (!rc) rb->rows[table]++;
     return rc;
@@ -193,7 +214,7 @@ static PyGetSetDef rb_getset[] = {
 
 static PyTypeObject RowBufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "jaxplace_cli.capture._native.RowBuffer",
+    .tp_name = "jaxplace_cli.model._packed.RowBuffer",
     .tp_basicsize = sizeof(RowBuffer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "RowBuffer(): raw rows packed as bytes (module comment).",
@@ -350,7 +371,7 @@ static PyMethodDef dec_methods[] = {
 
 static PyTypeObject DecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "jaxplace_cli.capture._native.Decoder",
+    .tp_name = "jaxplace_cli.model._packed.Decoder",
     .tp_basicsize = sizeof(Decoder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Decoder(): a RowBuffer's bytes back into raw rows (keeps its string table).",
@@ -365,8 +386,9 @@ static PyTypeObject DecoderType = {
 /* What the recorder's ``ops``/``transfers``/``buffers`` become once rows are packed: an object
    with the deque methods the hooks use (``append``, ``len``). Rows the Python hooks append are
    packed too, so no row of any path waits as a tuple for the writer; a row the encoder cannot
-   hold (a value of a type no raw row should have) goes to the fallback deque as before,
-   never an error in the user's program. */
+   hold (a value of a type no raw row should have), or one appended while another row is
+   being encoded (RowBuffer.busy), goes to the fallback deque as before, never an error in the
+   user's program. */
 typedef struct {
     PyObject_HEAD
     RowBuffer *rb;
@@ -375,7 +397,7 @@ typedef struct {
 } Sink;
 
 static PyObject *sink_append(Sink *self, PyObject *row) {
-    if (PyTuple_Check(row)) {
+    if (PyTuple_Check(row) && !self->rb->busy) {
         Py_INCREF(row);
         if (rb_add(self->rb, self->table, row) == 0) Py_RETURN_NONE;
         if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&

@@ -65,6 +65,10 @@ class Events:
     # dispatching threads waited for the writer because the backlog was over its limit
     backpressure_waits: int = field(default=0, metadata=COUNT)
     backpressure_s: float = field(default=0.0, metadata={"min": 0})
+    # calls whose recording failed (capture/recorder.py: Recorder.recording_failed): the
+    # program kept its results, the run's rows miss those calls; the first failure's text
+    recording_errors: int = field(default=0, metadata=COUNT)
+    recording_error: str = ""
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Why wrappers and not ``core.EvalTrace.process_primitive``: ``jax.numpy`` functions and user
 ``jit`` functions dispatch through the C++ fast path, which never re-enters Python on a cache
-hit (DESIGN.md fact 1). Forcing the slow path costs ~x1.44; a thin Python wrapper around the
+hit. Forcing the slow path costs ~x1.44; a thin Python wrapper around the
 *public* entry points (``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs
 a few microseconds of Python per op, sees the caller's frame, and keeps the fast path. Primitives bound
 eagerly outside any wrapper (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on
@@ -23,11 +23,19 @@ from time import perf_counter_ns
 
 import jax
 import numpy as np
-from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture import frames
+from jaxplace_cli.capture.jaxhooks.common import (
+    _SCALAR_BYTES,
+    _EvalTrace,
+    _trace_ctx,
+    array_nbytes,
+    sharded_upload,
+    upload_nbytes,
+    x64_enabled,
+)
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
 from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
@@ -39,58 +47,11 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
     sharding_label,
     tls,
 )
-from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, _nbytes, dtype_name
+from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, dtype_name
 from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent, expand_device_group
 
-_trace_ctx = _core.trace_ctx
-_EvalTrace = _core.EvalTrace
 _Array = jax.Array
 _SEQUENCES = (list, tuple)
-# Bytes a Python scalar operand uploads: it becomes a weakly typed 32-bit value, or 64-bit
-# with x64 enabled (bool: 1 byte either way). Indexed by x64_enabled().
-_SCALAR_BYTES = ({float: 4, int: 4, bool: 1, complex: 8}, {float: 8, int: 8, bool: 1, complex: 16})
-
-
-def _x64_reader():
-    """``jax_enable_x64`` as of now (a script may enable it after the hooks are installed):
-    JAX's config holder is ~3x cheaper to read than ``jax.config.jax_enable_x64``."""
-    try:
-        from jax._src.config import enable_x64
-
-        enable_x64.value  # noqa: B018 - fails here, not per op, if the holder changed
-        return lambda: bool(enable_x64.value)
-    except Exception:
-        return lambda: bool(jax.config.jax_enable_x64)
-
-
-x64_enabled = _x64_reader()
-
-_DEVICE_ITEMSIZE: dict = {}  # (host dtype, x64) -> itemsize of the dtype JAX uploads it as
-
-
-def upload_nbytes(a) -> int:
-    """Bytes a device receives for host data ``a`` (numpy array or scalar): its size at the
-    dtype JAX canonicalises it to. With x64 off (the default) float64 and int64 arrive as
-    float32 and int32: ``f(np.ones((1000, 1000)))`` uploads 4,000,000 B, not the host's 8,000,000."""
-    dtype = a.dtype
-    key = (dtype, x64_enabled())
-    size = _DEVICE_ITEMSIZE.get(key)
-    if size is None:
-        try:
-            from jax._src import dtypes
-
-            size = np.dtype(dtypes.canonicalize_dtype(dtype)).itemsize
-        except Exception:  # not a dtype JAX accepts: the call fails anyway
-            size = dtype.itemsize
-        _DEVICE_ITEMSIZE[key] = size
-    return int(a.size) * size
-
-
-def array_nbytes(a) -> int:
-    aval = a.aval
-    return _nbytes(aval.shape, aval.dtype)
-
-
 def _operand_leaves(spec: CallSpec, args, kwargs):
     if spec.flatten:
         if spec.static_argnums or spec.static_argnames:
@@ -116,12 +77,6 @@ def _out_arrays(out, flatten: bool):
     return ()
 
 
-def is_recording() -> bool:
-    """True when a hooked call here should record (not nested, not tracing)."""
-    return (active.rec is not None and not tls.depth
-            and type(_trace_ctx.trace) is _EvalTrace)
-
-
 def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
     """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers.
 
@@ -137,10 +92,14 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     allocation brings the next collection, and JAX's gc callback, closer).
     """
     rec = active.rec
-    site = rec.site_of(sys._getframe(1))
-    seq = next(rec.seqs)
+    try:
+        site = rec.site_of(sys._getframe(1))
+        seq = next(rec.seqs)
+    except Exception as exc:  # the recording failed, not the call: run it unrecorded
+        rec.recording_failed(exc)
+        return fn(*args, **kwargs)
     placed = ""
-    if active.placing:
+    if active.placing:  # a policy's own errors (PolicyError) are the user's: they stand
         placer = tls.placer or active.placer
         if placer is not None:
             fn, args, kwargs, placed = placer.place(rec, spec, fn, args, kwargs, site, seq, backward)
@@ -158,10 +117,13 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     t1 = perf_counter_ns()
     tls.depth = 0
     tls.op = None
-    _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
-    b = rec.backlog_limit
-    if b is not None and len(rec.ops) + len(rec.transfers) + len(rec.buffers) > b:
-        rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer)
+    try:  # a recording failure here must not lose the user's result: counted, said at the end
+        _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
+        b = rec.backlog_limit
+        if b is not None and len(rec.ops) + len(rec.transfers) + len(rec.buffers) > b:
+            rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer)
+    except Exception as exc:
+        rec.recording_failed(exc)
     return out
 
 
@@ -254,8 +216,6 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
         elif isinstance(a, HOST_DATA_TYPES):
             dst, nbytes = _endpoint(dev, outs[0]), upload_nbytes(a)
             if dst is not dev:  # a multi-device call: what the compiled program's sharding sent
-                from jaxplace_cli.capture.jaxhooks.uploads import sharded_upload
-
                 dst, nbytes = sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes)
             ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
                   True, False, spec.name + " (numpy argument)", site, 0, seq)
@@ -334,8 +294,8 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, _thread_ident(), spec.kind, spec.name,
                                ",".join(dict.fromkeys(devs)), site,
                                ",".join(map(str, bufs)), "", msg[:2000], False, ""))
-    except Exception:
-        pass  # recording must never mask the user's exception
+    except Exception as err:  # recording must never mask the user's exception
+        rec.recording_failed(err)
 
 
 _OWN_DIR = str(Path(__file__).resolve().parents[2])  # the jaxplace_cli package
@@ -372,23 +332,26 @@ def wrap(fn, spec: CallSpec):
     return wrapper
 
 
-def _native_record_call():
-    """The native hot path (capture/_native.c) wired to this module's objects, or None when
-    the extension is missing, failed to import, or ``JAXPLACE_CAPTURE=python`` (capture/native.py)."""
-    from jaxplace_cli.capture import native
-
-    mod = native.module()
-    if mod is None:
-        return None
-    from jaxplace_cli.capture.jaxhooks.state import sharding_label as _sharding_label
-
+def configure_native(mod):
+    """``mod.record_call`` (the C hot path, capture/_native.c) wired to this module's objects:
+    the rows it appends are this module's. Separate from the choice of path so that a test can
+    drive both twins in one process (tests/test_native_twin.py)."""
     mod.configure(active=active, tls=tls, labels=_LABELS, array_type=ArrayImpl,
                   dtype_names=_DTYPE_NAMES, dtype_name=dtype_name,
-                  sharding_label=_sharding_label, array_nbytes=array_nbytes, x64_enabled=x64_enabled,
+                  sharding_label=sharding_label, array_nbytes=array_nbytes, x64_enabled=x64_enabled,
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
                   d2d=D2D, h2d=H2D, host=HOST)
     return mod.record_call
+
+
+def _native_record_call():
+    """The native hot path, or None when the extension is missing, failed to import, or
+    ``JAXPLACE_CAPTURE=python`` (capture/native.py)."""
+    from jaxplace_cli.capture import native
+
+    mod = native.module()
+    return configure_native(mod) if mod is not None else None
 
 
 # What every hook calls: the native function when it loaded, else the Python one (same rows).

@@ -1,7 +1,8 @@
-"""Explicit transfer hooks: ``device_put``, ``device_get``, host reads of an Array.
+"""Device-to-host hooks: ``device_get`` and every host read of an Array (``device_put`` and
+the other placement APIs are uploads.py's).
 
 Every device-to-host read funnels through ``ArrayImpl._value`` (``float()``, ``int()``,
-``bool()``, ``.item()``, ``.tolist()``, ``np.asarray``, printing) — DESIGN.md fact 8 — so one
+``bool()``, ``.item()``, ``.tolist()``, ``np.asarray``, printing), so one
 property hook sees them all; the API the user called is named from the frame just inside the
 user's frame (``__float__`` -> ``float()``). Each Array is counted once: the first read
 copies it to the host, later reads hit the host copy (as on GPU/TPU; the CPU backend may
@@ -18,7 +19,7 @@ import numpy as np
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.jaxhooks import syncs
-from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, is_recording
+from jaxplace_cli.capture.jaxhooks.common import array_nbytes, is_recording, public_name
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, sharding_label, tls, wraps
 from jaxplace_cli.capture.recorder import BUF_ATTR
 from jaxplace_cli.model.events import D2H, HOST, OP_DEVICE_GET, OpEvent, TransferEvent
@@ -57,41 +58,52 @@ def make_device_get(original):
         if not is_recording():
             return original(x)
         rec = active.rec
-        site = rec.site_of(sys._getframe(1))
-        seq = rec.next_seq()
-        thread = _thread_ident()
-        t0 = perf_counter_ns()
-        devs, bufs, pending = [], [], []
-        for leaf in tree_leaves(x):
-            if not isinstance(leaf, _Array) or getattr(leaf, _HOST_FLAG, False):
-                continue
-            src = sharding_label(leaf.sharding)
-            b = rec.buffer_id(leaf, src, getattr(leaf, "_committed", True), site, seq)
-            devs.append(src)
-            bufs.append(b)
-            pending.append((leaf, src, b, syncs.measure_ready(leaf, src)))
+        try:
+            site = rec.site_of(sys._getframe(1))
+            seq = rec.next_seq()
+            thread = _thread_ident()
+            t0 = perf_counter_ns()
+            devs, bufs, pending = [], [], []
+            for leaf in tree_leaves(x):
+                if not isinstance(leaf, _Array) or getattr(leaf, _HOST_FLAG, False):
+                    continue
+                src = sharding_label(leaf.sharding)
+                b = rec.buffer_id(leaf, src, getattr(leaf, "_committed", True), site, seq)
+                devs.append(src)
+                bufs.append(b)
+                pending.append((leaf, src, b, syncs.measure_ready(leaf, src)))
+        except Exception as exc:  # the recording failed, not the call: run it unrecorded
+            rec.recording_failed(exc)
+            return original(x)
         tls.depth, tls.in_device_get = 1, True
         try:
             out = original(x)
         finally:
             tls.depth, tls.in_device_get = 0, False
         t1 = perf_counter_ns()
-        for leaf, src, b, ready in pending:
-            blocking = syncs.read_blocks(rec, leaf, src, b, ready)
-            rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, thread, D2H,
-                                           endpoint_label(leaf.sharding), HOST, array_nbytes(leaf),
-                                           False, blocking, "jax.device_get", site, b, seq))
-            _mark_on_host(leaf)
-        if bufs:
-            rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_GET, "device_get",
-                                   ",".join(dict.fromkeys(devs)), site, ",".join(map(str, bufs)),
-                                   "", "", False, ""))
-        if active.on_dispatch is not None:
-            active.on_dispatch()
+        try:
+            _record_get(rec, pending, devs, bufs, site, seq, thread, t0, t1)
+        except Exception as exc:  # the user keeps the values: counted, said at the end
+            rec.recording_failed(exc)
         return out
 
     device_get.__jaxplace_original__ = original
     return device_get
+
+
+def _record_get(rec, pending, devs, bufs, site, seq, thread, t0, t1) -> None:
+    for leaf, src, b, ready in pending:
+        blocking = syncs.read_blocks(rec, leaf, src, b, ready)
+        rec.add_transfer(TransferEvent(rec.next_seq(), t0 - rec.t0, thread, D2H,
+                                       endpoint_label(leaf.sharding), HOST, array_nbytes(leaf),
+                                       False, blocking, "jax.device_get", site, b, seq))
+        _mark_on_host(leaf)
+    if bufs:
+        rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, thread, OP_DEVICE_GET, "device_get",
+                               ",".join(dict.fromkeys(devs)), site, ",".join(map(str, bufs)),
+                               "", "", False, ""))
+    if active.on_dispatch is not None:
+        active.on_dispatch()
 
 
 def _mark_on_host(arr) -> None:
@@ -176,31 +188,6 @@ def make_numpy_reader(original, api: str):
     return reader
 
 
-# Wrapper frames between the user and the function they called: the callable they wrap
-# (a closure variable of the frame) is the API's name.
-_WRAPPER_FRAMES = frozenset({"reraise_with_filtered_traceback", "wrapper", "wrapped", "_wrapped",
-                             "__call__", "cache_miss", "api_boundary"})
-
-
-def public_name(frame) -> str:
-    """The name of the function the user called, from the outermost JAX frame below the
-    user's: ``jit(f)`` for a jitted function (not its ``reraise_with_filtered_traceback``
-    boundary wrapper), else the function's own name."""
-    name = frame.f_code.co_name
-    if name not in _WRAPPER_FRAMES:
-        return name
-    try:
-        local = frame.f_locals
-    except Exception:
-        return name
-    for key in ("fun", "fn", "func", "f", "self"):
-        obj = local.get(key)
-        inner = getattr(obj, "__name__", None)
-        if isinstance(inner, str) and inner:
-            return f"jit({inner})" if type(obj).__name__ == "PjitFunction" else inner
-    return name
-
-
 def _record_read(rec, arr, t0, blocking: bool, api, ready=None) -> None:
     """One d2h of ``arr``. ``blocking``: the API waits for the value (False for
     ``copy_to_host_async``); whether that wait stalled the device is syncs.py's model.
@@ -234,5 +221,5 @@ def _record_read(rec, arr, t0, blocking: bool, api, ready=None) -> None:
                                        endpoint_label(arr.sharding), HOST, array_nbytes(arr),
                                        implicit, blocking, api, site, b, op_seq))
         _mark_on_host(arr)
-    except Exception:
-        pass  # a recording failure must never break a host read
+    except Exception as exc:  # a recording failure must never break a host read
+        rec.recording_failed(exc)

@@ -31,7 +31,7 @@ import numpy as np
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.jaxhooks import syncs
-from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, is_recording
+from jaxplace_cli.capture.jaxhooks.common import array_nbytes, is_recording, public_name, recording_failed
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, sharding_label, tls, wraps
 from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, OP_DEVICE_PUT, OpEvent, TransferEvent, device_group_label
 
@@ -96,8 +96,8 @@ def make_batched_device_put(original):
                 own: list = []
                 _put_legs(aval, xs, devices, out, own)
                 _standalone(own, sys._getframe(1))
-        except Exception:
-            pass  # recording must never break an upload
+        except Exception as exc:  # recording must never break an upload
+            recording_failed(exc)
         return out
 
     batched_device_put.__jaxplace_original__ = original
@@ -120,8 +120,8 @@ def make_batched_copy(original):
                 own: list = []
                 _copy_legs(xs, device_lists, outs, own)
                 _standalone(own, sys._getframe(1))
-        except Exception:
-            pass
+        except Exception as exc:
+            recording_failed(exc)
         return outs
 
     batched_copy.__jaxplace_original__ = original
@@ -143,8 +143,6 @@ def _standalone(legs, frame) -> None:
     site = rec.site_of(user) if user is not None else 0
     api = "jax"
     if below is not None:
-        from jaxplace_cli.capture.jaxhooks.transfers import public_name
-
         module = below.f_globals.get("__name__", "")
         prefix = next((p for m, p in _PUBLIC_MODULES if module.startswith(m)), "jax.")
         api = prefix + public_name(below)
@@ -241,8 +239,12 @@ def make_put_api(original, name: str, data_arg):
         if not is_recording():
             return original(*args, **kwargs)
         rec = active.rec
-        site = rec.site_of(sys._getframe(1))
-        seq = rec.next_seq()
+        try:
+            site = rec.site_of(sys._getframe(1))
+            seq = rec.next_seq()
+        except Exception as exc:  # the recording failed, not the call: run it unrecorded
+            rec.recording_failed(exc)
+            return original(*args, **kwargs)
         legs: list = []
         tls.depth = 1
         tls.collect = legs
@@ -255,8 +257,8 @@ def make_put_api(original, name: str, data_arg):
         t1 = perf_counter_ns()
         try:
             _record_put(rec, name, api, args, data_arg, out, legs, site, seq, t0, t1)
-        except Exception:
-            pass  # recording must never break a placement
+        except Exception as exc:  # recording must never break a placement
+            rec.recording_failed(exc)
         return out
 
     put.__jaxplace_original__ = original
@@ -295,36 +297,6 @@ def _record_put(rec, name, api, args, data_arg, out, legs, site, seq, t0, t1) ->
                            ",".join(map(str, out_bufs)), "", False, ""))
     if active.on_dispatch is not None:
         active.on_dispatch()
-
-
-_IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
-
-
-def sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes):
-    """(endpoint, bytes) of host data ``a`` passed to a jit call over several devices: the
-    devices received it as the compiled program's input sharding says — a numpy weight of
-    32,768 B next to a batch sharded over 8 devices is replicated, 262,144 B. The sharding
-    comes from ``fn.lower(...).compile()`` right after the call (the trace and the executable
-    are cached: ~0.25 ms, no new trace, no compile event), once per argument signature."""
-    try:
-        k = next(i for i, x in enumerate(leaves) if x is a)
-        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
-                             for x in leaves))
-        shardings = _IN_SHARDINGS.get(key)
-        if shardings is None:
-            compiled = fn.lower(*args, **kwargs).compile()
-            shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings)
-        sharding = shardings[k]
-        itemsize = nbytes // max(int(a.size), 1)
-        total = 0
-        for index in sharding.addressable_devices_indices_map(a.shape).values():
-            n = itemsize
-            for dim, sl in zip(a.shape, index):
-                n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
-            total += n
-        return endpoint_label(sharding), total
-    except Exception:  # a placed or partitioned call, another JAX: the global size
-        return dst, nbytes
 
 
 def install(patch, report) -> None:

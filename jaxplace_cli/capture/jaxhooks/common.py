@@ -1,0 +1,131 @@
+"""Helpers the hook modules share, below all of them: what a value costs to move, whether a
+hooked call records, the name of the API a user called, a jit call's sharded uploads.
+
+Here so that ``dispatch``, ``transfers`` and ``uploads`` import one module below them and
+none of each other (they did, in a circle: issue 23).
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax._src import core as _core
+from jax.tree_util import tree_leaves
+
+from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, tls
+from jaxplace_cli.capture.recorder import _nbytes
+
+_trace_ctx = _core.trace_ctx
+_EvalTrace = _core.EvalTrace
+
+# Bytes a Python scalar operand uploads: it becomes a weakly typed 32-bit value, or 64-bit
+# with x64 enabled (bool: 1 byte either way). Indexed by x64_enabled().
+_SCALAR_BYTES = ({float: 4, int: 4, bool: 1, complex: 8}, {float: 8, int: 8, bool: 1, complex: 16})
+
+
+def _x64_reader():
+    """``jax_enable_x64`` as of now (a script may enable it after the hooks are installed):
+    JAX's config holder is ~3x cheaper to read than ``jax.config.jax_enable_x64``."""
+    try:
+        from jax._src.config import enable_x64
+
+        enable_x64.value  # noqa: B018 - fails here, not per op, if the holder changed
+        return lambda: bool(enable_x64.value)
+    except Exception:
+        return lambda: bool(jax.config.jax_enable_x64)
+
+
+x64_enabled = _x64_reader()
+
+_DEVICE_ITEMSIZE: dict = {}  # (host dtype, x64) -> itemsize of the dtype JAX uploads it as
+
+
+def upload_nbytes(a) -> int:
+    """Bytes a device receives for host data ``a`` (numpy array or scalar): its size at the
+    dtype JAX canonicalises it to. With x64 off (the default) float64 and int64 arrive as
+    float32 and int32: ``f(np.ones((1000, 1000)))`` uploads 4,000,000 B, not the host's 8,000,000."""
+    dtype = a.dtype
+    key = (dtype, x64_enabled())
+    size = _DEVICE_ITEMSIZE.get(key)
+    if size is None:
+        try:
+            from jax._src import dtypes
+
+            size = np.dtype(dtypes.canonicalize_dtype(dtype)).itemsize
+        except Exception:  # not a dtype JAX accepts: the call fails anyway
+            size = dtype.itemsize
+        _DEVICE_ITEMSIZE[key] = size
+    return int(a.size) * size
+
+
+def array_nbytes(a) -> int:
+    aval = a.aval
+    return _nbytes(aval.shape, aval.dtype)
+
+
+def is_recording() -> bool:
+    """True when a hooked call here should record (not nested, not tracing)."""
+    return (active.rec is not None and not tls.depth
+            and type(_trace_ctx.trace) is _EvalTrace)
+
+
+# Wrapper frames between the user and the function they called: the callable they wrap
+# (a closure variable of the frame) is the API's name.
+_WRAPPER_FRAMES = frozenset({"reraise_with_filtered_traceback", "wrapper", "wrapped", "_wrapped",
+                             "__call__", "cache_miss", "api_boundary"})
+
+
+def public_name(frame) -> str:
+    """The name of the function the user called, from the outermost JAX frame below the
+    user's: ``jit(f)`` for a jitted function (not its ``reraise_with_filtered_traceback``
+    boundary wrapper), else the function's own name."""
+    name = frame.f_code.co_name
+    if name not in _WRAPPER_FRAMES:
+        return name
+    try:
+        local = frame.f_locals
+    except Exception:
+        return name
+    for key in ("fun", "fn", "func", "f", "self"):
+        obj = local.get(key)
+        inner = getattr(obj, "__name__", None)
+        if isinstance(inner, str) and inner:
+            return f"jit({inner})" if type(obj).__name__ == "PjitFunction" else inner
+    return name
+
+
+_IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
+
+
+def sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes):
+    """(endpoint, bytes) of host data ``a`` passed to a jit call over several devices: the
+    devices received it as the compiled program's input sharding says — a numpy weight of
+    32,768 B next to a batch sharded over 8 devices is replicated, 262,144 B. The sharding
+    comes from ``fn.lower(...).compile()`` right after the call (the trace and the executable
+    are cached: ~0.25 ms, no new trace, no compile event), once per argument signature."""
+    try:
+        k = next(i for i, x in enumerate(leaves) if x is a)
+        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
+                             for x in leaves))
+        shardings = _IN_SHARDINGS.get(key)
+        if shardings is None:
+            compiled = fn.lower(*args, **kwargs).compile()
+            shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings)
+        sharding = shardings[k]
+        itemsize = nbytes // max(int(a.size), 1)
+        total = 0
+        for index in sharding.addressable_devices_indices_map(a.shape).values():
+            n = itemsize
+            for dim, sl in zip(a.shape, index):
+                n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
+            total += n
+        return endpoint_label(sharding), total
+    except Exception:  # a placed or partitioned call, another JAX: the global size
+        return dst, nbytes
+
+
+def recording_failed(exc: Exception) -> None:
+    """A hook's own failure, where the recorder may be gone (uninstalled meanwhile): counted on
+    the active recorder (Recorder.recording_failed), never raised into the user's program."""
+    rec = active.rec
+    if rec is not None:
+        rec.recording_failed(exc)
