@@ -71,9 +71,6 @@ def test_imports_only_run_down_the_flow():
 
 
 # Circles another branch of issue 23 removes (item 6): tolerated until it is merged, then dropped.
-KNOWN_CIRCLES = ({"capture/jaxhooks/dispatch.py", "capture/jaxhooks/transfers.py", "capture/jaxhooks/uploads.py"},)
-
-
 def _import_graph(modules) -> dict[str, dict[str, int]]:
     """module -> {module of the same stage it imports: line}, counting imports inside functions
     too (they run, only later). An import's target is the module defining the name: ``from
@@ -147,8 +144,6 @@ def test_no_import_circle_inside_a_stage():
     graph = _import_graph((rel, tree) for rel, _, tree in _modules())
     bad = []
     for comp in _circles(graph):
-        if any(set(comp) <= known for known in KNOWN_CIRCLES):
-            continue
         bad.append("circle: " + ", ".join(f"{rel}:{graph[rel][dep]} imports {dep}"
                                           for rel in comp for dep in graph[rel] if dep in comp))
     assert not bad, "\n".join(bad)

@@ -337,7 +337,10 @@ class Session:
         m.events = Events(rec.counts["ops"] if rec else 0, rec.counts["transfers"] if rec else 0,
                           lost, write_error, Writer(**_writer_manifest(writer)),
                           rec.backpressure_waits if rec else 0,
-                          round(rec.backpressure_ns / 1e9, 6) if rec else 0.0)
+                          round(rec.backpressure_ns / 1e9, 6) if rec else 0.0,
+                          rec.recording_errors if rec else 0, rec.first_recording_error if rec else "")
+        if rec is not None and rec.recording_errors:  # the user's results were kept; say it once
+            m.warnings.append(rec.recording_error_line())
         m.trace = Trace(self.trace.mode if self.trace else "off", self.trace.state if self.trace else "off",
                         self.opts.trace_seconds, self.opts.trace_ops,
                         self.trace.traced_ops if self.trace else 0,
