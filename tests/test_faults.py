@@ -229,7 +229,7 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("mode", ["normal", "sigpipe_dfl"])
 def test_writer_process_killed_mid_run_script_unaffected_and_loss_reported(tmp_path, mode):
-    """The store is written by a child process (store_process.py). If it dies, the script
+    """The store is written by a child process (store/writer_process.py). If it dies, the script
     runs on unaffected — also one that set SIGPIPE to SIG_DFL, which a pipe to the dead
     writer would kill — the rows sent after its death are counted as lost and said to be, and
     what it committed before is auditable."""

@@ -267,3 +267,51 @@ def test_one_place_installs_hooks():
     assert HOOKS_HOME in found, "the scan no longer sees capture/recording.py install the hooks"
     bad = [f"{rel}:{lines}" for rel, lines in found.items() if rel != HOOKS_HOME and rel not in HOOKS_USE_ALLOWED]
     assert not bad, "install/uninstall the hooks through capture.recording.Recording:\n" + "\n".join(bad)
+
+
+# Names in comments and docstrings that are not this repo's files: placeholders of examples
+# (a user's script, a policy file) and paths in other projects (JAX's source, pyinstrument's).
+EXAMPLE_NAMES = {"train.py", "script.py", "x.py", "file.py", "FILE.py", "jaxplace_cli.py", "-odd-name.py",
+                 "p.toml", "policy.toml", "rules.toml"}
+OTHER_PROJECTS = ("jax/", "examples/", "renderers/", "dir/", "pkg/")
+
+
+def _comments_and_docstrings(path):
+    import io
+    import tokenize
+
+    src = path.read_text()
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+
+
+def test_comments_name_only_files_that_exist():
+    """A comment or docstring that cites a file the repo does not have (a design note kept
+    elsewhere, a module renamed long ago) sends the reader looking for nothing (issue 23)."""
+    import re
+
+    pattern = re.compile(r"(?<![\w.$/-])((?:[\w-]+/)*[\w-]+\.(?:py|c|md|toml))\b")
+    names = {p.name for d in ("jaxplace_cli", "tests", "bench", "docs", "sample_scripts", "audits")
+             for p in (REPO / d).rglob("*")} | {p.name for p in REPO.iterdir()}
+    bad = []
+    for path in sorted(p for d in ("jaxplace_cli", "tests", "bench") for p in (REPO / d).rglob("*.py")):
+        if "data" in path.relative_to(REPO).parts:
+            continue
+        for line, text in _comments_and_docstrings(path):
+            for m in pattern.finditer(text):
+                name = m.group(1)
+                if name in EXAMPLE_NAMES or name.startswith(OTHER_PROJECTS):
+                    continue
+                if "/" in name:
+                    ok = any((base / name).exists() for base in (REPO, PKG, path.parent))
+                else:
+                    ok = name in names
+                if not ok:
+                    bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    assert not bad, "\n".join(bad)

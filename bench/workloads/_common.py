@@ -8,7 +8,7 @@ the *same* script measures JAX's own alternatives to jaxplace, without touching 
   (``python_tracer_level = 0``); trace files go to ``BENCH_TRACE_DIR`` (a temp dir).
 - ``transfer_guard``: ``jax.config.update("jax_transfer_guard", "log")``.
 - ``slowpath``: every jit dispatch goes through Python (``jax._src.pjit._get_fastpath_data``
-  returns None), the cost of seeing arguments on every call (DESIGN.md fact 2).
+  returns None), the cost of seeing arguments on every call (docs/jax-facts.md, fact 2).
 
 The workload prints one line ``BENCH_RESULT {json}`` on stdout: its own counters (ops it
 dispatched, Python-scalar operands it passed, ...) and the seconds its measured loop took.

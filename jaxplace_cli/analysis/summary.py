@@ -1,7 +1,7 @@
 """Totals of a run: transfers per kind, top transfer sites, ops per device.
 
 Transfers below ``min_bytes`` (Python scalar operands, 4-byte losses) are counted apart as
-``small`` so they neither hide nor inflate real traffic (DESIGN.md fact 7); transfers whose
+``small`` so they neither hide nor inflate real traffic (docs/jax-facts.md, fact 7); transfers whose
 size is unknown (foreign traces) are counted apart as ``unknown_size``.
 """
 from __future__ import annotations

@@ -34,7 +34,6 @@ OP_PRIM = "prim"  # a primitive bound eagerly outside any hooked call (lax.*, gr
 OP_DEVICE_PUT = "device_put"
 OP_DEVICE_GET = "device_get"
 OP_SEGMENT = "segment"  # a piece of a jitted function placed on its own (--granularity op)
-OP_KINDS = (OP_JIT, OP_JNP, OP_METHOD, OP_PRIM, OP_DEVICE_PUT, OP_DEVICE_GET, OP_SEGMENT)
 # Ops that move data rather than compute: the balance and fwd/bwd rules skip them.
 TRANSFER_OPS = (OP_DEVICE_PUT, OP_DEVICE_GET)
 

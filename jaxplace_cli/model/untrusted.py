@@ -20,7 +20,7 @@ import stat
 import tomllib
 from pathlib import Path
 
-from jaxplace_cli.model.errors import DataError, JaxplaceError
+from jaxplace_cli.model.errors import JaxplaceError
 
 KiB, MiB = 1 << 10, 1 << 20
 # Limits (docs/security.md lists them): far above any file jaxplace writes or a user types.
@@ -30,7 +30,6 @@ MAX_BASELINE_BYTES = 256 * MiB  # a saved audit JSON: ~300 bytes a site; --top 1
 MAX_GRAPH_BYTES = 64 * MiB  # a placement graph: the published ones are 8-25 KiB
 MAX_JSON_DEPTH = 64  # jaxplace's own JSON nests 4 levels deep
 MAX_INT_DIGITS = 20  # an integer in JSON or TOML: 2**64 has 20 digits
-MAX_MARKER_BYTES = 1 * MiB  # one JSON value of a store's markers table
 
 
 class UntrustedFileError(JaxplaceError):
@@ -160,34 +159,6 @@ def load_json(path, what: str, limit: int, error: type[JaxplaceError] = Untruste
               max_depth: int = MAX_JSON_DEPTH):
     return parse_json(read_text(path, what, limit, error), f"{what} {path}", error, max_depth)
 
-
-def compile_marker(value) -> dict:
-    """A ``compile`` marker's value (capture/jaxhooks/compiles.py) with the types the readers
-    rely on: ``fun``/``op`` strings, ``op_seq``/``site`` integers, ``secs`` a finite number >= 0,
-    ``signature`` a list of strings. A value jaxplace could not have written (over 1 MiB, not
-    JSON, nested deeper than 64, not an object, fields of other types) is a damaged or hostile
-    store: ``DataError`` (exit 2), never an internal error."""
-    if not isinstance(value, str) or len(value) > MAX_MARKER_BYTES:
-        raise DataError(f"markers: a compile marker is not text of at most {MAX_MARKER_BYTES:,} bytes")
-    try:
-        info = parse_json(value, "markers: a compile marker")
-    except UntrustedFileError as exc:
-        raise DataError(str(exc)) from None
-    if not isinstance(info, dict):
-        raise DataError("markers: a compile marker is not a JSON object")
-    out = {"fun": info.get("fun", ""), "op": info.get("op", ""), "op_seq": info.get("op_seq", -1),
-           "site": info.get("site", 0), "secs": info.get("secs", 0), "signature": info.get("signature", [])}
-    if not (isinstance(out["fun"], str) and isinstance(out["op"], str)
-            and all(isinstance(out[k], int) and not isinstance(out[k], bool) for k in ("op_seq", "site"))
-            and isinstance(out["secs"], (int, float)) and not isinstance(out["secs"], bool)
-            and 0 <= out["secs"] < 1e9
-            and isinstance(out["signature"], list) and all(isinstance(x, str) for x in out["signature"])):
-        raise DataError("markers: a compile marker's fields have the wrong types (fun, op: text; op_seq, "
-                        "site: integers; secs: a number from 0; signature: a list of text)")
-    return out
-
-
-# -- TOML -----------------------------------------------------------------------------------
 
 def load_toml(path, what: str, error: type[JaxplaceError] = UntrustedFileError,
               limit: int = MAX_TOML_BYTES) -> dict:

@@ -3,7 +3,7 @@
 ::
 
     <run>/run.json          manifest: schema_version, argv, cwd, versions, devices, policy, outcome
-    <run>/events.sqlite     jaxplace's events (store.py)
+    <run>/events.sqlite     jaxplace's events (store/schema.py, store/writer_process.py)
     <run>/plugins/profile/<session>/<host>.xplane.pb   the jax.profiler trace, if any
 """
 from __future__ import annotations

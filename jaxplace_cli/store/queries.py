@@ -8,7 +8,7 @@ row order is stated where it matters. Large scans are iterators, so a 1M-row run
 held twice. A ``SELECT *`` row is an event as it is: the reader checked every table's columns
 against the schema when it opened the store. Where a consumer holds every row at once (the
 balance rules, a budget check) the query selects only the columns it needs, into a narrower
-NamedTuple (``OpCost``, ``TransferCost``), so the move to named fields costs no memory.
+NamedTuple (``TransferCost``), so the move to named fields costs no memory.
 
 The queries keep the exact SQL the analyses used before they moved here (``tests/
 test_golden_runs.py`` pins the audit output byte for byte), including which scans are ordered:
@@ -67,17 +67,6 @@ class DevicesTotal(NamedTuple):
     dur_ns: int | None  # summed host dispatch time (None only for a damaged column)
 
 
-class OpCost(NamedTuple):
-    """What the balance rules weigh of an op (six columns: they hold every compute op)."""
-
-    seq: int
-    devices: str
-    dur_ns: int
-    site: int
-    name: str
-    placed: str  # "" = JAX decided, else the policy decision (OpEvent.placed)
-
-
 class TransferCost(NamedTuple):
     """What a budget counts of a transfer (seven columns: a budget check holds every one)."""
 
@@ -98,12 +87,6 @@ def successful_ops(store) -> Iterator[OpEvent]:
 def successful_ops_of_kind(store, kind: str) -> Iterator[OpEvent]:
     """Ops of one kind that did not raise, in storage order."""
     return _events(store, OpEvent, "SELECT * FROM ops WHERE kind = ? AND error = ''", (kind,))
-
-
-def compute_op_costs(store) -> Iterator[OpCost]:
-    """Successful ops that compute (not device_put/device_get), in storage order."""
-    return _events(store, OpCost, "SELECT seq, devices, dur_ns, site, name, placed FROM ops "
-                   f"WHERE error = '' AND kind NOT IN ({', '.join('?' * len(TRANSFER_OPS))})", TRANSFER_OPS)
 
 
 def compute_op_medians(store, skip, compiling, placed_in=None, names=None) -> dict[str, int]:
@@ -330,7 +313,7 @@ def negative_durations(conn) -> int:
     return conn.execute("SELECT COUNT(*) FROM ops WHERE dur_ns < 0").fetchone()[0]
 
 
-# -- steps, recompiles, host syncs (analysis/steps.py, rules/recompile.py, rules/transfers.py) --
+# -- steps, recompiles, host syncs (analysis/steps.py, analysis/rules/recompile.py, analysis/rules/transfers.py) --
 
 
 def step_markers(store) -> tuple[list[tuple[int, str]], list[int]]:

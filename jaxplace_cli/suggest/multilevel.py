@@ -20,8 +20,6 @@ import numpy as np
 from jaxplace_cli.suggest.coarsen import contract
 from jaxplace_cli.suggest.model import Partition, Solution, cost, feasible
 
-_BIG = np.iinfo(np.int64).max // 4
-
 
 def multilevel(p: Partition, seed: int = 0, tries: int = 6, passes: int = 8) -> Solution:
     t0 = time.perf_counter()

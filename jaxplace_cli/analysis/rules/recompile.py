@@ -31,7 +31,7 @@ FIXES = {
 
 
 def parse_leaf(s: str) -> dict:
-    """One signature string (hooks/compiles.py) as fields: ``float32[8,128] weak @cpu:0``,
+    """One signature string (capture/jaxhooks/compiles.py) as fields: ``float32[8,128] weak @cpu:0``,
     ``numpy float32[8]`` or a Python value ``int 3``."""
     m = _ARRAY.match(s)
     if m:

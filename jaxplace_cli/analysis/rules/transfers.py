@@ -122,7 +122,7 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
 
     An uncommitted array (created without a device) used together with arrays committed to
     another device is copied there for the call, but the copy is thrown away: the array stays
-    where it was, so the next use copies it again (DESIGN.md fact 6). An array counts when it
+    where it was, so the next use copies it again (docs/jax-facts.md, fact 6). An array counts when it
     was copied at least ``cfg.uncommitted_threshold`` times; arrays created at the same line
     (a new one each iteration) and copied along the same route are one finding."""
     sites = run.store.sites()

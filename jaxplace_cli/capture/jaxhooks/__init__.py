@@ -331,7 +331,6 @@ INSTALLERS = (
 
 # What ``--record transfers`` leaves out: the per-op wrappers of eager code.
 EAGER_OP_HOOKS = ("modules", "ufunc", "array-methods", "eager-primitives")
-RECORD_MODES = ("all", "transfers")
 
 
 def install(record: str = "all") -> HookReport:
