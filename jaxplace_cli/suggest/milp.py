@@ -16,7 +16,6 @@ import time
 from math import gcd
 
 import numpy as np
-from scipy.sparse import coo_matrix
 
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.suggest.model import Partition, Solution, cost, feasible
@@ -73,6 +72,8 @@ def solve_milp(p: Partition, node_limit: int = 20000, time_limit: float = 60.0) 
             lo.append(np.array([-np.inf]))
             hi.append(np.array([caps[dev]]))
             r += 1
+    from scipy.sparse import coo_matrix
+
     A = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                    shape=(r, nx + m)).tocsr()
     res = milp(c, integrality=integrality, bounds=Bounds(lb, ub),

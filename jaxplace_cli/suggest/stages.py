@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
 
 from jaxplace_cli.suggest.ideals import MAX_IDEALS, Lattice, contiguity_classes, enumerate_ideals, merge_free_leaves, value_costs
 from jaxplace_cli.suggest.model import Graph, Solution
@@ -109,6 +108,8 @@ class _Tables:
         self.size = np.rint(f @ m.size.astype(np.float64)).astype(np.int64)
         nx = m.x_cost.size
         xi, ci = m.inc
+        from scipy import sparse  # ~0.3 s: imported by the solves that use it
+
         amat = sparse.csr_matrix((np.ones(xi.size, dtype=np.float64), (xi, ci)), shape=(nx, m.lat.c))
         cnt = np.asarray(amat.dot(f.T)).T if nx else np.zeros((member.shape[0], 0))
         self.cnt = np.rint(cnt).astype(np.int16 if m.x_size.size == 0 or m.x_size.max() < 32000 else np.int32)
