@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
-PYTEST_ARGS ?= -n 2
+# One file per work unit (module fixtures built once, not on both workers), slow files first
+# (tests/conftest.py): issue 23.
+PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
 .PHONY: install demo test test-python-path lint bench gpu-check clean
 

@@ -132,6 +132,27 @@ def sites_by_line(report: dict, kind: str) -> dict:
     return out
 
 
+# The files that take longest, longest first: with `--dist loadgroup --no-loadscope-reorder`
+# (Makefile) the workers start on them, and the short files fill the gaps at the end.
+SLOW_FIRST = ["test_semantics", "test_suggest_suite", "test_native", "test_suggest_stages",
+              "test_suggest_run", "test_trace_limits", "test_faults", "test_security", "test_dogfood",
+              "test_runner", "test_bench_smoke", "test_trace_audit", "test_report_layout"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Each file is one xdist work unit (its module fixtures built on one worker only), unless
+    its tests name a smaller ``xdist_group`` of their own; slow files are handed out first."""
+    def module(item) -> str:
+        return Path(item.nodeid.split("::")[0]).stem
+
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(module(item)))
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: file order kept
+
+
 @pytest.fixture(scope="session")
 def jax_devices():
     import jax
