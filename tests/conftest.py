@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -77,6 +78,14 @@ def cli(*args, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess
     variables to set (None: unset) for this call only."""
     argv = [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args]
     assert argv[:1] and argv[0] in IN_PROCESS, f"cli() runs only reading commands, not {argv[:1]}"
+    with _CLI_LOCK:  # sys.stdout, the environment and the cwd are the whole process's
+        return _cli(argv, cwd, env)
+
+
+_CLI_LOCK = threading.Lock()
+
+
+def _cli(argv: list[str], cwd, env: dict | None) -> subprocess.CompletedProcess:
     from jaxplace_cli.cli.main import main
 
     changes = {"COLUMNS": os.environ.get("COLUMNS") or "100", **(env or {})}
