@@ -24,7 +24,7 @@ demo: install
 	$(BIN)/jaxplace audit $(DEMO_DIR)
 
 # The capture tests again on the pure-Python hot path (issue 18: the native one is the
-# default wherever it built; tests/test_native.py compares the two on every sample script).
+# default wherever it built; tests/test_native.py compares the two on four sample scripts).
 PYTHON_PATH_TESTS := tests/test_ground_truth.py tests/test_fidelity_uploads.py tests/test_stress.py
 
 test: install

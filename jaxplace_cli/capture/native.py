@@ -4,7 +4,7 @@ The extension is optional: ``pip install`` builds it where a C compiler and the 
 exist and installs without it elsewhere (``optional = true`` in pyproject.toml). It is used
 when it imports and ``JAXPLACE_CAPTURE`` is not ``python``; the run manifest says which ran
 (``capture: native|python``). Both paths append the same rows (tests/test_native.py checks it
-on every sample script); the C one is what makes the per-op cost small (bench P2, P6).
+end to end on four sample scripts); the C one is what makes the per-op cost small (bench P2, P6).
 """
 from __future__ import annotations
 
