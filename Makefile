@@ -6,7 +6,7 @@ STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
 # One file per work unit (module fixtures built once, not on both workers), slow files first
 # (tests/conftest.py): issue 23.
-PYTEST_ARGS ?= -n 2 --dist loadgroup --no-loadscope-reorder
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: install demo test test-python-path lint bench gpu-check clean
 

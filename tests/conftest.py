@@ -64,7 +64,8 @@ def python(*args, cwd=None, env=None, timeout=240) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout)
 
 
-# Commands that run no user code and import no JAX: what `cli` may run in this process.
+# Commands that import no JAX and run no user code here (suggest --verify re-runs the script
+# in a child): what `cli` may run in this process.
 IN_PROCESS = {"audit", "diff", "suggest", "export", "report"}
 
 
@@ -141,25 +142,20 @@ def sites_by_line(report: dict, kind: str) -> dict:
     return out
 
 
-# The files that take longest, longest first: with `--dist loadgroup --no-loadscope-reorder`
-# (Makefile) the workers start on them, and the short files fill the gaps at the end.
-SLOW_FIRST = ["test_semantics", "test_suggest_suite", "test_native", "test_suggest_stages",
-              "test_suggest_run", "test_trace_limits", "test_faults", "test_security", "test_dogfood",
-              "test_runner", "test_bench_smoke", "test_trace_audit", "test_report_layout"]
+# The files that take longest, longest first: with `--dist loadfile --no-loadscope-reorder`
+# (Makefile) each file is one work unit (its module fixtures built on one worker, not both),
+# the workers start on these, and the short files fill the gaps at the end. (`--dist
+# loadgroup` would allow smaller units, but xdist 3.8 cannot rename pytest 9's node ids.)
+SLOW_FIRST = ["test_semantics", "test_suggest_suite", "test_suggest_suite_more", "test_native",
+              "test_suggest_stages", "test_suggest_run", "test_bench_smoke", "test_faults",
+              "test_dogfood", "test_runner", "test_trace_limits", "test_security", "test_report_layout"]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each file is one xdist work unit (its module fixtures built on one worker only), unless
-    its tests name a smaller ``xdist_group`` of their own; slow files are handed out first."""
-    def module(item) -> str:
-        return Path(item.nodeid.split("::")[0]).stem
-
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(module(item)))
+    """Slow files first (a stable sort: the order inside a file is kept)."""
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: file order kept
+    items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))
 
 
 @pytest.fixture(scope="session")

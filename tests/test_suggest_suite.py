@@ -17,8 +17,8 @@ Acceptance, per program and policy:
   most one rule per (site, op name) pair it places off `[default]`, and re-runs exactly as
   predicted too.
 
-Each program's tests are one xdist group (conftest): its recordings are made once, on one
-worker, and the four programs run side by side on two.
+Two programs here, two in test_suggest_suite_more.py (the same tests): with `--dist loadfile`
+each file runs on one worker, so the halves run side by side.
 """
 from __future__ import annotations
 
@@ -37,13 +37,14 @@ from jaxplace_cli.placement.rules import parse_rules
 from jaxplace_cli.suggest.plan import make_plan
 
 PROGRAMS = REPO / "tests" / "programs"
-NAMES = ["convnet", "gp", "advi", "kernel_ridge"]
+NAMES = ["gp", "advi"]  # this file's programs; "convnet", "kernel_ridge": test_suggest_suite_more.py
 pytestmark = pytest.mark.slow
 
 
-def by_program(name):
-    """A parameter per program, grouped so that one worker records that program."""
-    return pytest.param(name, marks=pytest.mark.xdist_group(f"test_suggest_suite-{name}"))
+def pytest_generate_tests(metafunc):
+    """``name``: the programs of the module collecting the tests (this one, or the other half)."""
+    if "name" in metafunc.fixturenames:
+        metafunc.parametrize("name", metafunc.module.NAMES)
 
 
 def _record(out, program, policy):
@@ -80,7 +81,6 @@ def default_runs(recorded):
 
 
 @pytest.mark.parametrize("policy", ["rr", "rr-strict"])
-@pytest.mark.parametrize("name", [by_program(n) for n in NAMES])
 def test_suggest_then_rerun(name, policy, default_runs, recorded, tmp_path, capsys, monkeypatch):
     plain_stdout, default_plan = default_runs[name]
     stdout, run_dir = recorded(name, policy)
@@ -123,7 +123,6 @@ BALANCED = {"convnet": ["--objective", "makespan"], "gp": ["--objective", "total
             "advi": ["--objective", "makespan"], "kernel_ridge": ["--objective", "total", "--balance", "0.25"]}
 
 
-@pytest.mark.parametrize("name", [by_program(n) for n in NAMES])
 def test_multi_device_answers_are_short_and_exact(name, default_runs, recorded, tmp_path, capsys, monkeypatch):
     """Balanced answers spread a program over devices: the policy still names each (site,
     op name) at most once — never a call by its occurrence number — and the re-run moves
