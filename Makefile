@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxplace-installed
 DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
-PYTEST_ARGS ?= -n 2
+# One file per work unit (module fixtures built once, not on both workers), slow files first
+# (tests/conftest.py): issue 23.
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: install demo test test-python-path lint bench gpu-check clean
 
@@ -21,14 +23,12 @@ demo: install
 	$(BIN)/jaxplace run --devices 2 --out $(DEMO_DIR) sample_scripts/pingpong_eager.py
 	$(BIN)/jaxplace audit $(DEMO_DIR)
 
-# The capture tests again on the pure-Python hot path (issue 18: the native one is the
-# default wherever it built; tests/test_native.py compares the two on every sample script).
-PYTHON_PATH_TESTS := tests/test_ground_truth.py tests/test_fidelity_uploads.py tests/test_stress.py
-
+# The pure-Python hot path is checked inside `make test`: tests/test_native_twin.py drives both
+# paths on the same generated calls in-process, tests/test_native.py records four samples twice.
+# `make test-python-path` runs the whole suite on it.
 test: install
 	$(BIN)/ruff check jaxplace_cli tests bench sample_scripts
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
-	JAXPLACE_CAPTURE=python $(BIN)/python -m pytest -q $(PYTEST_ARGS) $(PYTHON_PATH_TESTS)
 
 test-python-path: install
 	JAXPLACE_CAPTURE=python $(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -2,14 +2,28 @@
 
 In-process tests get 4 simulated CPU devices: XLA_FLAGS must be set before JAX is imported,
 which is why it happens here, at collection time.
+
+Speed (issue 23): a command that only reads a run (audit, diff, suggest, export, report) runs
+in this process through ``cli.main`` (``cli(...)``): the same code as the console script, none
+of the ~1 s a new Python pays to import it. ``jaxplace(...)`` stays a real subprocess, for
+recording and for the tests of the entry point itself. A sample script recorded with the same
+options by several files is recorded once per session (``sample_run``).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import io
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 import pytest
@@ -50,8 +64,69 @@ def python(*args, cwd=None, env=None, timeout=240) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout)
 
 
+# Commands that import no JAX and run no user code here (suggest --verify re-runs the script
+# in a child): what `cli` may run in this process.
+IN_PROCESS = {"audit", "diff", "suggest", "export", "report"}
+
+
+def cli(*args, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`jaxplace ARGS` through ``jaxplace_cli.cli.main.main`` in this process, as the console
+    script would run it with stdout and stderr piped: exit code, stdout, stderr.
+
+    Nothing leaks into the next test: the working directory and the environment are restored,
+    and ``COLUMNS`` is pinned to what a pipe gets (100, or the caller's COLUMNS), since a
+    terminal behind pytest ``-s`` would otherwise set the width of text reports. ``env`` holds
+    variables to set (None: unset) for this call only."""
+    argv = [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args]
+    assert argv[:1] and argv[0] in IN_PROCESS, f"cli() runs only reading commands, not {argv[:1]}"
+    with _CLI_LOCK:  # sys.stdout, the environment and the cwd are the whole process's
+        return _cli(argv, cwd, env)
+
+
+_CLI_LOCK = threading.Lock()
+
+
+def _cli(argv: list[str], cwd, env: dict | None) -> subprocess.CompletedProcess:
+    from jaxplace_cli.cli.main import main
+
+    changes = {"COLUMNS": os.environ.get("COLUMNS") or "100", **(env or {})}
+    saved_env = {k: os.environ.get(k) for k in changes}
+    saved_cwd = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        for k, v in changes.items():
+            _setenv(k, v)
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(argv)
+            except SystemExit as exc:  # what the interpreter does with it
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+            except BaseException:  # noqa: BLE001 - an uncaught exception: traceback, exit 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            _setenv(k, v)
+    return subprocess.CompletedProcess(["jaxplace", *argv], code, out.getvalue(), err.getvalue())
+
+
+def _setenv(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+
+
 def audit_json(run_dir, *extra) -> dict:
-    proc = jaxplace("audit", run_dir, "--format", "json", *extra)
+    proc = cli("audit", run_dir, "--format", "json", *extra)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -67,6 +142,22 @@ def sites_by_line(report: dict, kind: str) -> dict:
     return out
 
 
+# The files that take longest, longest first: with `--dist loadfile --no-loadscope-reorder`
+# (Makefile) each file is one work unit (its module fixtures built on one worker, not both),
+# the workers start on these, and the short files fill the gaps at the end. (`--dist
+# loadgroup` would allow smaller units, but xdist 3.8 cannot rename pytest 9's node ids.)
+SLOW_FIRST = ["test_semantics", "test_suggest_suite", "test_suggest_suite_more", "test_native",
+              "test_suggest_stages", "test_suggest_run", "test_bench_smoke", "test_faults",
+              "test_dogfood", "test_runner", "test_trace_limits", "test_security", "test_report_layout"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Slow files first (a stable sort: the order inside a file is kept)."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def jax_devices():
     import jax
@@ -74,3 +165,69 @@ def jax_devices():
     devs = jax.devices()
     assert len(devs) == 4, "tests expect 4 simulated CPU devices (see conftest.py)"
     return devs
+
+
+# -- sample scripts recorded once per session ---------------------------------------------------
+
+class Recording:
+    """One finished ``jaxplace run``: its run directory (shared: read it, or ``copy_to`` a
+    place of your own before changing it) and how the command ended."""
+
+    def __init__(self, run: Path, result: dict):
+        self.run = run
+        self.returncode = result["returncode"]
+        self.stdout = result["stdout"]
+        self.stderr = result["stderr"]
+
+    def copy_to(self, dst: Path) -> Path:
+        shutil.copytree(self.run, dst, symlinks=True)
+        return dst
+
+
+def _shared_root(tmp_path_factory) -> Path:
+    """A folder all xdist workers of this session share (their base temps are siblings)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sample-runs"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory):
+    """``sample_run(script, *options, devices=N, capture=None)`` -> Recording of
+    ``jaxplace run -q --no-trace --devices N OPTIONS SAMPLES/script`` (run from the repo root).
+
+    Keyed by (script, devices, options, capture path: ``capture``, else JAXPLACE_CAPTURE): a
+    second request anywhere in the session, on either xdist worker, gets the first recording
+    (a file lock makes the other worker wait for it instead of recording it again)."""
+    root = _shared_root(tmp_path_factory)
+
+    def get(script, *options, devices, capture: str | None = None) -> Recording:
+        path = Path(script) if os.path.isabs(str(script)) else SAMPLES / script
+        if path.suffix != ".py":
+            path = path.with_suffix(".py")
+        opts = ["--devices", str(devices), *map(str, options)]
+        # "python" forces the Python hot path; anything else is the native one (capture/native.py)
+        capture = "python" if (capture or os.environ.get("JAXPLACE_CAPTURE")) == "python" else None
+        key = json.dumps([str(path), opts, capture])
+        name = re.sub(r"[^\w.-]", "_", f"{path.stem}-{devices}")[:60]
+        slot = root / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+        slot.mkdir(exist_ok=True)
+        with open(slot / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = slot / "result.json"
+            if not done.exists():
+                shutil.rmtree(slot / "run", ignore_errors=True)  # a recording cut short
+                env = child_env()
+                env.pop("JAXPLACE_CAPTURE", None)
+                if capture:
+                    env["JAXPLACE_CAPTURE"] = capture
+                proc = jaxplace("run", "-q", "--no-trace", *opts, "--out", slot / "run", path,
+                                cwd=REPO, env=env)
+                tmp = slot / "result.tmp"
+                tmp.write_text(json.dumps({"returncode": proc.returncode, "stdout": proc.stdout,
+                                           "stderr": proc.stderr, "key": key}))
+                tmp.replace(done)
+            return Recording(slot / "run", json.loads(done.read_text()))
+
+    return get

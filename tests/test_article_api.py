@@ -10,7 +10,7 @@ import sqlite3
 import warnings
 
 import pytest
-from conftest import SAMPLES, child_env, jaxplace, python
+from conftest import SAMPLES, child_env, python
 
 
 def line_of(script: str, text: str) -> int:
@@ -74,17 +74,16 @@ def _recorded_ops(run_dir) -> list[tuple]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ARTICLE)
-def test_article_snippet_places_every_op_as_the_article_says(script, tmp_path):
+def test_article_snippet_places_every_op_as_the_article_says(script, sample_run):
     devices, printed, ops = _expected(script)
     env = child_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     plain = python(SAMPLES / f"{script}.py", env=env)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout.splitlines()[:len(printed)] == printed
-    run = tmp_path / "run"
-    rec = jaxplace("run", "-q", "--no-trace", "--devices", devices, "--out", run, SAMPLES / f"{script}.py")
+    rec = sample_run(script, devices=devices)  # the dogfood's recording too (once per session)
     assert rec.returncode == 0, rec.stderr
     assert rec.stdout == plain.stdout  # jaxplace run and python with device_placement agree
-    assert _recorded_ops(run) == ops
+    assert _recorded_ops(rec.run) == ops
 
 
 def test_plain_jax_cannot_run_the_check_placement_snippet():

@@ -1,8 +1,8 @@
 """Issue 4's rules end to end: each sample script that triggers a rule, and its clean twin.
 
-Every sample is recorded once (`jaxplace run --devices N --no-trace --quiet`), two at a time,
-in a module-scoped fixture; each test then audits a recorded run (`audit --format json`,
-~0.4 s, no JAX import). Expected numbers are worked out by hand from the scripts (comments).
+Every sample is recorded once per session (`jaxplace run --devices N --no-trace --quiet`,
+conftest's ``sample_run``: other files reuse the same recordings), two at a time, in a
+module-scoped fixture; each test then audits a recorded run in-process (`audit --format json`). Expected numbers are worked out by hand from the scripts (comments).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import SAMPLES, audit_json, jaxplace
+from conftest import audit_json, cli
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -38,18 +38,15 @@ BACKWARD_ELSEWHERE = 'version = 1\n\n[[rule]]\npass = "backward"\ndevice = "cpu:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(tmp_path_factory, sample_run):
     root = tmp_path_factory.mktemp("audit_rules")
     policy = root / "backward_elsewhere.toml"
     policy.write_text(BACKWARD_ELSEWHERE)
 
     def record(item):
         name, (script, devices, extra) = item
-        out = root / name
-        opts = [o.format(policy=policy) for o in extra]
-        proc = jaxplace("run", "--devices", devices, "--no-trace", "--quiet", "--out", out,
-                        *opts, SAMPLES / script)
-        return name, (out, proc)
+        rec = sample_run(script, *[o.format(policy=policy) for o in extra], devices=devices)
+        return name, (rec.run, rec)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(record, RECORDINGS.items()))
@@ -280,9 +277,9 @@ def test_rule_and_ignore_select(recorded, report):
 
 def test_text_report_renders_new_fields(recorded):
     out, _ = recorded["pingpong_eager"]
-    proc = jaxplace("audit", out, "--format", "text")
+    proc = cli("audit", out, "--format", "text")
     assert proc.returncode == 0, proc.stderr
     assert "Transfers per route" in proc.stdout
     assert "leg cpu:1->cpu:0: 4 transfers" in proc.stdout
     assert "cost: 8× · 8.0 MiB" in proc.stdout
-    json.loads(jaxplace("audit", out, "--format", "json").stdout)  # still valid JSON
+    json.loads(cli("audit", out, "--format", "json").stdout)  # still valid JSON

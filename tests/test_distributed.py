@@ -16,7 +16,7 @@ import time
 
 import jsonschema
 import pytest
-from conftest import REPO, SCRIPTS, audit_json, child_env, jaxplace
+from conftest import REPO, SCRIPTS, audit_json, child_env, cli, jaxplace
 
 SCRIPT = SCRIPTS / "distributed" / "spmd_step.py"
 N, L = 2, 2  # processes, devices per process
@@ -112,7 +112,7 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
 
 def test_text_audit_shows_every_process(job):
     out, _ = job
-    proc = jaxplace("audit", out, "--format", "text")
+    proc = cli("audit", out, "--format", "text")
     assert proc.returncode == 0, proc.stderr
     assert "Processes (2 of 2; jaxplace launch" in proc.stdout
     assert "Work per device" in proc.stdout and "jit(step): calls over 4 devices" in proc.stdout
@@ -123,12 +123,12 @@ def test_budget_per_process_and_in_total(job, tmp_path):
     out, _ = job
     budget = tmp_path / "b.toml"
     budget.write_text("[h2d]\ncount = 12\n[total.h2d]\ncount = 23\n")
-    proc = jaxplace("audit", out, "--budget", budget, "--format", "json")
+    proc = cli("audit", out, "--budget", budget, "--format", "json")
     assert proc.returncode == 1, proc.stderr
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
     assert [(b["rule"], b["limit"], b["actual"]) for b in breaches] == [("total.h2d.count", 23, 24)]
     budget.write_text("[h2d]\ncount = 11\n")
-    proc = jaxplace("audit", out, "--budget", budget, "--format", "json")
+    proc = cli("audit", out, "--budget", budget, "--format", "json")
     assert proc.returncode == 1
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
     assert sorted(b["message"][:3] for b in breaches) == ["p0:", "p1:"]
@@ -137,7 +137,7 @@ def test_budget_per_process_and_in_total(job, tmp_path):
 
 def test_diff_of_two_jobs(job):
     out, _ = job
-    proc = jaxplace("diff", out, out, "--format", "json")
+    proc = cli("diff", out, out, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     kinds = json.loads(proc.stdout)["kinds"]
     assert kinds["h2d"]["base"] == kinds["h2d"]["new"] == {"count": 24, "bytes": 65_536}

@@ -4,7 +4,7 @@ the reasons their budget names. A new sample script without a budget fails this 
 import json
 
 import pytest
-from conftest import REPO, SAMPLES, jaxplace
+from conftest import REPO, SAMPLES, cli
 
 AUDITS = REPO / "audits"
 POLICIES = SAMPLES / "policies"
@@ -56,12 +56,12 @@ def test_every_sample_script_has_a_budget_and_a_case():
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_sample_under_its_budget(case, tmp_path):
+def test_sample_under_its_budget(case, sample_run):
     script, options, expected = CASES[case]
-    run_dir = tmp_path / "run"
-    proc = jaxplace("run", "-q", "--no-trace", *options, "--out", run_dir, SAMPLES / f"{script}.py", cwd=REPO)
-    assert proc.returncode == SCRIPT_EXIT.get(case, 0), proc.stderr
-    proc = jaxplace("audit", run_dir, "--budget", AUDITS / f"{script}.toml", "--format", "json", cwd=REPO)
+    devices, options = options[1], options[2:]  # every case names --devices first
+    rec = sample_run(script, *options, devices=devices)  # recorded once, shared with other files
+    assert rec.returncode == SCRIPT_EXIT.get(case, 0), rec.stderr
+    proc = cli("audit", rec.run, "--budget", AUDITS / f"{script}.toml", "--format", "json", cwd=REPO)
     report = json.loads(proc.stdout)
     breaches = report["budget"]["breaches"]
     assert {b["rule"] for b in breaches} == expected, [b["message"] for b in breaches]

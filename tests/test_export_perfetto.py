@@ -10,7 +10,7 @@ import json
 from collections import defaultdict
 
 import pytest
-from conftest import SCRIPTS, audit_json, jaxplace
+from conftest import SCRIPTS, audit_json, cli, jaxplace
 
 STEPS = 4  # tests/scripts/visual_train.py: 6 ops, 7 transfers (5 h2d, 1 d2d, 1 d2h)
 
@@ -82,7 +82,7 @@ def check_chrome_trace(doc: dict) -> list[str]:
 
 def test_export_perfetto(run_dir, tmp_path):
     out = tmp_path / "trace.json.gz"
-    proc = jaxplace("export", run_dir, "--perfetto", out)
+    proc = cli("export", run_dir, "--perfetto", out)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(gzip.decompress(out.read_bytes()))
     assert check_chrome_trace(doc) == []
@@ -114,5 +114,5 @@ def test_checker_catches_a_flow_without_its_end():
 
 
 def test_export_needs_a_target(run_dir):
-    proc = jaxplace("export", run_dir)
+    proc = cli("export", run_dir)
     assert proc.returncode == 2 and proc.stderr.startswith("jaxplace: error: say what to export")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, SCRIPTS, audit_json, child_env, jaxplace, python
+from conftest import SAMPLES, SCRIPTS, audit_json, child_env, cli, jaxplace, python
 
 FAULTS = SCRIPTS / "faults"
 BUSY = FAULTS / "busy.py"
@@ -147,7 +147,7 @@ def test_os_exit_mid_run_keeps_an_auditable_incomplete_run(tmp_path):
     assert r["run"]["status"] == "running"
     assert any("incomplete" in note for note in r["notes"])
     assert r["ops"]["total"] >= n
-    text = jaxplace("audit", out, "--format", "text")
+    text = cli("audit", out, "--format", "text")
     assert text.returncode == 0 and "incomplete" in text.stdout
 
 

@@ -6,7 +6,7 @@
 it. Re-record them only for a deliberate change of the audit's output, and say so in the commit.
 """
 import pytest
-from conftest import REPO, jaxplace
+from conftest import REPO, cli
 
 GOLDEN = REPO / "tests" / "data" / "golden_runs"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
@@ -20,6 +20,6 @@ def test_every_dogfood_case_has_a_golden_run():
 
 @pytest.mark.parametrize("case", CASES)
 def test_audit_json_is_byte_identical(case):
-    proc = jaxplace("audit", case, "--format", "json", cwd=GOLDEN)
+    proc = cli("audit", case, "--format", "json", cwd=GOLDEN)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (GOLDEN / f"{case}.json").read_text()

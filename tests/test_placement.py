@@ -29,14 +29,12 @@ def run_policy(tmp_path, script, *opts, name="run"):
 # -- ground truth: 8 independent trials ------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def trial_runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("trials")
+def trial_runs(sample_run):
     runs = {}
     for policy in ("default", "rr", "rr-strict", f"{POLICIES}/placers.py:RoundRobinPlacer"):
-        proc, out = run_policy(tmp, SAMPLES / "placement_trials.py", "--policy", policy,
-                               name=policy.rsplit(":", 1)[-1])
-        assert proc.returncode == 0, proc.stderr
-        runs[policy.rsplit(":", 1)[-1]] = (proc.stdout, out)
+        rec = sample_run("placement_trials", "--policy", policy, devices=4)  # once per session
+        assert rec.returncode == 0, rec.stderr
+        runs[policy.rsplit(":", 1)[-1]] = (rec.stdout, rec.run)
     return runs
 
 
@@ -83,9 +81,9 @@ def test_stateful_callable_class_is_round_robin(trial_runs):
 
 # -- scenarios (a), (c), (d), (e) --------------------------------------------------------------
 
-def test_a_matmul_transpose_rest(tmp_path):
-    proc, out = run_policy(tmp_path, SAMPLES / "placement_families.py", "--policy",
-                           POLICIES / "matmul_transpose_rest.toml")
+def test_a_matmul_transpose_rest(sample_run):
+    proc = sample_run("placement_families", "--policy", POLICIES / "matmul_transpose_rest.toml", devices=4)
+    out = proc.run
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "checksum 660.8438\n"
     where = {name: dev for name, dev, _, _ in ops_of(out)}
@@ -93,9 +91,9 @@ def test_a_matmul_transpose_rest(tmp_path):
                      "sort": "cpu:2", "cumsum": "cpu:2", "sum": "cpu:2"}
 
 
-def test_c_mixed_precision_with_stand_in_accelerator(tmp_path):
-    proc, out = run_policy(tmp_path, SAMPLES / "placement_mixed_precision.py", "--policy",
-                           POLICIES / "mixed_precision.toml")
+def test_c_mixed_precision_with_stand_in_accelerator(sample_run):
+    proc = sample_run("placement_mixed_precision", "--policy", POLICIES / "mixed_precision.toml", devices=4)
+    out = proc.run
     assert proc.returncode == 0, proc.stderr
     ops = ops_of(out)
     (matmul,) = [o for o in ops if o[0] == "matmul"]
@@ -110,14 +108,14 @@ def test_c_mixed_precision_with_stand_in_accelerator(tmp_path):
     # 256x64x4 = 65,536 B back to cpu:0: 3 transfers, 147,456 B.
     assert ("placement: policy rules:mixed_precision.toml placed 2 ops (granularity unit); "
             "its moves: 3 transfers, 147456 bytes; fallbacks: 0") in notes
-    plain = jaxplace("run", "-q", "--no-trace", "--devices", "4", "--out", tmp_path / "plain",
-                     SAMPLES / "placement_mixed_precision.py")
+    plain = sample_run("placement_mixed_precision", devices=4)
+    assert plain.returncode == 0, plain.stderr
     assert proc.stdout == plain.stdout
 
 
-def test_d_layer_i_on_device_i_mod_4(tmp_path):
-    proc, out = run_policy(tmp_path, SAMPLES / "placement_layers.py", "--policy",
-                           f"{POLICIES}/placers.py:layer_placer")
+def test_d_layer_i_on_device_i_mod_4(sample_run):
+    proc = sample_run("placement_layers", "--policy", f"{POLICIES}/placers.py:layer_placer", devices=4)
+    out = proc.run
     assert proc.returncode == 0, proc.stderr
     matmuls = [d for name, d, _, _ in ops_of(out) if name == "matmul"]
     assert matmuls == ["cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:0", "cpu:1"]

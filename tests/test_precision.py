@@ -15,7 +15,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import REPO, SAMPLES, jaxplace
+from conftest import REPO, SAMPLES
 
 GOLDEN = REPO / "tests" / "data" / "golden_runs"
 
@@ -105,15 +105,12 @@ FRESH = {  # name -> (script, --devices)
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory):
-    root = tmp_path_factory.mktemp("precision")
-
+def fresh(sample_run):
     def record(item):
         name, (script, devices) = item
-        out = root / name.replace("@", "_")
-        proc = jaxplace("run", "-q", "--no-trace", "--devices", devices, "--out", out, SAMPLES / f"{script}.py")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return name, _audit(out)
+        rec = sample_run(script, devices=devices)  # once per session (conftest.sample_run)
+        assert rec.returncode == 0, rec.stderr[-2000:]
+        return name, _audit(rec.run)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(record, FRESH.items()))

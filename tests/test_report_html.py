@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 from browser import Browser, find_chromium, png_pixels
-from conftest import SCRIPTS, audit_json, jaxplace
+from conftest import SCRIPTS, audit_json, cli, jaxplace
 
 STEPS = 4  # tests/scripts/visual_train.py
 MIB4 = 256 * 256 * 4  # one 256x256 float32 array: 256 KiB
@@ -34,7 +34,7 @@ def chromium():
 
 
 def _report(run_dir, out, *extra):
-    proc = jaxplace("report", run_dir, "-o", out, *extra)
+    proc = cli("report", run_dir, "-o", out, *extra)
     assert proc.returncode == 0, proc.stderr
     assert f"report written to {out}" in proc.stderr
     return out
@@ -152,7 +152,7 @@ def test_input_text_never_becomes_markup(run_dir, chromium, tmp_path):
 
 def test_audit_writes_the_same_page(run_dir, tmp_path):
     """`audit -o x.html` picks the HTML format from the extension: the same sections."""
-    proc = jaxplace("audit", run_dir, "-o", tmp_path / "a.html")
+    proc = cli("audit", run_dir, "-o", tmp_path / "a.html")
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "a.html").read_text()
     for part in ('id="timeline-canvas"', 'id="matrix-totals"', 'id="findings"', 'id="steps-canvas"',
@@ -184,7 +184,7 @@ def test_hand_edited_manifest_is_one_line_or_escaped(run_dir, tmp_path):
     shutil.copytree(run_dir, copy)
     m = json.loads((copy / "run.json").read_text())
     (copy / "run.json").write_text(json.dumps({**m, "argv": 7}))
-    proc = jaxplace("report", copy, "-o", tmp_path / "bad.html")
+    proc = cli("report", copy, "-o", tmp_path / "bad.html")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "'argv'" in proc.stderr, proc.stderr
     assert not (tmp_path / "bad.html").exists()
     (copy / "run.json").write_text(json.dumps({**m, "cwd": "<b>x</b>", "error": "<script>alert(1)</script>"}))

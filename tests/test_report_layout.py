@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO, child_env, jaxplace
+from conftest import REPO, child_env, cli, jaxplace
 
 GOLDEN = REPO / "tests" / "data" / "golden_runs"
 AUDITS = REPO / "audits"
@@ -21,14 +21,14 @@ WIDE_CASES = ["mlp_host_sync", "placement_trials_rr_strict", "imbalance_idle", "
 
 
 def _audit_text(case, width, *extra):
-    proc = jaxplace("audit", case, *extra, cwd=GOLDEN, env=child_env(COLUMNS=str(width)))
+    proc = cli("audit", case, *extra, cwd=GOLDEN, env={"COLUMNS": str(width)})
     assert proc.returncode in (0, 1), proc.stderr
     return proc.stdout
 
 
 def _sites(case) -> set[str]:
     """Every ``file:line`` the audit names (findings, sites, related), as file name:line."""
-    r = json.loads(jaxplace("audit", case, "--format", "json", cwd=GOLDEN).stdout)
+    r = json.loads(cli("audit", case, "--format", "json", cwd=GOLDEN).stdout)
     out = {f"{s['file'].rsplit('/', 1)[-1]}:{s['line']}" for s in r["transfers"]["sites"]}
     for f in r["findings"]:
         if f["file"]:
@@ -90,7 +90,7 @@ def test_rich_console_capture_at_80_and_200_columns():
 
 
 def test_markdown_same_order():
-    proc = jaxplace("audit", "mlp_host_sync", "--format", "markdown", "--budget", AUDITS / "mlp_host_sync.toml",
+    proc = cli("audit", "mlp_host_sync", "--format", "markdown", "--budget", AUDITS / "mlp_host_sync.toml",
                     cwd=GOLDEN)
     md = proc.stdout
     assert md.startswith("## jaxplace audit") and md.splitlines()[2].startswith("**budget FAILED (3 breaches")
@@ -115,7 +115,7 @@ def many_run(tmp_path_factory):
 @pytest.mark.slow
 def test_forty_offending_lines_are_one_group_with_a_cap(many_run):
     def text(*extra):
-        proc = jaxplace("audit", "run", *extra, cwd=many_run, env=child_env(COLUMNS="100"))
+        proc = cli("audit", "run", *extra, cwd=many_run, env={"COLUMNS": "100"})
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
@@ -140,7 +140,7 @@ def test_forty_offending_lines_are_one_group_with_a_cap(many_run):
 ])
 def test_output_extension_picks_the_renderer(ext, check, tmp_path):
     out = tmp_path / f"report{ext}"
-    proc = jaxplace("audit", "mlp_host_sync", "-o", out, cwd=GOLDEN)
+    proc = cli("audit", "mlp_host_sync", "-o", out, cwd=GOLDEN)
     assert proc.returncode == 0, proc.stderr
     assert check(out.read_text())
 
@@ -151,16 +151,16 @@ def test_unknown_output_extension_is_one_line_and_writes_nothing(name, tmp_path)
 
     if name.endswith(".html") and ".html" in EXTENSIONS:
         pytest.skip("the HTML report exists now")
-    proc = jaxplace("audit", "mlp_host_sync", "-o", tmp_path / name, cwd=GOLDEN)
+    proc = cli("audit", "mlp_host_sync", "-o", tmp_path / name, cwd=GOLDEN)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("jaxplace: error: -o ")
     assert list(tmp_path.iterdir()) == []
-    diff = jaxplace("diff", "mlp_host_sync", "mlp_clean", "-o", tmp_path / name, cwd=GOLDEN)
+    diff = cli("diff", "mlp_host_sync", "mlp_clean", "-o", tmp_path / name, cwd=GOLDEN)
     assert diff.returncode == 2 and diff.stderr.startswith("jaxplace: error: -o ")
 
 
 def test_misspelt_rule_gets_did_you_mean():
-    proc = jaxplace("audit", "mlp_host_sync", "--rule", "host-sync-in-lop", cwd=GOLDEN)
+    proc = cli("audit", "mlp_host_sync", "--rule", "host-sync-in-lop", cwd=GOLDEN)
     assert proc.returncode == 2
     assert "unknown rule 'host-sync-in-lop' (did you mean 'host-sync-in-loop'?)" in proc.stderr
 
@@ -184,10 +184,10 @@ def test_help_documents_every_option_with_an_example(command):
 
 
 def test_output_paths_are_said_one_way():
-    suggest = jaxplace("suggest", "--help").stdout
+    suggest = cli("suggest", "--help").stdout
     assert "-o, --output FILE" in suggest and "--out, --verify-out DIR" in suggest
     assert "--out DIR" in jaxplace("run", "--help").stdout
-    assert "-o, --output FILE" in jaxplace("audit", "--help").stdout
+    assert "-o, --output FILE" in cli("audit", "--help").stdout
 
 
 # -- jaxplace run: start line, validation before anything is created ------------------------------
@@ -236,7 +236,7 @@ def test_suggest_on_a_run_without_jax_ops(tmp_path):
     script = tmp_path / "nojax.py"
     script.write_text("print(sum(range(10)))\n")
     assert jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "run", script).returncode == 0
-    proc = jaxplace("suggest", tmp_path / "run")
+    proc = cli("suggest", tmp_path / "run")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "recorded no JAX ops" in proc.stderr
 
@@ -254,7 +254,7 @@ def test_sarif_rule_metadata_stable_fingerprints_and_cap(tmp_path):
         out = tmp_path / f"{case}.sarif"
         # from "/": the stored sites (absolute paths of the recording machine) lie below it, so
         # SARIF locates them (it anchors sites outside the working directory: docs/security.md)
-        assert jaxplace("audit", GOLDEN / case, "-o", out, cwd="/").returncode == 0
+        assert cli("audit", GOLDEN / case, "-o", out, cwd="/").returncode == 0
         docs[case] = json.loads(out.read_text())
         jsonschema.validate(docs[case], schema)
     run = docs["placement_trials_rr_strict"]["runs"][0]
@@ -296,7 +296,7 @@ def test_junit_time_and_file_attributes(tmp_path):
     from junitparser import JUnitXml
 
     out = tmp_path / "report.xml"
-    proc = jaxplace("audit", "mlp_host_sync", "--budget", AUDITS / "mlp_host_sync.toml", "-o", out, cwd=GOLDEN)
+    proc = cli("audit", "mlp_host_sync", "--budget", AUDITS / "mlp_host_sync.toml", "-o", out, cwd=GOLDEN)
     assert proc.returncode == 1
     xml = JUnitXml.fromfile(str(out))
     (suite,) = list(xml) if xml._tag == "testsuites" else [xml]

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, jaxplace
+from conftest import SCRIPTS, child_env, cli, jaxplace
 
 JAXPLACE = Path(sys.executable).parent / "jaxplace"  # the console script: cwd is not on sys.path
 
@@ -200,8 +200,7 @@ def test_output_paths_never_come_from_trace_contents(tmp_path):
     (logdir / "..%2F..%2Fescape.xplane.pb").write_bytes(data)
     before_tmp, before_sandbox = _tree(tmp_path), _tree(sandbox)
     for extra in ([], ["-o", str(sandbox / "report.json")]):
-        proc = subprocess.run([str(JAXPLACE), "audit", str(sandbox / "logs"), *extra], cwd=sandbox,
-                              env=child_env(), capture_output=True, text=True, timeout=240)
+        proc = cli("audit", sandbox / "logs", *extra, cwd=sandbox)  # in-process: same main()
         assert proc.returncode == 0, proc.stderr
     assert _tree(sandbox) - before_sandbox == {"report.json"}
     assert _tree(tmp_path) - before_tmp == {"sandbox/report.json"}

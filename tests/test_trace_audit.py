@@ -10,11 +10,10 @@ rules of tests/data/foreign_traces/derive_expected.py, split per device and at t
 from __future__ import annotations
 
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import jaxplace
+from conftest import cli
 
 DATA = Path(__file__).parent / "data" / "foreign_traces"
 FIXTURES = {
@@ -53,10 +52,9 @@ def audited(tmp_path_factory):
         d.mkdir()
         shutil.copy(src, d / src.name)
         before = sorted(p.name for p in d.iterdir())
-        return name, (d, before, jaxplace("audit", d, "--format", "json"))
+        return name, (d, before, cli("audit", d, "--format", "json"))
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(run, FIXTURES.items()))
+    return dict(map(run, FIXTURES.items()))  # in-process (conftest.cli): one at a time
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +205,7 @@ def test_multi_host_log_dir_per_host_and_merged(tmp_path):
     import json
 
     root = _multi_host(tmp_path)
-    proc = jaxplace("audit", root, "--format", "json")
+    proc = cli("audit", root, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     assert r["trace"]["run"] == "2025_01_02_00_00_00"  # the newest run by default
@@ -235,7 +233,7 @@ def test_multi_host_log_dir_per_host_and_merged(tmp_path):
     assert f["idle-device"]["count"] == 13 and f["idle-device"]["severity"] == "warning"
     assert f["imbalance"]["devices"] == ["worker0/gpu:4", "worker0/gpu:6", "worker1/gpu:7"]
     assert f["imbalance"]["time_ns"] == 14_865_363 and f["imbalance"]["count"] == 665
-    text = jaxplace("audit", root, "--format", "text")
+    text = cli("audit", root, "--format", "text")
     assert text.returncode == 0 and "Per host (2 hosts" in text.stdout
 
 
@@ -264,7 +262,7 @@ def test_truncated_trace_is_one_line_exit_2(tmp_path):
     data = FIXTURES["v100"].read_bytes()
     bad = tmp_path / "half.xplane.pb"
     bad.write_bytes(data[: len(data) // 2])
-    err = _one_line_error(jaxplace("audit", bad, "--format", "json"))
+    err = _one_line_error(cli("audit", bad, "--format", "json"))
     assert "truncated or corrupt" in err
 
 
@@ -272,7 +270,7 @@ def test_empty_trace_in_a_log_dir_is_one_line_exit_2(tmp_path):
     run = tmp_path / "plugins" / "profile" / "2025_01_01_00_00_00"
     run.mkdir(parents=True)
     (run / "host.xplane.pb").write_bytes(b"")
-    err = _one_line_error(jaxplace("audit", tmp_path))
+    err = _one_line_error(cli("audit", tmp_path))
     assert "empty" in err
 
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, jaxplace
+from conftest import SCRIPTS, child_env, cli
 
 from jaxplace_cli.sources.xplane import MAX_TRACE_BYTES, MAX_TRACE_DIR_BYTES, MAX_WALK_DEPTH, TraceError, holds_trace
 from jaxplace_cli.sources.xplane.files import check_size
@@ -112,7 +112,7 @@ def test_the_limits_can_be_set_by_environment(tmp_path):
     line = one_error_line(audit_bounded(trace, JAXPLACE_MAX_TRACE_BYTES="lots"))
     assert line.startswith("jaxplace: error: JAXPLACE_MAX_TRACE_BYTES='lots': not a size")
     # raised above the file: read as usual
-    proc = jaxplace("audit", trace, "--format", "json", env=child_env(JAXPLACE_MAX_TRACE_BYTES="1.5 GiB"))
+    proc = cli("audit", trace, "--format", "json", env={"JAXPLACE_MAX_TRACE_BYTES": "1.5 GiB"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["source"] == "trace"
 
@@ -148,7 +148,7 @@ def deep_tree(tmp_path):
 
 
 def test_a_log_dir_1200_levels_deep_is_one_line_exit_2(deep_tree):
-    line = one_error_line(jaxplace("audit", deep_tree))
+    line = one_error_line(cli("audit", deep_tree))
     assert line == (f"jaxplace: error: {deep_tree} goes on more than {MAX_WALK_DEPTH} directory "
                     f"levels down without a .xplane.pb trace above that depth; jaxplace looks no "
                     "deeper. Pass the log dir that holds plugins/profile/, or the .xplane.pb file "
@@ -160,7 +160,7 @@ def test_a_deep_branch_beside_a_real_log_dir_does_not_stop_the_audit(deep_tree):
     run = deep_tree / "plugins" / "profile" / "2025_01_01_00_00_00"
     run.mkdir(parents=True)
     shutil.copyfile(REAL_TRACE, run / "tw003.xplane.pb")
-    proc = jaxplace("audit", deep_tree, "--format", "json")
+    proc = cli("audit", deep_tree, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["trace"]["files"] == [str(run / "tw003.xplane.pb")]
     shutil.rmtree(deep_tree / "plugins")
@@ -190,7 +190,7 @@ def test_a_4_mib_tpu_trace_with_a_huge_core_details_stat_audits(tmp_path, shape)
     trace = tmp_path / "tpu.xplane.pb"
     trace.write_bytes(xspace.huge_core_details_trace(shape, FOUR_MIB))
     assert FOUR_MIB <= trace.stat().st_size < FOUR_MIB + 32
-    proc = jaxplace("audit", trace, "--format", "json", timeout=120)
+    proc = cli("audit", trace, "--format", "json")  # the 300 s test timeout guards a hang
     assert proc.returncode in (0, 2), proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     if proc.returncode == 0:
@@ -222,6 +222,6 @@ def test_a_device_plane_with_an_odd_index_is_data_not_a_bug(tmp_path):
     trace.write_bytes(xspace.space([
         xspace.plane(1, "/device:GPU:\u00b2", [xspace.line(1, "Stream #1(MemcpyH2D)", events)], names, stats),
         xspace.plane(2, "/host:CPU", [], {}, {})]))
-    proc = jaxplace("audit", trace, "--format", "json")
+    proc = cli("audit", trace, "--format", "json")
     assert proc.returncode in (0, 2), proc.stderr
     assert "please report" not in proc.stderr and "Traceback" not in proc.stderr

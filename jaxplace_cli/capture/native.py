@@ -4,8 +4,8 @@ The extension is optional: ``pip install`` builds it where a C compiler and the 
 exist and installs without it elsewhere (``optional = true`` in pyproject.toml). It is used
 when it imports and ``JAXPLACE_CAPTURE`` is not ``python``; the run manifest says which ran
 (``capture: native|python``). Both paths append the same rows (tests/test_native_twin.py
-compares them call by call on generated calls, tests/test_native.py on sample scripts); the C
-one is what makes the per-op cost small (bench P2, P6).
+compares them call by call on generated calls, tests/test_native.py end to end on four sample
+scripts); the C one is what makes the per-op cost small (bench P2, P6).
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Run the semantics programs (prog_*.py) and, with ``--samples DIR``, every sample script
-of DIR, in one process, each under a ``== name ==`` header: one `python` / `jaxplace run`
-start covers them all. A program that raises prints one ``!!`` line and the next one still
-runs, so a test can say which program differs. Sample scripts run as ``__main__`` with
-their own ``sys.argv`` (like ``python SCRIPT``); their exit codes are printed.
+of DIR, then every ``PATH[::ARGS]`` given, in one process, each under a ``== name ==`` header:
+one `python` / `jaxplace run` start covers them all. A program that raises prints one ``!!``
+line and the next one still runs, so a test can say which program differs. Sample scripts and
+paths run as ``__main__`` with their own ``sys.argv`` (like ``python SCRIPT ARGS``); their
+exit codes are printed.
 
-    python run_all.py [--samples DIR] [NAME ...]
+    python run_all.py [--samples DIR] [NAME ...] [PATH.py[::ARGS] ...]
 """
 import importlib
 import os
@@ -18,6 +19,8 @@ args = sys.argv[1:]
 samples = None
 if args[:1] == ["--samples"]:
     samples, args = pathlib.Path(args[1]), args[2:]
+paths = [a for a in args if a.partition("::")[0].endswith(".py")]
+args = [a for a in args if a not in paths]
 names = args or sorted(p.stem[5:] for p in HERE.glob("prog_*.py"))
 # Fewer steps than the samples' defaults: the same code paths, a fraction of the time.
 SAMPLE_ARGS = {"mlp_clean.py": ["--steps", "4"], "mlp_host_sync.py": ["--steps", "4"]}
@@ -48,11 +51,16 @@ for name in names:
     sys.stdout.flush()
     took(name)
 
-for path in sorted(samples.glob("*.py")) if samples else ():
-    name = f"sample {path.name}"
+scripts = [(f"sample {p.name}", p, SAMPLE_ARGS.get(p.name, [])) for p in sorted(samples.glob("*.py"))] if samples else []
+for entry in paths:
+    path, _, extra = entry.partition("::")
+    path = pathlib.Path(path)
+    scripts.append((f"program {path.name}{' ' + extra if extra else ''}", path, extra.split()))
+
+for name, path, argv in scripts:
     print(f"== {name} ==", flush=True)
     saved = sys.argv
-    sys.argv = [str(path), *SAMPLE_ARGS.get(path.name, [])]
+    sys.argv = [str(path), *argv]
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exc:
