@@ -328,7 +328,7 @@ class Session:
         m.status, m.exit_code, m.error = outcome.status, outcome.exit_code, outcome.error
         m.ended = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         devices = _devices_manifest()
-        override = devices_override(self.opts.devices, devices)
+        override = devices_override(self.opts.devices, distributed.own_devices(devices))
         if override:
             m.devices_override = DevicesOverride(
                 self.opts.devices, sum(1 for d in devices if d.get("platform") == "cpu"), override)

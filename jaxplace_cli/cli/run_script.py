@@ -84,10 +84,20 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     outcome.finish()
     if not quiet:
         _print_run_summary(session)
+    code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
-        if code:
-            raise SystemExit(code)
+    # under jaxplace launch: how the script ended, before python's exit (which JAX's shutdown
+    # can hold up for as long as the job's other processes run)
+    from jaxplace_cli.capture.distributed import script_ended
+
+    if not code and outcome.exit_message is not None:  # written before launch may end the process
+        if sys.stderr is not None:
+            print(outcome.exit_message, file=sys.stderr, flush=True)
+        outcome.exit_message = None
+    script_ended(code or outcome.exit_code, outcome.error)
+    if code:
+        raise SystemExit(code)
     raise SystemExit(exit_like_python(outcome))
 
 
