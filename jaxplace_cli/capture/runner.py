@@ -37,6 +37,16 @@ class Outcome:
     exc_info: tuple | None = None  # kept to print the traceback after recording is saved
     exit_message: str | None = None  # sys.exit("text"): python prints it to stderr
 
+    def print_exit_message(self) -> None:
+        """``sys.exit("text")``'s text on stderr, as python prints it: nowhere when stderr is
+        closed (``print(file=None)`` would put it into stdout)."""
+        if self.exit_message is not None and sys.stderr is not None:
+            try:
+                print(self.exit_message, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        self.exit_message = None
+
     def finish(self) -> None:
         """Print what python prints for this ending. Call after the recording is saved."""
         if self.exc_info is not None:
@@ -158,14 +168,16 @@ def _exit_outcome(exc: SystemExit) -> Outcome:
 def exit_like_python(outcome: Outcome) -> int:
     """The code to exit with; for Ctrl-C, re-deliver SIGINT so the parent sees a signal death."""
     if outcome.status == "interrupted":
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # closed (None) or broken
+                pass
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         except (OSError, ValueError):
             pass
         return 130
-    if outcome.exit_message is not None:
-        print(outcome.exit_message, file=sys.stderr)
+    outcome.print_exit_message()
     return outcome.exit_code

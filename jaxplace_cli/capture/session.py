@@ -350,4 +350,5 @@ class Session:
             self.saved = True
         except OSError as exc:
             self.saved = False
-            print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)
+            if sys.stderr is not None:  # closed: not into the script's stdout (print(file=None))
+                print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)

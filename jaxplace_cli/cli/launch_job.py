@@ -227,11 +227,13 @@ class Launch:
 
     def _pump(self, i: int, stream, fd: int) -> None:
         """Copy one child's stream to ours, each line prefixed with ``[p<i>] ``."""
-        out = (sys.stdout if fd == 1 else sys.stderr).buffer
+        out = getattr(sys.stdout if fd == 1 else sys.stderr, "buffer", None)  # None: closed
         prefix = f"[p{i}] ".encode()
         for line in iter(stream.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
+            if out is None:
+                continue  # drained all the same, so the child never blocks on a full pipe
             with self.locks[fd]:
                 try:
                     out.write(prefix + line)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from jaxplace_cli.model.errors import UsageError
+from jaxplace_cli.report.run_lines import say
 
 
 def run_script(*, script: Optional[str], args: list[str], module: Optional[str], out: Optional[Path],
@@ -92,9 +93,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     from jaxplace_cli.capture.distributed import script_ended
 
     if not code and outcome.exit_message is not None:  # written before launch may end the process
-        if sys.stderr is not None:
-            print(outcome.exit_message, file=sys.stderr, flush=True)
-        outcome.exit_message = None
+        outcome.print_exit_message()
     script_ended(code or outcome.exit_code, outcome.error)
     if code:
         raise SystemExit(code)
@@ -128,15 +127,14 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     run = open_run(run_dir)
     with reading(run_dir):
         result = analyse(run, lambda: judge_run(run, gate))
-    for line in verdict_lines(result.budget):
-        print(line, file=sys.stderr)
+    say(*verdict_lines(result.budget))
     verdict = 0 if result.budget.passed else 1
     if script_code:
-        print(f"jaxplace: the script exited with {script_code}; that exit code is kept"
-              + (" (the budget was also exceeded, see above)" if verdict else ""), file=sys.stderr)
+        say(f"jaxplace: the script exited with {script_code}; that exit code is kept"
+            + (" (the budget was also exceeded, see above)" if verdict else ""))
         return 0
     if verdict == 0:
-        print(f"jaxplace: budget passed ({plain(gate.source)})", file=sys.stderr)
+        say(f"jaxplace: budget passed ({plain(gate.source)})")
     return verdict
 
 
@@ -152,7 +150,7 @@ def _print_start(session, n_devices, policy) -> None:
     target = session.opts.target if session.opts.kind == "path" else f"-m {session.opts.target}"
     extra = [f"{n_devices} simulated CPU device{'s' if n_devices != 1 else ''}"] if n_devices else []
     extra += [f"policy {policy}"] if policy else []
-    print(start_line(target, session.run_dir, extra), file=sys.stderr, flush=True)
+    say(start_line(target, session.run_dir, extra))
 
 
 def _print_run_summary(session) -> None:
@@ -169,5 +167,4 @@ def _print_run_summary(session) -> None:
             reader.close()
     except Exception:
         kinds = None
-    for line in summary_lines(session.manifest, kinds, session.run_dir, getattr(session, "saved", True)):
-        print(line, file=sys.stderr)
+    say(*summary_lines(session.manifest, kinds, session.run_dir, getattr(session, "saved", True)))
