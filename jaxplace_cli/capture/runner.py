@@ -22,7 +22,9 @@ from jaxplace_cli.capture import frames
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.placement.errors import PolicyError
 
-_OWN_FILES = (os.path.join(str(Path(__file__).resolve().parents[1]), ""), os.path.dirname(runpy.__file__))
+# jaxplace's package and runpy (python runs a script without it); not runpy's directory, the
+# standard library, whose frames python shows (a json.loads error's own frames)
+_OWN_FILES = (frames.OWN_DIR, runpy.__file__, frames.RUNPY)
 
 
 class ScriptNotFound(JaxplaceError):
@@ -83,6 +85,13 @@ def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | N
     return frames.without(tb, _OWN_FILES)
 
 
+def _plain(exc: BaseException) -> tuple:
+    """The exc_info to print: our frames out of its traceback and out of the traceback text
+    in its (and its chain's) messages."""
+    shown = frames.scrub_messages(exc, _OWN_FILES)
+    return (type(shown), shown, _strip_own_frames(shown.__traceback__))
+
+
 def _no_assert_rewrite_warning() -> None:
     """``jaxplace run -m pytest``: pytest rewrites the asserts of the plugins it loads and
     warns when a plugin's package is already imported — jaxplace's is (it runs the script),
@@ -125,11 +134,11 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     except PolicyError as exc:  # jaxplace's own error, not the script's: one line, exit 2
         return Outcome("failed", 2, f"PolicyError: {exc}", exit_message=f"jaxplace: error: {exc}")
     except KeyboardInterrupt as exc:
-        return Outcome("interrupted", 130, "KeyboardInterrupt",
-                       (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+        return Outcome("interrupted", 130, "KeyboardInterrupt", _plain(exc))
     except BaseException as exc:  # noqa: BLE001 - we report it exactly like python
+        info = _plain(exc)
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return Outcome("failed", 1, msg, (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+        return Outcome("failed", 1, msg, info)
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
