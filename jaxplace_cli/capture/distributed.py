@@ -134,6 +134,7 @@ def before_script(job: JobProcess | None, session=None) -> None:
     from jaxplace_cli.capture.jaxhooks.cluster import register
 
     register()
+    _status["ended"] = None  # this session's script has not ended
     fd = _int(os.environ, CONTROL_FD)
     status = _int(os.environ, STATUS_FD)
     # the descriptors are this process's alone: a child Python (subprocess, --follow-children)

@@ -16,12 +16,13 @@ cluster launcher would give it:
 
 The processes run in process groups of their own with stdin from /dev/null (a Ctrl-C at the
 terminal reaches launch once, and launch forwards it once to each group, as the terminal
-would have). When a process fails, launch stops the others: SIGTERM (``jaxplace run`` saves
-the run and dies of it), then, after ``--grace`` seconds, SIGKILL to the process group — a
-process blocked in a collective whose peer died never returns to Python to act on SIGTERM
-(measured: 30 s and counting with gloo). Each store stays readable either way (SQLite WAL,
-the writer child commits what reached it). ``JOB/job.json`` records every process's exit
-code or signal and which process failed first; launch exits with that process's code.
+would have). Launch watches the scripts, not only the processes (cli/launch_job.py): each
+says on a pipe how its script ended and how many events it has recorded, so a script that
+raised is noticed although JAX's shutdown keeps its process alive, and a process that records
+nothing for ``--timeout`` seconds is named hung. Then launch stops the others and, after
+``--grace`` seconds, kills what is left. ``JOB/job.json`` records every process's exit code or
+signal and which process failed first, with its exception line; launch exits with that
+process's code (124 for a hung one).
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ EPILOG = """\
 Every `jaxplace run` option (--policy, --trace, --record, ...) applies to each process.
 jax.distributed.initialize() with no arguments finds the coordinator (127.0.0.1, a free port),
 the process count and this process's index. Output lines are prefixed [p0], [p1], ...
-The exit code is the first failing process's (0 when all succeed; 1 when only the budget failed).
+The exit code is the first failing process's (0 when all succeed; 1 when only the budget failed;
+124 when a process hung past --timeout).
 
 examples:
   jaxplace launch -n 2 --devices-per-process 2 train.py --steps 10

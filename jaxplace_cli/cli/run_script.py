@@ -16,7 +16,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
                budget: Optional[Path], follow_children: bool, quiet: bool) -> None:
     """``jaxplace run`` itself, whichever parser read the command line; ends in SystemExit."""
     from jaxplace_cli.capture.jaxhooks.trace_window import OFF, TRACE_MODES
-    from jaxplace_cli.capture.runner import ScriptNotFound, exit_like_python, resolve_target
+    from jaxplace_cli.capture.runner import ScriptNotFound, resolve_target
     from jaxplace_cli.capture.session import RunOptions, Session
     from jaxplace_cli.store.layout import RunDirError
 
@@ -81,19 +81,24 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     after_import("jax", _install_jax_alias)  # `with jax.device_placement(p):` runs as written
     if not quiet:  # where the run goes, before the script prints anything (as memray does)
         _print_start(session, n_devices, policy if placer is not None else None)
-    outcome = session.run()
+    _end(session, session.run(), gate, quiet)
+
+
+def _end(session, outcome, gate, quiet: bool) -> None:
+    """What python prints, jaxplace's summary and budget verdict, then python's exit."""
+    from jaxplace_cli.capture.distributed import script_ended
+    from jaxplace_cli.capture.runner import exit_like_python
+
     outcome.finish()
     if not quiet:
         _print_run_summary(session)
     code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
-    # under jaxplace launch: how the script ended, before python's exit (which JAX's shutdown
-    # can hold up for as long as the job's other processes run)
-    from jaxplace_cli.capture.distributed import script_ended
-
     if not code and outcome.exit_message is not None:  # written before launch may end the process
         outcome.print_exit_message()
+    # under jaxplace launch: how the script ended, before python's exit (which JAX's shutdown
+    # can hold up for as long as the job's other processes run)
     script_ended(code or outcome.exit_code, outcome.error)
     if code:
         raise SystemExit(code)
