@@ -42,6 +42,7 @@ class Launch:
         self.ends: list[dict | None] = [None] * self.n
         self.reported: list[dict | None] = [None] * self.n  # how each script ended, as it said
         self.progress: list[tuple | None] = [None] * self.n  # (events, when they last grew, jax|script)
+        self.started: float | None = None  # when every process had started recording
         self.first_failure: dict | None = None  # {"index", "exit_code"[, "error"][, "hung"]}
         self.signals: list[int] = []
         self.stopping_since: float | None = None
@@ -158,17 +159,19 @@ class Launch:
         for i, end in enumerate(self.reported):
             if end is not None and end["exit_code"] != 0:
                 return self._failed(i, end["exit_code"], end["error"], f"exit {end['exit_code']}")
-        if self.ns.timeout is None:
-            return
+        waiting = [i for i in range(self.n) if self.ends[i] is None and self.reported[i] is None]
+        if self.ns.timeout is None or any(self.progress[i] is None for i in waiting):
+            return  # the clock runs once every process records (a peer still starting is no hang)
         now = time.monotonic()
-        stalled = {i: seen for i, seen in enumerate(self.progress) if seen is not None
-                   and self.ends[i] is None and self.reported[i] is None and now - seen[1] > self.ns.timeout / 2}
-        if not any(now - seen[1] > self.ns.timeout for seen in stalled.values()):
+        self.started = self.started or now
+        since = {i: max(self.progress[i][1], self.started) for i in waiting}
+        stalled = [i for i in waiting if now - since[i] > self.ns.timeout / 2]
+        if not any(now - since[i] > self.ns.timeout for i in stalled):
             return
         # its peers stop too, waiting in a collective for it: the hung one is the process whose
         # main thread is in the script's own code, else (all in JAX) the one that stopped first
-        i = min(stalled, key=lambda k: (stalled[k][2] == "jax", stalled[k][1]))
-        why = f"hung: no event recorded for {now - stalled[i][1]:.0f} s (after {stalled[i][0]:,} events)"
+        i = min(stalled, key=lambda k: (self.progress[k][2] == "jax", since[k]))
+        why = f"hung: no event recorded for {now - since[i]:.0f} s (after {self.progress[i][0]:,} events)"
         self._failed(i, HUNG_EXIT, why, why, hung=True)
 
     def _failed(self, i: int, code: int, error: str, said: str, hung: bool = False) -> None:
