@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and killed S seconds later if still running (default: %(default)s)")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
                    help="name a process hung, and stop the job (exit 124), when it records no "
-                        "event for S seconds (default: no limit)")
+                        "event for S seconds (default, or 0: no limit)")
     p.add_argument("--port", type=_count, metavar="P", help="coordinator port (default: a free one)")
     return p
 

@@ -160,7 +160,7 @@ class Launch:
             if end is not None and end["exit_code"] != 0:
                 return self._failed(i, end["exit_code"], end["error"], f"exit {end['exit_code']}")
         waiting = [i for i in range(self.n) if self.ends[i] is None and self.reported[i] is None]
-        if self.ns.timeout is None or any(self.progress[i] is None for i in waiting):
+        if not self.ns.timeout or any(self.progress[i] is None for i in waiting):
             return  # the clock runs once every process records (a peer still starting is no hang)
         now = time.monotonic()
         self.started = self.started or now
