@@ -152,10 +152,14 @@ def audit_job(path, cfg: RuleConfig, select=None, ignore=None, top_sites: int = 
 def _describe(view: ProcessView, m: dict, end: dict | None) -> None:
     view.host, view.pid = str(m.get("host", "")), m.get("pid")
     view.status, view.exit_code = str(m.get("status", "unreadable" if view.error else "?")), m.get("exit_code")
-    error = str(m.get("error") or "")[:200]
+    # the exception line the script ended with, as launch heard it (its run.json says the same
+    # when it could be saved)
+    error = str((end or {}).get("error") or m.get("error") or "")[:200]
     if end is not None:
         view.ended = describe_end(end)
-        if not end.get("stopped_by_launch") and end.get("exit_code"):
+        if end.get("hung"):  # launch's --timeout: it recorded nothing for too long
+            view.died = f"{str(end['hung'])[:200]}; launch stopped it ({view.ended})"
+        elif not end.get("stopped_by_launch") and end.get("exit_code"):
             view.died = view.ended + (f" ({error})" if error and not end.get("signal") else "")
     elif view.status == "running":
         view.ended = "did not finish (its manifest still says running: killed, or still running)"

@@ -36,6 +36,7 @@ module existed names its devices the same way. The manifest maps each device to 
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -51,7 +52,10 @@ PROCESS_COUNT = "JAXPLACE_PROCESS_COUNT"
 JOB_ID = "JAXPLACE_JOB_ID"
 LAUNCH_COORDINATOR = "JAXPLACE_LAUNCH_COORDINATOR"  # jaxhooks/cluster.py reads the same name
 CONTROL_FD = "JAXPLACE_LAUNCH_CONTROL_FD"  # the read end of launch's stop pipe
+STATUS_FD = "JAXPLACE_LAUNCH_STATUS_FD"  # the write end of this process's status pipe to launch
 STUCK_S = 1.0  # after a stop request, how long the main thread gets to act on the SIGINT
+HEARTBEAT_S = 0.5  # how often the recorded event count goes to launch (its --timeout's clock)
+_status = {"fd": None, "ended": None}  # the status pipe, and the script's exit code once it ended
 
 
 @dataclass
@@ -130,10 +134,21 @@ def before_script(job: JobProcess | None, session=None) -> None:
     from jaxplace_cli.capture.jaxhooks.cluster import register
 
     register()
+    _status["ended"] = None  # this session's script has not ended
     fd = _int(os.environ, CONTROL_FD)
-    # the descriptor is this process's alone: a child Python (subprocess, --follow-children)
-    # must not take whatever it has under that number for launch's pipe
+    status = _int(os.environ, STATUS_FD)
+    # the descriptors are this process's alone: a child Python (subprocess, --follow-children)
+    # must not take whatever it has under those numbers for launch's pipes
     os.environ.pop(CONTROL_FD, None)
+    os.environ.pop(STATUS_FD, None)
+    if status is not None and session is not None:
+        try:
+            os.set_inheritable(status, False)
+            _status["fd"] = status
+            threading.Thread(target=_heartbeat, args=(session,), daemon=True,
+                             name="jaxplace-launch-heartbeat").start()
+        except OSError:
+            pass
     if fd is not None and session is not None:
         try:
             os.set_inheritable(fd, False)  # the script's own children do not get it
@@ -141,6 +156,52 @@ def before_script(job: JobProcess | None, session=None) -> None:
             return
         threading.Thread(target=watch_launch, args=(fd, session), daemon=True,
                          name="jaxplace-launch-watch").start()
+
+
+def _send(line: str) -> bool:
+    fd = _status["fd"]
+    if fd is None:
+        return False
+    try:
+        os.write(fd, (line.replace("\n", " ")[:1000] + "\n").encode("utf-8", "replace"))
+        return True
+    except OSError:  # launch is gone (or never read it): nothing to tell
+        _status["fd"] = None
+        return False
+
+
+def _heartbeat(session) -> None:
+    """Tell launch how many events this process has recorded, every ``HEARTBEAT_S``: a count
+    that stops growing for longer than ``jaxplace launch --timeout`` names the process hung.
+    (The recorder's counts grow as the writer takes rows, every 0.25 s.)"""
+    main = threading.main_thread().ident
+    while _status["ended"] is None:
+        rec = getattr(session, "recorder", None)
+        counts = getattr(rec, "counts", None) or {}
+        where = "jax" if _in_jax(sys._current_frames().get(main)) else "script"
+        if not _send(f"progress {counts.get('ops', 0) + counts.get('transfers', 0)} {where}"):
+            return
+        time.sleep(HEARTBEAT_S)
+
+
+def _in_jax(frame) -> bool:
+    """Whether the main thread is inside a call into JAX (waiting for a device or a collective)
+    rather than in the script's own code: when every process stops, the one that hangs is the
+    one whose script stopped, not its peers waiting in a collective for it."""
+    if frame is None:
+        return False
+    name = frame.f_code.co_filename
+    return any(part in name for part in (f"{os.sep}jax{os.sep}", f"{os.sep}jaxlib{os.sep}",
+                                         f"{os.sep}jaxplace_cli{os.sep}"))
+
+
+def script_ended(exit_code: int, error: str) -> None:
+    """Tell launch how the script ended, once its run is saved — before python's exit, which in
+    a ``jax.distributed`` job waits in JAX's shutdown for every peer (a failed process would
+    otherwise look alive to launch for as long as its peers run, or for ever when they are
+    blocked waiting for it)."""
+    _status["ended"] = exit_code
+    _send("ended " + json.dumps({"exit_code": exit_code, "error": error}))
 
 
 def watch_launch(fd: int, session, stuck_s: float = STUCK_S) -> None:
@@ -152,25 +213,51 @@ def watch_launch(fd: int, session, stuck_s: float = STUCK_S) -> None:
     (measured: a 2-process gloo job, the survivor blocked in the next jit call for as long as
     it was watched, its other threads running). So if the session has not started saving
     ``stuck_s`` seconds after the request, this thread saves it — status ``interrupted``, the
-    reason in ``error`` — and ends the process (exit 130, as the SIGINT would have)."""
+    reason in ``error`` — and ends the process (exit 130, as the SIGINT would have).
+
+    A process whose script has ended (``script_ended``: its run saved) but which is still
+    here waits in JAX's shutdown for peers that launch is stopping: it exits with the
+    script's own code ``stuck_s`` later."""
     try:
         reason = os.read(fd, 512).decode("utf-8", "replace").strip() or "jaxplace launch ended"
     except OSError:
         return
     deadline = time.monotonic() + stuck_s
-    while time.monotonic() < deadline:
-        if session._finalized:
-            return  # the main thread acted on the SIGINT and is saving the run
+    while time.monotonic() < deadline and not session._finalized:
         time.sleep(0.05)
-    if session._finalized:
-        return
-    from jaxplace_cli.capture.runner import Outcome
+    if not session._finalized:
+        from jaxplace_cli.capture.runner import Outcome
 
-    session.finalize(Outcome("interrupted", 130, f"stopped by jaxplace launch ({reason[:200]}) while "
-                                                 "the script was blocked in JAX"))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(130)
+        session.finalize(Outcome("interrupted", 130, f"stopped by jaxplace launch ({reason[:200]}) "
+                                                     "while the script was blocked in JAX"))
+        _exit(130)
+    while _status["ended"] is None:  # the main thread is saving the run (on the SIGINT, or done)
+        time.sleep(0.05)
+    time.sleep(0.1)  # python's own exit, if it is not blocked (its lines are written)
+    _exit(_status["ended"])
+
+
+def _exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
+def own_devices(devices: list[dict]) -> list[dict]:
+    """The devices of this process (each process of a job lists the job's global devices):
+    what ``--devices N`` asked for is N of these, not of the job's."""
+    here = 0
+    if devices and "jax" in sys.modules:
+        try:
+            import jax
+
+            here = jax.process_index()
+        except Exception:
+            return devices
+    return [d for d in devices if d.get("process", here) == here]
 
 
 def finish(manifest: dict, job: JobProcess | None) -> None:

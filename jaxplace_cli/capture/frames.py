@@ -1,11 +1,22 @@
 """Tracebacks without jaxplace's own frames: what the user sees must read as plain python's.
 
-One rebuild for the two places that need it: the runner (the script's own exception) and the
-dispatch wrappers (an exception raised through a hook).
+One rebuild for the places that need it: the runner (the script's own exception), the
+dispatch wrappers (an exception raised through a hook) and the host-callback wrappers (an
+exception raised by the user's callback, which JAX logs and XLA formats into its own error);
+and one scrub of traceback *text*: XLA's error for a failed host callback carries the whole
+stack as text in its message.
 """
 from __future__ import annotations
 
+import os
+import re
 import types
+from pathlib import Path
+
+OWN_DIR = os.path.join(str(Path(__file__).resolve().parents[1]), "")  # the jaxplace_cli package
+RUNPY = "<frozen runpy>"  # runpy's frames (jaxplace runs the script through it; python does not)
+_FILE_LINE = re.compile(r'^\s*File "([^"]*)", line ')
+_HEADER = "Traceback (most recent call last):"
 
 
 def without(tb: types.TracebackType | None, prefixes: tuple[str, ...]) -> types.TracebackType | None:
@@ -25,3 +36,83 @@ def without(tb: types.TracebackType | None, prefixes: tuple[str, ...]) -> types.
         lineno = t.tb_lineno
         new = types.TracebackType(new, t.tb_frame, t.tb_lasti, -1 if lineno is None else lineno)
     return new
+
+
+def drop_own(exc: BaseException, prefixes: tuple[str, ...] = (OWN_DIR,)) -> BaseException:
+    """``exc`` with its traceback ``without`` our frames; re-raise it with a bare ``raise``,
+    which adds no entry for the frame doing it (CPython's RERAISE: the technique of JAX's own
+    ``api_boundary``), so the frame of a wrapper around user code never shows."""
+    try:
+        tb = exc.__traceback__
+        t = tb
+        while t is not None and not t.tb_frame.f_code.co_filename.startswith(prefixes):
+            t = t.tb_next
+        if t is not None:
+            exc.with_traceback(without(tb, prefixes))
+    except Exception:  # noqa: BLE001 - never mask the user's exception
+        pass
+    return exc
+
+
+def scrub_text(text: str, prefixes: tuple[str, ...]) -> str:
+    """Traceback text (XLA formats a host callback's exception with the whole stack into its
+    error message) without the entries of files under ``prefixes`` and runpy's: each such
+    ``File "...", line N, in F`` line and the indented source and caret lines under it."""
+    if _HEADER not in text:
+        return text
+    out, dropping = [], False
+    for line in text.split("\n"):
+        m = _FILE_LINE.match(line)
+        if m is not None:
+            dropping = m.group(1).startswith(prefixes) or m.group(1) == RUNPY
+        elif dropping and line.startswith("    "):
+            continue
+        else:
+            dropping = False
+        if not dropping:
+            out.append(line)
+    return "\n".join(out)
+
+
+def scrub_messages(exc: BaseException | None, prefixes: tuple[str, ...]) -> BaseException | None:
+    """``exc`` whose message, and its chain's, went through ``scrub_text``. A message held
+    outside ``args`` (JAX's ``JaxRuntimeError`` keeps it in C++) is scrubbed in a copy of the
+    exception (same type, code, notes, traceback and chain), linked where the original was; the
+    copy is what is printed. Returns the exception to print in place of ``exc``."""
+    top, parent, attr, seen = exc, None, "", set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        new = _scrubbed(exc, prefixes)
+        if new is not exc:
+            if parent is None:
+                top = new
+            else:
+                setattr(parent, attr, new)
+        parent, exc = new, new.__cause__ or new.__context__
+        attr = "__cause__" if new.__cause__ is not None else "__context__"
+    return top
+
+
+def _scrubbed(exc: BaseException, prefixes: tuple[str, ...]) -> BaseException:
+    try:
+        text = str(exc)
+        if _HEADER not in text:
+            return exc
+        clean = scrub_text(text, prefixes)
+        if clean == text:
+            return exc
+        if exc.args == (text,):
+            exc.args = (clean,)
+            if str(exc) == clean:
+                return exc
+        code = getattr(exc, "error_code", None)
+        new = type(exc)(clean, **({"code": code} if isinstance(code, int) else {}))
+        if str(new) != clean:
+            return exc
+        new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+        new.__suppress_context__ = exc.__suppress_context__
+        if hasattr(exc, "__notes__"):  # JAX's note that it filtered its frames
+            new.__notes__ = list(exc.__notes__)
+        return new.with_traceback(exc.__traceback__)
+    except Exception:  # noqa: BLE001 - an exception that will not be copied is printed as it is
+        return exc

@@ -22,7 +22,9 @@ from jaxplace_cli.capture import frames
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.placement.errors import PolicyError
 
-_OWN_FILES = (os.path.join(str(Path(__file__).resolve().parents[1]), ""), os.path.dirname(runpy.__file__))
+# jaxplace's package and runpy (python runs a script without it); not runpy's directory, the
+# standard library, whose frames python shows (a json.loads error's own frames)
+_OWN_FILES = (frames.OWN_DIR, runpy.__file__, frames.RUNPY)
 
 
 class ScriptNotFound(JaxplaceError):
@@ -36,6 +38,16 @@ class Outcome:
     error: str = ""  # "ExcType: message" for failures
     exc_info: tuple | None = None  # kept to print the traceback after recording is saved
     exit_message: str | None = None  # sys.exit("text"): python prints it to stderr
+
+    def print_exit_message(self) -> None:
+        """``sys.exit("text")``'s text on stderr, as python prints it: nowhere when stderr is
+        closed (``print(file=None)`` would put it into stdout)."""
+        if self.exit_message is not None and sys.stderr is not None:
+            try:
+                print(self.exit_message, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        self.exit_message = None
 
     def finish(self) -> None:
         """Print what python prints for this ending. Call after the recording is saved."""
@@ -71,6 +83,13 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
 def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
     """Drop the runner/runpy/hook frames so the traceback reads as python's does."""
     return frames.without(tb, _OWN_FILES)
+
+
+def _plain(exc: BaseException) -> tuple:
+    """The exc_info to print: our frames out of its traceback and out of the traceback text
+    in its (and its chain's) messages."""
+    shown = frames.scrub_messages(exc, _OWN_FILES)
+    return (type(shown), shown, _strip_own_frames(shown.__traceback__))
 
 
 def _no_assert_rewrite_warning() -> None:
@@ -115,11 +134,11 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     except PolicyError as exc:  # jaxplace's own error, not the script's: one line, exit 2
         return Outcome("failed", 2, f"PolicyError: {exc}", exit_message=f"jaxplace: error: {exc}")
     except KeyboardInterrupt as exc:
-        return Outcome("interrupted", 130, "KeyboardInterrupt",
-                       (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+        return Outcome("interrupted", 130, "KeyboardInterrupt", _plain(exc))
     except BaseException as exc:  # noqa: BLE001 - we report it exactly like python
+        info = _plain(exc)
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return Outcome("failed", 1, msg, (type(exc), exc, _strip_own_frames(exc.__traceback__)))
+        return Outcome("failed", 1, msg, info)
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
@@ -158,14 +177,16 @@ def _exit_outcome(exc: SystemExit) -> Outcome:
 def exit_like_python(outcome: Outcome) -> int:
     """The code to exit with; for Ctrl-C, re-deliver SIGINT so the parent sees a signal death."""
     if outcome.status == "interrupted":
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # closed (None) or broken
+                pass
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         except (OSError, ValueError):
             pass
         return 130
-    if outcome.exit_message is not None:
-        print(outcome.exit_message, file=sys.stderr)
+    outcome.print_exit_message()
     return outcome.exit_code

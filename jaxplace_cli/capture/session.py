@@ -328,7 +328,7 @@ class Session:
         m.status, m.exit_code, m.error = outcome.status, outcome.exit_code, outcome.error
         m.ended = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         devices = _devices_manifest()
-        override = devices_override(self.opts.devices, devices)
+        override = devices_override(self.opts.devices, distributed.own_devices(devices))
         if override:
             m.devices_override = DevicesOverride(
                 self.opts.devices, sum(1 for d in devices if d.get("platform") == "cpu"), override)
@@ -353,4 +353,5 @@ class Session:
             self.saved = True
         except OSError as exc:
             self.saved = False
-            print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)
+            if sys.stderr is not None:  # closed: not into the script's stdout (print(file=None))
+                print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)

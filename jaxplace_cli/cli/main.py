@@ -40,6 +40,12 @@ def _typer_main(args: list[str]) -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _say(line: str) -> None:
+    """One line on stderr; none when stderr is closed (print(file=None) would use stdout)."""
+    if sys.stderr is not None:
+        print(line, file=sys.stderr)
+
+
 def _guarded(fn) -> None:
     """Run a command; turn what escapes it into one line and an exit code.
 
@@ -51,24 +57,24 @@ def _guarded(fn) -> None:
     except SystemExit:
         raise
     except KeyboardInterrupt:
-        print("jaxplace: interrupted", file=sys.stderr)
+        _say("jaxplace: interrupted")
         sys.exit(130)
     except JaxplaceError as exc:  # bad input or usage: one line, the error's own exit code
-        print(f"jaxplace: error: {plain(exc)}", file=sys.stderr)
+        _say(f"jaxplace: error: {plain(exc)}")
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         name = type(exc).__name__
         if name == "Exit" and hasattr(exc, "exit_code"):
             sys.exit(exc.exit_code)
         if name == "Abort":
-            print("jaxplace: aborted", file=sys.stderr)
+            _say("jaxplace: aborted")
             sys.exit(130)
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             lines = (exc.format_message() or name).splitlines()
-            print(f"jaxplace: error: {plain(lines[0] if lines else name)}", file=sys.stderr)
+            _say(f"jaxplace: error: {plain(lines[0] if lines else name)}")
             sys.exit(exc.exit_code if exc.exit_code not in (0, 1) else EXIT_USAGE)
         if os.environ.get("JAXPLACE_DEBUG"):
             raise
-        print(f"jaxplace: internal error: {name}: {plain(exc)} "
-              "(set JAXPLACE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        _say(f"jaxplace: internal error: {name}: {plain(exc)} "
+             "(set JAXPLACE_DEBUG=1 for the traceback, and please report it)")
         sys.exit(EXIT_INTERNAL)

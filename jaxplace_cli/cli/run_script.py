@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from jaxplace_cli.model.errors import UsageError
+from jaxplace_cli.report.run_lines import say
 
 
 def run_script(*, script: Optional[str], args: list[str], module: Optional[str], out: Optional[Path],
@@ -15,7 +16,7 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
                budget: Optional[Path], follow_children: bool, quiet: bool) -> None:
     """``jaxplace run`` itself, whichever parser read the command line; ends in SystemExit."""
     from jaxplace_cli.capture.jaxhooks.trace_window import OFF, TRACE_MODES
-    from jaxplace_cli.capture.runner import ScriptNotFound, exit_like_python, resolve_target
+    from jaxplace_cli.capture.runner import ScriptNotFound, resolve_target
     from jaxplace_cli.capture.session import RunOptions, Session
     from jaxplace_cli.store.layout import RunDirError
 
@@ -80,14 +81,27 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     after_import("jax", _install_jax_alias)  # `with jax.device_placement(p):` runs as written
     if not quiet:  # where the run goes, before the script prints anything (as memray does)
         _print_start(session, n_devices, policy if placer is not None else None)
-    outcome = session.run()
+    _end(session, session.run(), gate, quiet)
+
+
+def _end(session, outcome, gate, quiet: bool) -> None:
+    """What python prints, jaxplace's summary and budget verdict, then python's exit."""
+    from jaxplace_cli.capture.distributed import script_ended
+    from jaxplace_cli.capture.runner import exit_like_python
+
     outcome.finish()
     if not quiet:
         _print_run_summary(session)
+    code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
-        if code:
-            raise SystemExit(code)
+    if not code and outcome.exit_message is not None:  # written before launch may end the process
+        outcome.print_exit_message()
+    # under jaxplace launch: how the script ended, before python's exit (which JAX's shutdown
+    # can hold up for as long as the job's other processes run)
+    script_ended(code or outcome.exit_code, outcome.error)
+    if code:
+        raise SystemExit(code)
     raise SystemExit(exit_like_python(outcome))
 
 
@@ -118,15 +132,14 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     run = open_run(run_dir)
     with reading(run_dir):
         result = analyse(run, lambda: judge_run(run, gate))
-    for line in verdict_lines(result.budget):
-        print(line, file=sys.stderr)
+    say(*verdict_lines(result.budget))
     verdict = 0 if result.budget.passed else 1
     if script_code:
-        print(f"jaxplace: the script exited with {script_code}; that exit code is kept"
-              + (" (the budget was also exceeded, see above)" if verdict else ""), file=sys.stderr)
+        say(f"jaxplace: the script exited with {script_code}; that exit code is kept"
+            + (" (the budget was also exceeded, see above)" if verdict else ""))
         return 0
     if verdict == 0:
-        print(f"jaxplace: budget passed ({plain(gate.source)})", file=sys.stderr)
+        say(f"jaxplace: budget passed ({plain(gate.source)})")
     return verdict
 
 
@@ -142,7 +155,7 @@ def _print_start(session, n_devices, policy) -> None:
     target = session.opts.target if session.opts.kind == "path" else f"-m {session.opts.target}"
     extra = [f"{n_devices} simulated CPU device{'s' if n_devices != 1 else ''}"] if n_devices else []
     extra += [f"policy {policy}"] if policy else []
-    print(start_line(target, session.run_dir, extra), file=sys.stderr, flush=True)
+    say(start_line(target, session.run_dir, extra))
 
 
 def _print_run_summary(session) -> None:
@@ -159,5 +172,4 @@ def _print_run_summary(session) -> None:
             reader.close()
     except Exception:
         kinds = None
-    for line in summary_lines(session.manifest, kinds, session.run_dir, getattr(session, "saved", True)):
-        print(line, file=sys.stderr)
+    say(*summary_lines(session.manifest, kinds, session.run_dir, getattr(session, "saved", True)))

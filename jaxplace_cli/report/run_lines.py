@@ -2,9 +2,25 @@
 was recorded. Text only: the counts come from ``analysis.summary.transfer_kind_counts``."""
 from __future__ import annotations
 
+import sys
+
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes
+
+
+def say(*lines: str) -> None:
+    """Print jaxplace's own lines on stderr — and nowhere when stderr is closed: python then
+    has ``sys.stderr`` None, and ``print(file=None)`` would write them into the script's stdout."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        for line in lines:
+            print(line, file=stream)
+        stream.flush()
+    except (OSError, ValueError):  # a closed or broken stderr: jaxplace's lines are not the script's
+        pass
 
 
 def start_line(target: str, run_dir, extras: list[str]) -> str:

@@ -21,6 +21,7 @@ from time import perf_counter_ns
 import jax
 from jax.tree_util import tree_leaves
 
+from jaxplace_cli.capture.frames import drop_own
 from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, upload_nbytes
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, tls, wraps
 from jaxplace_cli.model.events import D2H, H2D, HOST, TransferEvent
@@ -88,6 +89,9 @@ def make_callback_impl(original, api: str, returns: bool):
             host_side, tls.host_side = tls.host_side, True
             try:
                 return callback(*staged)
+            except BaseException as exc:  # JAX logs it, XLA formats it: without this frame
+                drop_own(exc)
+                raise
             finally:
                 tls.host_side = host_side
 
@@ -95,6 +99,9 @@ def make_callback_impl(original, api: str, returns: bool):
         tls.depth = 1
         try:
             out = original(*args, callback=user_callback, **params)
+        except BaseException as exc:
+            drop_own(exc)
+            raise
         finally:
             tls.depth = depth
         if returns:

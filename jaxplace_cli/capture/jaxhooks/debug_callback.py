@@ -23,6 +23,7 @@ import operator
 import jax
 from jax.tree_util import tree_flatten, tree_unflatten
 
+from jaxplace_cli.capture.frames import drop_own
 from jaxplace_cli.capture.jaxhooks.state import active, tls
 
 
@@ -149,7 +150,11 @@ def make_debug_callback(original):
                 got = [PlacedArray(g, d) if d is not None and isinstance(g, jax.Array) else g
                        for g, d in zip(got, devices)]
                 a, k = tree_unflatten(tree, got)
-            return fn(*a, **k)
+            try:
+                return fn(*a, **k)
+            except BaseException as exc:  # JAX logs it: without this frame
+                drop_own(exc)
+                raise
 
         depth, tls.depth = tls.depth, 1  # the callback op is not placed (nor recorded)
         try:
