@@ -47,8 +47,10 @@ def _nbytes(leaves) -> int:
     return n
 
 
-# id(callback param) -> (the param, site, jit name, device) of the recorded call that traced it
+# id(callback param) -> (the param, site, jit name, device) of the recorded call that traced it;
+# bounded (each entry keeps its callback alive): past it, a callback falls back to this thread's call
 _ORIGIN: dict = {}
+_MAX_ORIGINS = 65536
 
 
 def _device_of(op):
@@ -71,7 +73,8 @@ def make_bind(original):
     def bind(*args, **params):
         op = tls.op
         cb = params.get("callback")
-        if op is not None and cb is not None and active.rec is not None and id(cb) not in _ORIGIN:
+        if (op is not None and cb is not None and active.rec is not None and id(cb) not in _ORIGIN
+                and len(_ORIGIN) < _MAX_ORIGINS):
             try:
                 _ORIGIN[id(cb)] = (cb, op[2], op[0], _device_of(op))
             except Exception:
