@@ -46,7 +46,7 @@ P5_FIXTURE = REPO / "tests" / "data" / "foreign_traces" / "tf-gpu-v100-multiwork
 PY = sys.executable
 RESULT_PREFIX = "BENCH_RESULT "
 JSON_SCHEMA = 1
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12")
 
 
 @dataclass
@@ -83,6 +83,7 @@ class Sizes:
     events_huge: int = 10_000_000  # P8 (and P3 flat at this length): the 10M-event run
     p8_audit_runs: int = 2  # P8: audits of the 10M-event run
     p3_python_runs: int = 1  # P3/P6: runs of the pure-Python capture path at the long length
+    long_steps: int = 100_000  # P12: fori_loop steps of the one long first dispatch
 
 
 PROFILES = {
@@ -97,7 +98,7 @@ PROFILES = {
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path", "jaxplace (python path)"),
                    p3_plain_short=False, p3_trace_off_runs=0, bounces=200, bounces_long=800,
                    launch_pairs=1, launch_steps=3, launch_trace_off_runs=0, events_huge=6000,
-                   p8_audit_runs=1),
+                   p8_audit_runs=1, long_steps=1000),
 }
 
 # name -> (jaxplace run options or None for plain python, BENCH_MODE[, extra environment])
@@ -126,6 +127,7 @@ TARGETS = {
     "P9": ("jaxplace report (one HTML file) of the 1M-event run", "≤ 10 s, ≤ 20 MB"),
     "P10": ("peak RSS of jaxplace audit of ping-pong runs (16k and 64k bounces)", "≤ 200 MB and ≤ 400 MB"),
     "P11": ("jaxplace launch -n 2 (2 CPU devices each) vs the same job by hand", "≤ ×1.10"),
+    "P12": ("one long first dispatch (jitted fori_loop), jaxplace run default vs plain", "≤ ×1.5 wall, ≤ 2× RSS"),
 }
 P10_TARGETS_MB = (200.0, 400.0)  # the short and the long ping-pong run
 FLAT_TOLERANCE_MB = 25.0  # P3: overhead at the long length may exceed the short one by this much
@@ -714,6 +716,9 @@ def rows(res: dict) -> list[dict]:
             f"pairs {', '.join(f'×{x:.2f}' for x in g['pair_wall_ratios'])}"
             + (f"; launch --trace off ×{off:.2f}" if off is not None else "")
             + (f"; CPU ×{g['median_cpu_ratio']:.2f}" if g.get("median_cpu_ratio") else ""))
+    from bench_long_dispatch import long_dispatch_row
+
+    long_dispatch_row(row, res.get("P12"), fmt_ratio)
     return out
 
 
@@ -868,6 +873,11 @@ def main(argv=None) -> int:
             res["P11"] = launch_group(bench.sizes.launch_pairs, bench.sizes.launch_steps, bench.tmp, bench.timeout,
                                       bench.log, bench.sizes.launch_trace_off_runs)
             bench.errors += [f"P11 {e}" for e in res["P11"]["errors"]]
+        if want("P12"):
+            from bench_long_dispatch import long_dispatch_group
+
+            bench.log(f"P12: one long first dispatch, fori_loop of {sizes.long_steps:,} steps")
+            res["P12"] = long_dispatch_group(bench, median, sizes.long_steps)
         if want("P8"):
             from bench_huge import huge_group
 

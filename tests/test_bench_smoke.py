@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO, child_env
 
-ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11")
+ROW_IDS = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12")
 
 
 def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):

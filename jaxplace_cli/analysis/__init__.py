@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from jaxplace_cli.analysis.findings import Finding, RuleConfig, run_rules, selected
 from jaxplace_cli.analysis.rules.placement import placement_notes
+from jaxplace_cli.analysis.rules.window import trace_window_notes
 from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.analysis.steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
 from jaxplace_cli.analysis.summary import Summary, summarize
@@ -94,6 +95,7 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     for h in m.hooks.unavailable:
         notes.append(f"hook unavailable on this JAX version, not recorded: {h}")
     notes.extend(placement_notes(run))
+    notes.extend(trace_window_notes(run))
     notes.extend(child_run_notes(run))
     summary = summarize(run, cfg.min_bytes, top_sites=top_sites)
     findings = run_rules(run, cfg, select, ignore)

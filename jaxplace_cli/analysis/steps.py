@@ -27,7 +27,8 @@ Two sources, best first, and the report says which was used:
    10 steps, or 11 micro-batches) is as regular as a training loop with an epoch boundary,
    and the more frequent function wins; ``StepTraceAnnotation`` says otherwise.
 
-Step i runs from the step function's i-th call to its (i+1)-th; the last step, which has no
+Calls of the step function after the loop, each from another line that called it once (a
+final evaluation), are no steps. Step i runs from the step function's i-th call to its (i+1)-th; the last step, which has no
 successor, is cut to the median step length (what follows is usually post-loop work). The
 first step is warm-up (tracing + compilation); "steady state" excludes it.
 """
@@ -81,12 +82,26 @@ def detect_steps(run: RunData) -> StepInfo:
     name = step_function([n for _, n in calls])
     if name is None:
         return StepInfo(NONE, f"no StepTraceAnnotation and no jit function called {MIN_CALLS} or more times")
-    seqs = [s for s, n in calls if n == name]
+    seqs = _in_the_loop(run, name, [s for s, n in calls if n == name])
     spans = [b - a for a, b in zip(seqs, seqs[1:])]
     last_end = min(end_seq, seqs[-1] + int(statistics.median(spans))) if spans else end_seq
     steps = [Step(i, f"{name} call {i}", s, seqs[i + 1] if i + 1 < len(seqs) else last_end)
              for i, s in enumerate(seqs)]
     return StepInfo(REPEATED_JIT, name, steps)
+
+
+def _in_the_loop(run, name: str, seqs: list[int]) -> list[int]:
+    """The step function's calls without the trailing ones made once each from another line
+    than the loop's (the line most of its calls come from): a final evaluation
+    ``loss = step(params, test)`` after the loop is no training step N+1. A line that called
+    it twice or more is a loop of its own, and its calls stay steps."""
+    site = {seq: sid for seq, n, sid, _ in queries.jit_ops(run.store) if n == name}
+    per_line = Counter(site.get(s) for s in seqs)
+    loop = per_line.most_common(1)[0][0]
+    end = len(seqs)
+    while end > MIN_CALLS and site.get(seqs[end - 1]) != loop and per_line[site.get(seqs[end - 1])] == 1:
+        end -= 1
+    return seqs[:end]
 
 
 def step_function(names: list[str]) -> str | None:

@@ -113,15 +113,17 @@ class Recorder:
         return next(self.seqs)
 
     def _tier(self, code) -> int:
+        """The most specific directory decides: on a system or conda Python, site-packages
+        lies inside the standard library's directory, and numpyro or equinox there are
+        libraries (their frames are skipped for the user's line, and never name an API), while
+        jax inside the same site-packages stays internal."""
         fn = code.co_filename
         if fn.startswith("<"):
             tier = INTERNAL
-        elif fn.startswith(self._internal):
-            tier = INTERNAL
-        elif fn.startswith(self._library):
-            tier = LIBRARY
         else:
-            tier = USER
+            internal = max((len(p) for p in self._internal if fn.startswith(p)), default=-1)
+            library = max((len(p) for p in self._library if fn.startswith(p)), default=-1)
+            tier = USER if internal < 0 and library < 0 else LIBRARY if library > internal else INTERNAL
         self._tiers[id(code)] = tier
         self._codes.append(code)
         return tier

@@ -86,6 +86,7 @@ class Trace:
     traced_ops: int = field(default=0, metadata=COUNT)
     files: list[str] = field(default_factory=list)
     note: str = ""
+    cut: str = ""  # why the window closed: ops | seconds | watchdog | own trace | end ("": not cut)
 
 
 @dataclass

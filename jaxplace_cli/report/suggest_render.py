@@ -173,6 +173,7 @@ def plan_json(plan: Plan, policy_path: str | None, verification=None) -> dict:
                       "notes": sol.notes},
            "recorded": traffic(plan.measured), "model_of_recorded": traffic(plan.baseline),
            "predicted": traffic(plan.predicted),
+           "expected": traffic(plan.expected) if plan.expected is not None else None,
            "policy": {"path": policy_path, "default": plan.default, "rules": plan.rules},
            "verify_command": plan.run_command(policy_path or "policy.toml")}
     if verification is not None:

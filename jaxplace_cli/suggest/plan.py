@@ -15,7 +15,7 @@ from jaxplace_cli.suggest.from_run import RunGraph, build_run_graph
 from jaxplace_cli.suggest.groups import solve_by_group
 from jaxplace_cli.suggest.model import OBJECTIVES, TRANSFERS, Solution
 from jaxplace_cli.suggest.policy_file import policy_rules, render_policy
-from jaxplace_cli.suggest.predict import Traffic, measure, predict
+from jaxplace_cli.suggest.predict import Traffic, expected, measure, predict
 from jaxplace_cli.suggest.solve import solve_graph
 
 
@@ -33,6 +33,7 @@ class Plan:
     script: list = field(default_factory=list)  # argv of the recorded script
     simulated_devices: int | None = None
     cwd: str = ""  # the recorded run's working directory (rules' file keys are relative to it)
+    expected: Traffic | None = None  # what --verify compares with (predict.expected)
 
     @property
     def moved(self) -> np.ndarray:
@@ -87,6 +88,7 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     plan = Plan(objective, rg, sol, baseline, predicted, measured, default, rules, "", argv,
                 manifest.simulated_devices, manifest.cwd)
     plan.policy_text = render_policy(default, rules, _header(plan, run, policy_path))
+    plan.expected = expected(measured, baseline, predicted)
     return plan
 
 

@@ -123,6 +123,27 @@ def measure(run, cwd: str | None = None) -> Traffic:
     return out
 
 
+def expected(measured: Traffic, baseline: Traffic, predicted: Traffic) -> Traffic:
+    """What a re-run under the suggestion should record: the run's own measurement, changed
+    only where the policy changes something — per (kind, site), measured + predicted -
+    baseline (the model under the suggestion minus the model where the ops ran). Traffic the
+    model does not hold (an explicit replicated ``device_put``, pmap key shards, callback
+    legs) is the script's under any placement and is carried over exactly; a suggestion that
+    moves nothing expects exactly the measurement. Op time and round trips stay the model's."""
+    out = Traffic(round_trips=predicted.round_trips, compute_ns=predicted.compute_ns,
+                  transfer_ns=predicted.transfer_ns)
+    out.totals = {k: [0, 0] for k in TRANSFER_KINDS}
+    for key in sorted(set(measured.sites) | set(baseline.sites) | set(predicted.sites)):
+        m, b, p = (t.sites.get(key, [0, 0]) for t in (measured, baseline, predicted))
+        n, nb = m[0] + p[0] - b[0], m[1] + p[1] - b[1]
+        if n <= 0 and nb <= 0:
+            continue
+        apis = measured.apis.get(key, set()) | predicted.apis.get(key, set())
+        out.add(key[0], key[1], "", max(nb, 0), max(n, 0))
+        out.apis[key] = apis
+    return out
+
+
 def _normal_api(api: str) -> str:
     """``mul (moved by policy rules:p.toml rule 2)`` -> ``mul (moved by policy)``."""
     i = api.find(" (moved by policy")

@@ -1,6 +1,8 @@
 """``--verify``: replay the script under the suggested policy and compare with the prediction.
 
-The replay is a real ``python -m jaxplace_cli run --policy FILE`` subprocess in the recorded
+The comparison is with ``Plan.expected``: the run's own measurement changed only where the
+policy changes something (``predict.expected``), so transfers the script makes under any
+placement are carried over exactly. The replay is a real ``python -m jaxplace_cli run --policy FILE`` subprocess in the recorded
 run's working directory (so relative paths and the rules' ``file:line`` keys mean the same),
 with the same simulated device count and script arguments. The new run is then measured
 exactly like the original one.
@@ -49,7 +51,7 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [str(exc)]
         return Verification(False, False, str(out_dir), cmd, error=f"replay exited {proc.returncode}: {tail[0]}")
     got = measure(run, cwd=plan.cwd)
-    rows = compare(plan.predicted, got)
+    rows = compare(plan.expected or plan.predicted, got)
     match = all(p == m for _, _, p, m in rows)
     err = "" if proc.returncode == 0 else f"the script exited {proc.returncode} under the policy"
     return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout)

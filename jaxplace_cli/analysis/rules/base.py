@@ -116,7 +116,9 @@ def per_step(seqs: list[int], steps, nbytes: list[int] | None = None) -> dict | 
 
 
 def per_step_text(ps: dict | None) -> str:
-    if not ps:
+    """``2 per step over 10 steps``; "" when the events fell outside the steady steps (never
+    "0 per step")."""
+    if not ps or not ps["max"]:
         return ""
     med = ps["median"]
     med_s = f"{med:g}"

@@ -6,6 +6,7 @@ import bisect
 from collections import defaultdict
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, per_step, per_step_text, related, short, site_of
+from jaxplace_cli.analysis.rules.executions import line_executions
 from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.store import queries
@@ -38,18 +39,23 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
     and, when the run's steps are known, in at least half of the steady-state steps — a read
     every 50 steps costs one stall in 50 and is not a finding. No size threshold: the typical
     offender is a 4-byte ``float(loss)``. Counted in calls: ``jax.device_get`` of a pytree
-    reads every leaf but waits once."""
+    reads every leaf but waits once. The line must have *run* ``cfg.loop_threshold`` times
+    (rules/executions.py): many reads from one line that ran once (``mcmc.print_summary()``
+    after the loop) are not a sync in the loop."""
     sites = run.store.sites()
     groups = defaultdict(dict)  # (site, api) -> {call: [first seq, bytes]}
+    events = []
     for seq, sid, api, nbytes, op_seq in queries.blocking_reads(run.store):
         calls = groups[(sid, api)]
         call = calls.setdefault(op_seq or -seq, [seq, 0])  # one device_get of a pytree = one wait
         call[1] += max(nbytes, 0)
+        events.append((seq, sid, ("read", api, nbytes), (sid, api)))
     steps = detect_steps(run) if groups else None
+    ran = _executions(run, steps, events, groups, cfg)
     out = []
     for (sid, api), calls in groups.items():
         n = len(calls)
-        if n < cfg.loop_threshold:
+        if n < cfg.loop_threshold or ran[(sid, api)] < cfg.loop_threshold:
             continue
         seqs = [c[0] for c in calls.values()]
         sizes = [c[1] for c in calls.values()]
@@ -58,7 +64,7 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
             continue
         file, line, _ = site_of(sites, sid)
         ps = per_step(seqs, steps)
-        how = f" ({per_step_text(ps)})" if ps else ""
+        how = f" ({per_step_text(ps)})" if per_step_text(ps) else ""
         out.append(Finding(
             "host-sync-in-loop", WARNING,
             f"{api} at {short(file, line)} made the host wait for the device {n} times{how}; "
@@ -67,6 +73,14 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
             fix=_READ_FIXES.get(api, _DEFAULT_READ_FIX), per_step=ps))
     out.sort(key=lambda f: -f.count)
     return out
+
+
+def _executions(run, steps, events, groups, cfg):
+    """Executions of the lines of the groups that have enough events to matter (the merge
+    with the run's ops is skipped when no group could be a finding)."""
+    if not any(len(v[0] if isinstance(v, tuple) else v) >= cfg.loop_threshold for v in groups.values()):
+        return defaultdict(int)
+    return line_executions(run, steps, events)
 
 
 def steps_with(seqs: list[int], steps) -> float | None:
@@ -87,24 +101,30 @@ def steps_with(seqs: list[int], steps) -> float | None:
 
 def implicit_h2d_in_loop(run, cfg) -> list[Finding]:
     """Host data (numpy arrays) passed to jit calls or ops over and over: every call uploads
-    it again, on the critical path, because JAX cannot keep a host array on the device."""
+    it again, on the critical path, because JAX cannot keep a host array on the device.
+    "Over and over": the line ran at least ``cfg.loop_threshold`` times (rules/executions.py),
+    so three uploads from one line that ran once are no finding."""
     sites = run.store.sites()
     groups = defaultdict(lambda: ([], [], set()))
+    events = []
     for seq, sid, api, nbytes, dst in queries.implicit_uploads(run.store, cfg.min_bytes):
         seqs, sizes, devs = groups[(sid, api)]
         seqs.append(seq)
         sizes.append(nbytes)
         devs.add(dst)
+        events.append((seq, sid, ("upload", api, nbytes), (sid, api)))
     steps = detect_steps(run) if groups else None
+    ran = _executions(run, steps, events, groups, cfg)
     out = []
     for (sid, api), (seqs, sizes, devs) in groups.items():
         n, b = len(seqs), sum(sizes)
-        if n < cfg.loop_threshold:
+        if n < cfg.loop_threshold or ran[(sid, api)] < cfg.loop_threshold:
             continue
         file, line, _ = site_of(sites, sid)
         ps = per_step(seqs, steps, sizes)
-        how = (f"; {per_step_text(ps)}, {human_bytes(int(ps['bytes_median']))} per step"
-               if ps else "")
+        how = f"; {per_step_text(ps)}" if per_step_text(ps) else ""
+        if how and ps["bytes_median"]:
+            how += f", {human_bytes(int(ps['bytes_median']))} per step"
         out.append(Finding(
             "implicit-h2d-in-loop", WARNING,
             f"{api}: host data uploaded implicitly {n} times at {short(file, line)} "
@@ -165,7 +185,7 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
                     "(a new one each time) were each")
             rel.append({"file": of, "line": ol, "role": f"created here (uncommitted, on {src})"})
         ps = per_step(sorted(g["seqs"]), steps)
-        how = f" ({per_step_text(ps)})" if ps else ""
+        how = f" ({per_step_text(ps)})" if per_step_text(ps) else ""
         where = ", ".join(short(*site_of(sites, s)[:2]) + (f" x{c}" if len(top) > 1 else "")
                           for s, c in top)
         out.append(Finding(

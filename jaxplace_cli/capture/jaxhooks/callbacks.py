@@ -5,8 +5,10 @@ except for ``jax.debug.callback``, its results come back (h2d). XLA calls JAX's
 ``*_callback_impl`` (``debug_callback_p.impl``) with the operands at every execution, looked up
 by name at that moment, so a patched attribute sees every call, compiled or not, eager or
 inside ``jit`` (``jax.debug.print`` included); the hook records both legs
-with the bytes at the device dtype, attributed to the call in flight (its line and device:
-the device of its first array argument, else JAX's default device).
+with the bytes at the device dtype, attributed to the user's line that called the jitted
+function: the call in flight on this thread, or, when XLA runs the callback on its own thread,
+the recorded call that traced it (noted by the primitive's ``bind``), so the line is the same on
+every run (device: the call's first array argument's, else JAX's default device).
 
 JAX stages the operands onto its CPU device and converts the results with NumPy; those are
 the callback's own legs, so they are not counted again: the nesting depth hides the staging
@@ -46,21 +48,57 @@ def _nbytes(leaves) -> int:
     return n
 
 
-def _where():
-    """(device label, site, op seq) of the call the callback runs inside."""
-    op = tls.op
-    dev = None
+# id(callback param) -> (the param, site, jit name, device) of the recorded call that traced it;
+# bounded (each entry keeps its callback alive): past it, a callback falls back to this thread's call
+_ORIGIN: dict = {}
+_MAX_ORIGINS = 65536
+
+
+def _device_of(op):
     if op is not None:
         for leaf in tree_leaves((op[3], op[4])):
             if isinstance(leaf, jax.Array):
-                dev = endpoint_label(leaf.sharding)
-                break
-    if dev is None:
-        try:
-            d = jax.config.jax_default_device
-            dev = label(d) if isinstance(d, jax.Device) else label(jax.devices()[0])
-        except Exception:
-            dev = "?"
+                return endpoint_label(leaf.sharding)
+    try:
+        d = jax.config.jax_default_device
+        return label(d) if isinstance(d, jax.Device) else label(jax.devices()[0])
+    except Exception:
+        return "?"
+
+
+def make_bind(original):
+    """``bind`` of a callback primitive: while a recorded call traces the function holding the
+    callback (on the user's thread), note that call's line for the callback object, which
+    XLA hands back to ``*_callback_impl`` at every execution, on whatever thread runs it."""
+
+    def bind(*args, **params):
+        op = tls.op
+        cb = params.get("callback")
+        if (op is not None and cb is not None and active.rec is not None and id(cb) not in _ORIGIN
+                and len(_ORIGIN) < _MAX_ORIGINS):
+            try:
+                _ORIGIN[id(cb)] = (cb, op[2], op[0], _device_of(op))
+            except Exception:
+                pass
+        return original(*args, **params)
+
+    bind.__jaxplace_original__ = original
+    return bind
+
+
+def _where(callback):
+    """(device label, site, op seq) of the call the callback runs inside. A callback traced
+    by a recorded call is put at that call's line, always: XLA may run a callback on its own
+    thread, after the dispatching call returned, where the thread's state would put it at
+    ``?:0`` (or at a later call's line), differently on every run. Known limit: a jitted
+    function called from several lines has its callbacks at the line whose call traced it.
+    The op seq is the call in flight on this thread when it is that function (0 otherwise:
+    which of its calls is not known)."""
+    op = tls.op
+    origin = _ORIGIN.get(id(callback))
+    if origin is not None and origin[0] is callback:
+        return origin[3], origin[1], op[1] if op is not None and op[0] == origin[2] else 0
+    dev = _device_of(op)
     return (dev, op[2], op[1]) if op is not None else (dev, 0, 0)
 
 
@@ -78,7 +116,7 @@ def make_callback_impl(original, api: str, returns: bool):
         rec = active.rec
         if rec is None:
             return original(*args, callback=callback, **params)
-        dev, site, op_seq = _where()
+        dev, site, op_seq = _where(callback)
         thread = _thread_ident()
         rec.add_transfer(TransferEvent(rec.next_seq(), perf_counter_ns() - rec.t0, thread, D2H,
                                        dev, HOST, _nbytes(args), False, False,
@@ -123,4 +161,13 @@ def install(patch, report) -> None:
         obj = getattr(mod, owner) if owner else mod
         patch(obj, attr, make_callback_impl(getattr(obj, attr), api, returns))
         names.append(api)
+    for modname, prim in _PRIMITIVES:
+        p = getattr(importlib.import_module(modname), prim, None)
+        if p is not None:
+            patch(p, "bind", make_bind(p.bind))
     report.installed.append(", ".join(names) + " (operands and results)")
+
+
+# The primitives whose ``bind`` notes where a callback was traced.
+_PRIMITIVES = (("jax._src.callback", "pure_callback_p"), ("jax._src.callback", "io_callback_p"),
+               ("jax._src.debugging", "debug_callback_p"))

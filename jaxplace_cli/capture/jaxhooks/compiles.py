@@ -37,10 +37,14 @@ def signature(args, kwargs) -> list[str]:
     return out
 
 
+COMPILES = [0]  # backend compiles seen while recording: the trace window waits out warm-up
+
+
 def on_duration_event(event: str, duration_secs: float, **kwargs) -> None:
     rec = active.rec
     if rec is None or event != BACKEND_COMPILE_EVENT:
         return
+    COMPILES[0] += 1
     try:
         op = tls.op
         info = {"fun": str(kwargs.get("fun_name", "?")), "secs": round(float(duration_secs), 6)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 
 from jaxplace_cli.capture.jaxhooks.dispatch import (
     CallSpec,
@@ -100,30 +101,100 @@ _JIT_OWNER: dict = {}  # "jit(f)" -> identity of the first function recorded und
 _JIT_NAMES: dict = {}  # identity -> its recorded name
 
 
-def _identity(fun):
-    """(identity key, definition file, line) of a jitted callable: its code object's place
-    (a function re-created in a loop, a lambda, a closure of one ``def``: one identity — they
-    compile the same code), else its type."""
-    f = fun
-    while isinstance(f, functools.partial):
-        f = f.func
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    """Where third-party and JAX code lives: a jitted function defined there is a library's
+    wrapper (equinox's ``fun_wrapped``), not what the user wrote."""
+    import sysconfig
+
+    import jax
+
+    paths = sysconfig.get_paths()
+    dirs = {os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths}
+    dirs.add(os.path.join(os.path.dirname(os.path.dirname(jax.__file__)), ""))
+    return tuple(dirs)
+
+
+def _unwrap(fun):
+    """Through ``functools.partial`` and ``__wrapped__`` chains (``functools.wraps``,
+    ``nnx.jit``'s ``JitFn``) to the innermost callable."""
+    f, seen = fun, set()
+    while id(f) not in seen:
+        seen.add(id(f))
+        if isinstance(f, functools.partial):
+            f = f.func
+            continue
+        try:
+            inner = f.__dict__.get("__wrapped__") if hasattr(f, "__dict__") else None
+        except Exception:
+            inner = None
+        if inner is None or not callable(inner):
+            break
+        f = inner
+    return f
+
+
+def _from_callers(f):
+    """The user's function behind a library's wrapper ``f`` whose code is the library's own:
+    equinox compiles one ``fun_wrapped`` for every ``filter_jit`` function and only renames it,
+    the user's function being a local of a calling frame (``filter_jit(fun)``). Found by its
+    qualified name among the locals of the (library) frames that called ``jax.jit``."""
+    want = getattr(f, "__qualname__", None)
+    lib = _library_dirs()
+    own = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(own):
+        frame = frame.f_back
+    for _ in range(16):
+        if frame is None or not frame.f_code.co_filename.startswith(lib):
+            return None
+        for v in list(frame.f_locals.values()):
+            if v is f or not callable(v):
+                continue
+            u = _unwrap(v)
+            code = getattr(u, "__code__", None)
+            if (code is not None and getattr(u, "__qualname__", None) == want
+                    and not code.co_filename.startswith(lib)):
+                return u
+        frame = frame.f_back
+    return None
+
+
+def user_function(fun):
+    """What the user wrote behind the callable ``jax.jit`` got: through partials and
+    ``__wrapped__`` chains, and past a library's renamed wrapper (``eqx.filter_jit``)."""
+    f = _unwrap(fun)
+    code = getattr(f, "__code__", None)
+    if code is not None and code.co_filename.startswith(_library_dirs()) and code.co_name != getattr(f, "__name__", code.co_name):
+        try:
+            return _from_callers(f) or f
+        except Exception:
+            return f
+    return f
+
+
+def _identity(f):
+    """(identity key, definition file, line) of a user function ``f`` (user_function): its
+    code object's place (a function re-created in a loop, a lambda, a closure of one ``def``:
+    one identity — they compile the same code) and its qualified name (a library that renames
+    one wrapper per function is as many functions), else its type."""
     code = getattr(f, "__code__", None)
     if code is not None:
-        return (code.co_filename, code.co_firstlineno, code.co_name), code.co_filename, code.co_firstlineno
+        key = (code.co_filename, code.co_firstlineno, getattr(f, "__qualname__", code.co_name))
+        return key, code.co_filename, code.co_firstlineno
     t = type(f)
     return (t.__module__, t.__qualname__, getattr(f, "__name__", "")), "", 0
 
 
 def jit_name(fun) -> str:
-    """``jit(f)``, as JAX names it — unless another function already took that name in this
-    process: then ``jit(f) [model.py:12]`` (where it is defined). Steps and recompiles are
-    keyed on this name, so on function identity: three different functions named ``f`` are
-    three functions, not one compiled three times."""
-    f = fun
-    while isinstance(f, functools.partial):
-        f = f.func
+    """``jit(f)``, as JAX names it, ``f`` the function the user wrote (user_function) —
+    unless another function already took that name in this process: then
+    ``jit(f) [model.py:12]`` (where it is defined). Steps and recompiles are keyed on this
+    name, so on function identity: three different functions named ``f`` are three functions,
+    not one compiled three times."""
+    f = user_function(fun)
     base = f"jit({getattr(f, '__name__', None) or type(f).__name__})"
-    key, file, line = _identity(fun)
+    key, file, line = _identity(f)
     name = _JIT_NAMES.get(key)
     if name is None:
         owner = _JIT_OWNER.setdefault(base, key)

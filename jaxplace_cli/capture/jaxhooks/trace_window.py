@@ -1,11 +1,17 @@
 """The native ``jax.profiler`` trace that goes into a run directory, bounded in time.
 
 A whole run under ``jax.profiler.trace`` costs ~x1.5 wall time and memory that grows without
-bound (issue: performance), so by default the trace covers a *window*: it opens at the first
-recorded dispatch (not before the script runs: ``start_trace`` initialises JAX's backends,
-which would break a script that calls ``jax.distributed.initialize`` first) and closes after
-``seconds``. ``full`` keeps it open until the script ends. jaxplace's own hooks record every
-op and transfer regardless of the window.
+bound (issue: performance), so by default the trace covers a *window* of ``seconds`` or
+``max_ops`` dispatches, placed on the steady state: it opens after the first recorded dispatch
+that compiled nothing (warm-up — tracing, compiling, a first call that may run for seconds — is
+left out; never before the script runs: ``start_trace`` initialises JAX's backends, which would
+break a script that calls ``jax.distributed.initialize` first). It closes at the dispatch that
+reaches either limit, or, while one long dispatch runs (a jitted 100k-step ``fori_loop``), from
+a watchdog thread at the deadline: issue 24 measured such a window at x9 time and 12.8 GiB.
+A program that never reaches a steady state gets no trace (``state`` "skipped"). Where the
+window was cut is ``cut`` in run.json (``ops``, ``seconds``, ``watchdog``, ``own trace``,
+``end``), and the audit says so. ``full`` keeps it open until the script ends. jaxplace's own
+hooks record every op and transfer regardless of the window.
 
 If the user's script starts its own trace, jaxplace closes its window first (saving what it
 has) so the user's ``start_trace`` succeeds, and says so in the manifest.
@@ -13,6 +19,7 @@ has) so the user's ``start_trace`` succeeds, and says so in the manifest.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +53,10 @@ class TraceWindow:
         self._deadline = 0.0
         self._annotation = None
         self._orig_start = None
+        self.cut = ""  # why the window closed: ops | seconds | watchdog | own trace | end
+        self._compiles = 0  # compiles seen at the last dispatch while pending (warm-up)
+        self._lock = threading.Lock()  # close() from the dispatching thread or the watchdog
+        self._watchdog = None
 
     @property
     def traced_ops(self) -> int:
@@ -55,16 +66,33 @@ class TraceWindow:
         """Start watching dispatches; the trace opens at the first one."""
         if self.mode == OFF:
             return
+        from jaxplace_cli.capture.jaxhooks.compiles import COMPILES  # not at import: cli/run imports this before JAX
+
+        self._compiles = COMPILES[0]
         active.on_dispatch = self._on_dispatch
         self._patch_user_start_trace()
 
     def _on_dispatch(self) -> None:
         if self.state == "pending":
+            from jaxplace_cli.capture.jaxhooks.compiles import COMPILES  # not at import: cli/run imports this before JAX
+
+            n = COMPILES[0]
+            if n != self._compiles and self.mode == WINDOW:  # this dispatch compiled: warm-up
+                self._compiles = n
+                return
             self._open()
         elif self.state == "open" and self.mode == WINDOW:
             self._ops += 1
-            if time.monotonic() >= self._deadline or (self.max_ops and self._ops >= self.max_ops):
-                self.close()
+            if self.max_ops and self._ops >= self.max_ops:
+                self.close(cut="ops")
+            elif time.monotonic() >= self._deadline:
+                self.close(cut="seconds")
+
+    def _deadline_passed(self) -> None:
+        """The watchdog: the deadline passed with the window still open, most likely inside
+        one long dispatch that no later dispatch would end."""
+        if self.state == "open":
+            self.close(cut="watchdog")
 
     def _open(self) -> None:
         import jax
@@ -86,24 +114,35 @@ class TraceWindow:
             active.rec.on_transfer = functools.partial(annotate_transfer, active.rec)
         if self.mode == FULL:
             active.on_dispatch = None
+        else:
+            self._watchdog = threading.Timer(self.seconds, self._deadline_passed)
+            self._watchdog.daemon = True
+            self._watchdog.start()
 
-    def close(self, reason: str = "") -> None:
+    def close(self, reason: str = "", cut: str = "end") -> None:
         active.on_dispatch = None
-        if self.state != "open":
-            return
-        import jax
+        if self._watchdog is not None and threading.current_thread() is not self._watchdog:
+            self._watchdog.cancel()
+        with self._lock:
+            if self.state == "pending":
+                self.state = "skipped"  # no steady state reached: said by the audit, not on stderr
+                return
+            if self.state != "open":
+                return
+            import jax
 
-        active.tracing = False
-        if active.rec is not None:
-            active.rec.on_transfer = None
-        try:
-            jax.profiler.stop_trace()
-            self.state = "closed"
-            if reason:
-                self.note = reason
-        except Exception as exc:
-            self.state = "failed"
-            self.note = f"trace not saved: {type(exc).__name__}: {exc}"
+            active.tracing = False
+            if active.rec is not None:
+                active.rec.on_transfer = None
+            self.cut = cut
+            try:
+                jax.profiler.stop_trace()
+                self.state = "closed"
+                if reason:
+                    self.note = reason
+            except Exception as exc:
+                self.state = "failed"
+                self.note = f"trace not saved: {type(exc).__name__}: {exc}"
 
     def _patch_user_start_trace(self) -> None:
         import jax
@@ -117,7 +156,8 @@ class TraceWindow:
         @functools.wraps(original)
         def start_trace(*args, **kwargs):
             if self.state == "open":
-                self.close("jaxplace's trace window was closed early because the script started its own trace")
+                self.close("jaxplace's trace window was closed early because the script started its own trace",
+                           cut="own trace")
             elif self.state == "pending":
                 self.state = "closed"
                 self.note = "no jaxplace trace: the script started its own trace first"
