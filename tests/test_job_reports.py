@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
-from conftest import SCRIPTS, child_env, jaxplace
+from conftest import SCRIPTS, jaxplace
 
 N, L, STEPS = 2, 2, 4
 H2D_PER_PROCESS, H2D_BYTES_PER_PROCESS = STEPS * L + STEPS, STEPS * L * 2048 + STEPS * 4096
@@ -103,20 +99,10 @@ def test_export_of_a_job_is_its_processes_exports_side_by_side(job, tmp_path, ca
 def test_view_of_a_job_serves_every_process_trace(job):
     sessions = sorted(f"{p.parents[2].name}/{p.name}" for p in job.glob("proc-*/plugins/profile/*"))
     assert len(sessions) == N
-    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "view", str(job), "--port", "0"],
-                            env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        url, seen, deadline = None, [], time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            seen.append(line)
-            m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-            url = m.group(1) if m else None
-        assert url, "".join(seen)
-        from test_view import _get
+    from test_view import _get, start_view
 
+    proc, url = start_view(job)
+    try:
         status, body = _get(url + "data/plugin/profile/runs")
         assert status == 200 and sorted(json.loads(body)) == sessions
         proc.send_signal(signal.SIGINT)

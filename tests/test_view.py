@@ -67,19 +67,28 @@ def _get(url: str) -> tuple[int, bytes]:
         return exc.code, b""
 
 
-def test_view_serves_xprof_on_localhost_only_and_stops_on_sigint(run_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "view", str(run_dir), "--port", "0"],
+def start_view(path) -> tuple[subprocess.Popen, str]:
+    """`jaxplace view PATH --port 0` in a subprocess, and the URL it says it serves."""
+    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "view", str(path), "--port", "0"],
                             env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    url, seen, deadline = None, [], time.monotonic() + 120
+    while url is None and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+        url = m.group(1) if m else None
+    if url is None:
+        proc.kill()
+        proc.wait()
+    assert url, "".join(seen)
+    return proc, url
+
+
+def test_view_serves_xprof_on_localhost_only_and_stops_on_sigint(run_dir):
+    proc, url = start_view(run_dir)
     try:
-        url, seen, deadline = None, [], time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            seen.append(line)
-            m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-            url = m.group(1) if m else None
-        assert url, "".join(seen)
         status, body = _get(url)
         assert status == 200 and b"<html" in body.lower()
         status, body = _get(url + "data/plugin/profile/runs")
