@@ -19,6 +19,7 @@ from jaxplace_cli.model.manifest import MANIFEST_SCHEMA_VERSION, Manifest, Manif
 from jaxplace_cli.model.untrusted import MAX_MANIFEST_BYTES, load_json
 
 MANIFEST = "run.json"
+MANIFEST_RESERVE = ".manifest-reserve"  # room for the final run.json on a full disk (capture/session.py)
 EVENTS = "events.sqlite"
 CHILDREN = "children"  # <run>/children/<pid>/: runs of child processes (--follow-children)
 
@@ -64,8 +65,15 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     path = Path(path)
     tmp = path / (MANIFEST + ".tmp")
     data = manifest.to_dict() if hasattr(manifest, "to_dict") else manifest  # tests write dicts
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path / MANIFEST)
+    except OSError:
+        try:  # a full disk leaves no empty run.json.tmp behind
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def read_manifest(path: Path) -> Manifest:

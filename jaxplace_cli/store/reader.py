@@ -148,6 +148,22 @@ class StoreReader:
              "GROUP BY kind, cls")
         return self.conn.execute(q, (min_bytes,)).fetchall()
 
+    def progress(self) -> dict[str, tuple[int, int]] | None:
+        """``{table: (dispatched, committed)}`` the writer kept (store/writer.py); None for a
+        store written before issue 25, or a table that is not real or not numbers."""
+        try:
+            kind = self.conn.execute("SELECT type FROM sqlite_master WHERE name = 'progress'").fetchone()
+            if not kind or kind[0] != "table":
+                return None
+            rows = self.conn.execute("SELECT tbl, dispatched, committed FROM progress").fetchall()
+        except sqlite3.DatabaseError:
+            return None
+        out = {}
+        for tbl, dispatched, committed in rows[:16]:
+            if type(tbl) is str and type(dispatched) is int and type(committed) is int:
+                out[tbl] = (max(0, dispatched), max(0, committed))
+        return out
+
     def count(self, name: str) -> int:
         return self.conn.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0]
 
