@@ -20,7 +20,6 @@ from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import BufferEvent, Marker, OpEvent, Site, TransferEvent
 from jaxplace_cli.store.schema import MAGIC, SCHEMA_VERSION, TABLES, columns
 
-
 MAX_CHECK_BYTES = 2 << 30  # stores checked with quick_check (JAXPLACE_MAX_CHECK_BYTES): ~7 s at 2 GiB
 
 
