@@ -299,3 +299,26 @@ def test_store_failing_its_integrity_check_is_exit_2_in_every_command(tmp_path, 
         assert proc.returncode == 2, (page, proc.returncode, proc.stdout[-300:], proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert damaged, "no page of the store was found damaged"
+
+
+def test_in_process_gates_fail_on_lost_data(tmp_path, small_run):
+    """What the pytest plugin, ``jaxplace_cli.budget()`` and ``jaxplace run --budget`` share
+    (``judge_run``) fails a run whose manifest counts more events than its store holds."""
+    from jaxplace_cli.analysis.budgets import judge_run
+    from jaxplace_cli.analysis.run import open_run
+    from jaxplace_cli.integrations.budget import limits_to_budget
+
+    run_dir = _copy(small_run, tmp_path / "run")
+    m = manifest(run_dir)
+    m["events"]["ops"] += 5  # the recorder made 5 ops the store never got
+    m["events"]["transfers"] += 2
+    (run_dir / "run.json").write_text(json.dumps(m))
+    run = open_run(run_dir)
+    try:
+        result = judge_run(run, limits_to_budget({"d2h": 10**6}, "test"))
+    finally:
+        run.store.close()
+    (breach,) = result.budget.breaches
+    assert (breach.rule, breach.actual) == ("recording-incomplete", 7)
+    assert "lost 7 of" in breach.message and "(5 ops, 2 transfers)" in breach.message
+    assert result.findings[0].rule == "recording-incomplete" and result.findings[0].severity == "error"
