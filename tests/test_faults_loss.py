@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,15 +59,26 @@ def loss_finding(run_dir) -> dict | None:
 
 
 def assert_every_command_says_it(run_dir, lost: int) -> None:
-    """audit (text, markdown), report, a budget gate and diff name the loss; the gate fails."""
+    """audit, a budget gate, diff (and its gate), report, export and suggest name the loss;
+    the gates fail."""
     text = jaxplace("audit", run_dir, "--format", "text")
     assert text.returncode == 0 and "recording-incomplete" in text.stdout, text.stderr
     assert f"lost {lost:,} of" in " ".join(text.stdout.split())
     gate = jaxplace("audit", run_dir, "--max-h2d", 10**9, "--format", "text")
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "Budget FAILED" in gate.stdout and f"lost {lost:,} of" in " ".join(gate.stdout.split())
-    diff = jaxplace("diff", run_dir, run_dir)
-    assert f"lost {lost:,} of" in " ".join(diff.stdout.split()), diff.stdout + diff.stderr
+    diff = jaxplace("diff", run_dir, run_dir, "--fail-on-increase", 50)
+    assert diff.returncode == 1 and f"lost {lost:,} of" in diff.stderr, diff.stdout + diff.stderr
+    assert f"lost {lost:,} of" in " ".join(diff.stdout.split())
+    scratch = Path(tempfile.mkdtemp(prefix="jaxplace-loss-"))  # not on the full disk
+    html = scratch / "report.html"
+    report = jaxplace("report", run_dir, "-o", html)
+    assert report.returncode == 0 and f"lost {lost:,} of" in html.read_text(), report.stderr
+    trace = scratch / "trace.json"
+    export = jaxplace("export", run_dir, "--perfetto", trace)
+    assert export.returncode == 0 and f"lost {lost:,} of" in trace.read_text(), export.stderr
+    suggest = jaxplace("suggest", run_dir)
+    assert f"lost {lost:,} of" in " ".join(suggest.stdout.split()), suggest.stdout + suggest.stderr
 
 
 # -- a complete run: nothing lost, nothing said ---------------------------------------------------

@@ -198,6 +198,7 @@ class Session:
             StoreWriter(self.run_dir / EVENTS).close()
             self._ids = (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS))
         except (OSError, sqlite3.Error) as exc:
+            drop_reserve(self._reserve)
             raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
         # started now, so the child Python starts while this one imports JAX
         self._writer = open_writer(self.run_dir / EVENTS)
