@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def loss_finding(run_dir) -> dict | None:
     return found[0] if found else None
 
 
-def assert_every_command_says_it(run_dir, lost: int) -> None:
+def assert_every_command_says_it(run_dir, lost: int, scratch: Path) -> None:
     """audit, a budget gate, diff (and its gate), report, export and suggest name the loss;
     the gates fail."""
     text = jaxplace("audit", run_dir, "--format", "text")
@@ -70,7 +69,6 @@ def assert_every_command_says_it(run_dir, lost: int) -> None:
     diff = jaxplace("diff", run_dir, run_dir, "--fail-on-increase", 50)
     assert diff.returncode == 1 and f"lost {lost:,} of" in diff.stderr, diff.stdout + diff.stderr
     assert f"lost {lost:,} of" in " ".join(diff.stdout.split())
-    scratch = Path(tempfile.mkdtemp(prefix="jaxplace-loss-"))  # not on the full disk
     html = scratch / "report.html"
     report = jaxplace("report", run_dir, "-o", html)
     assert report.returncode == 0 and f"lost {lost:,} of" in html.read_text(), report.stderr
@@ -136,7 +134,7 @@ def test_disk_full_loss_is_exact_and_every_command_says_it(tmp_path, small_disk)
     f = loss_finding(out)
     assert f["severity"] == "error" and f["count"] == ev["lost_rows"]
     assert "disk was full" in f["message"]
-    assert_every_command_says_it(out, ev["lost_rows"])
+    assert_every_command_says_it(out, ev["lost_rows"], tmp_path)
 
 
 def test_out_on_a_full_disk_is_one_line_exit_2(tmp_path, small_disk):
@@ -177,7 +175,7 @@ def test_disk_full_then_killed_loss_is_counted_from_the_store(tmp_path, small_di
     assert lost > 0
     f = loss_finding(out)
     assert f["count"] == lost and "disk was full" in f["message"] and "without finalising" in f["message"]
-    assert_every_command_says_it(out, lost)
+    assert_every_command_says_it(out, lost, tmp_path)
 
 
 def kill_and_wait_for_writer(proc) -> None:
