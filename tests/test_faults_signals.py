@@ -67,8 +67,9 @@ def test_signal_ends_the_run_like_python_with_nothing_lost(tmp_path, name):
     ev = m["events"]
     assert ev["lost_rows"] == 0 and ev["write_error"] == "", ev
     assert counts(run) == (ev["ops"], ev["transfers"])
-    steps = (ev["ops"] - 1) // 2  # steps.py: 2 N + 1 ops, 3 N transfers (the last step may be cut)
-    assert ev["transfers"] in range(3 * steps, 3 * steps + 3)
+    # steps.py: 2 N + 1 ops, 3 N transfers; the signal's handler (or KeyboardInterrupt) runs
+    # at any bytecode, inside a hook too, so the last step may be cut anywhere
+    assert abs(2 * ev["transfers"] - 3 * (ev["ops"] - 1)) <= 8, ev
     if name == "SIGHUP":  # what used to lose its tail: the audit finds nothing lost
         doc = json.loads(jaxplace("audit", run, "--format", "json").stdout)
         assert not [f for f in doc["findings"] if f["rule"] == "recording-incomplete"]
