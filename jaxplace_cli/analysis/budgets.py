@@ -8,6 +8,8 @@ import bisect
 
 from jaxplace_cli.analysis.budget_file import Breach, Budget, BudgetError, budget_from_dict, load_budget, merge_flags
 from jaxplace_cli.analysis.budget_total import total_breaches
+from jaxplace_cli.analysis.rules.loss import RULE as LOSS_RULE
+from jaxplace_cli.analysis.rules.loss import loss_breaches
 from jaxplace_cli.model.budget_limits import limit_noun, limit_text
 from jaxplace_cli.model.events import D2H
 from jaxplace_cli.model.paths import file_name, site_name
@@ -56,7 +58,7 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
     min_bytes = budget.min_bytes if budget.min_bytes is not None else default_min_bytes
     rows = [t for t in queries.transfer_costs(run.store) if t.site not in allowed]
     steps = _Steps(result.steps)
-    breaches: list[Breach] = []
+    breaches: list[Breach] = loss_breaches(result)  # data lost: never a pass (rules/loss.py)
     for kind, limits in budget.kinds.items():
         # Small h2d are mostly Python scalar operands; a small d2h is still a host
         # sync (float(loss)), so d2h limits count every read unless the budget sets min_bytes.
@@ -67,7 +69,8 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
     if budget.host_syncs_per_step is not None:
         breaches += _host_syncs_per_step(rows, budget.host_syncs_per_step, steps, sites)
     # findings at an allowed site are expected, like its transfers
-    findings = [f for f in result.findings if not (f.file and budget.allows(f.file, f.line))]
+    findings = [f for f in result.findings
+                if f.rule != LOSS_RULE and not (f.file and budget.allows(f.file, f.line))]
     if budget.pingpong is not None:
         breaches += _pingpong(findings, budget.pingpong)
     if budget.recompiles is not None:

@@ -60,6 +60,15 @@ class Diff:
     kinds: list[KindDelta]
     sites: list[SiteDelta] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # sides that lost data (rules/loss.py): no gate passes
+
+
+def lost_data(doc: dict, name: str) -> list[str]:
+    """The side's ``recording-incomplete`` finding as a sentence (a saved audit is input:
+    anything else in its findings is ignored)."""
+    found = doc.get("findings")
+    return [f"{name}: {str(f.get('message', ''))[:400]}" for f in (found if isinstance(found, list) else [])
+            if isinstance(f, dict) and f.get("rule") == "recording-incomplete"][:1]
 
 
 def load_side(path: Path, min_bytes: int) -> dict:
@@ -160,7 +169,8 @@ def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new
             status = "same" if (bc, bb) == (nc, nb) else "changed"
         sites.append(SiteDelta(key, bc, nc, bb, nb, status, nf or bf, nl or bl))
     sites.sort(key=lambda s: (-(abs(s.new_bytes - s.base_bytes)), s.key))
-    return Diff(base_name, new_name, kinds, sites, notes)
+    lost = lost_data(base, base_name) + lost_data(new, new_name)
+    return Diff(base_name, new_name, kinds, sites, notes + lost, lost)
 
 
 def truncated(doc: dict) -> bool:
@@ -172,8 +182,9 @@ def truncated(doc: dict) -> bool:
 
 
 def increases_over(diff: Diff, pct: float) -> list[str]:
-    """Sentences for every kind whose bytes or count grew by more than ``pct`` percent."""
-    out = []
+    """Sentences for every kind whose bytes or count grew by more than ``pct`` percent, and
+    for a side that lost data (a gate never passes on it)."""
+    out = list(diff.lost)
     for k in diff.kinds:
         for what, p, before, after in (("bytes", k.bytes_pct, k.base_bytes, k.new_bytes),
                                        ("transfers", k.count_pct, k.base_count, k.new_count)):

@@ -11,6 +11,7 @@ from jaxplace_cli.analysis.rules.balance import idle_device, imbalance
 from jaxplace_cli.analysis.rules.base import ERROR, INFO, SEVERITIES, WARNING, Finding, RuleConfig
 from jaxplace_cli.analysis.rules.fwd_bwd import fwd_bwd_split
 from jaxplace_cli.analysis.rules.incompatible import incompatible_devices
+from jaxplace_cli.analysis.rules.loss import loss_findings
 from jaxplace_cli.analysis.rules.pingpong import pingpong
 from jaxplace_cli.analysis.rules.placement import policy_fallback
 from jaxplace_cli.analysis.rules.recompile import recompile
@@ -71,6 +72,10 @@ RULE_DOCS = {
     "host-offload": ("XLA host-offload copies",
                      "Copies between device and host memory compiled into the program (profiler "
                      "traces only)."),
+    "recording-incomplete": ("The recording lost events",
+                             "Events the recorder made are not in the store (the process was killed, "
+                             "the disk was full, the writer died): totals and findings are lower "
+                             "bounds, and no budget passes."),
     "policy-fallback": ("Placement policy could not place ops",
                         "With --on-policy-error fallback, the policy failed for these ops and JAX "
                         "decided where they ran."),
@@ -101,7 +106,8 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 def run_rules(run, cfg: RuleConfig, select: list[str] | None = None,
               ignore: list[str] | None = None) -> list[Finding]:
-    findings = []
+    # lost data is said whatever rules were chosen (analysis/rules/loss.py)
+    findings = loss_findings(run)
     for name in selected(select, ignore):
         findings.extend(RULES[name](run, cfg))
     return sort_findings(findings)

@@ -26,7 +26,8 @@ from jaxplace_cli.capture import distributed
 from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
-from jaxplace_cli.store.layout import EVENTS, RunDirError, create_run_dir, write_manifest
+from jaxplace_cli.store.layout import EVENTS, MANIFEST, MANIFEST_RESERVE, RunDirError, create_run_dir, write_manifest
+from jaxplace_cli.store.writer import drop_reserve, make_reserve
 
 
 @dataclass
@@ -91,11 +92,16 @@ def _file_id(path: Path):
     return (st.st_dev, st.st_ino)
 
 
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Signals whose default action kills python without any cleanup: the run is saved first, then
+# the process dies of the same signal (same status as plain python). SIGINT is python's own
+# KeyboardInterrupt; all of these are held while the run is being saved.
+FATAL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1")
+                      if hasattr(signal, n))
+_HELD_SIGNALS = (signal.SIGINT, *FATAL_SIGNALS)
 
 
 def _hold_signals(held: list) -> dict:
-    """Replace the SIGINT/SIGTERM handlers by ones that only note the signal (main thread)."""
+    """Replace the held signals' handlers by ones that only note the signal (main thread)."""
     previous = {}
     if threading.current_thread() is not threading.main_thread():
         return previous
@@ -114,11 +120,17 @@ def _release_signals(previous: dict, held: list, outcome: Outcome) -> None:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         except (ValueError, OSError, TypeError):
             pass
-    if signal.SIGTERM in held:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die of it, as python would
-        os.kill(os.getpid(), signal.SIGTERM)
+    fatal = [s for s in held if s in FATAL_SIGNALS]
+    if fatal:
+        _die_of(fatal[0])
     elif signal.SIGINT in held and outcome.status not in ("interrupted", "terminated"):
         signal.raise_signal(signal.SIGINT)
+
+
+def _die_of(signum: int) -> None:
+    """End the process by ``signum``'s default action, as python without a handler would."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _on_sigint(signum, frame) -> None:
@@ -170,7 +182,13 @@ class Session:
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), status="running", exit_code=None)
         if self.job is not None:  # said from the start: a process killed mid-run is still named
             self.manifest.distributed = self.job.manifest()
-        write_manifest(self.run_dir, self.manifest)
+        try:
+            write_manifest(self.run_dir, self.manifest)
+        except OSError as exc:  # a full disk: one line, exit 2, before the script runs
+            raise RunDirError(f"cannot write {self.run_dir / MANIFEST}: {exc.strerror or exc}") from None
+        # room for the final run.json, should the disk fill during the run (finalize drops it)
+        self._reserve = self.run_dir / MANIFEST_RESERVE
+        make_reserve(self._reserve)
         from jaxplace_cli.store.writer import StoreWriter
         from jaxplace_cli.store.writer_process import open_writer
 
@@ -180,6 +198,7 @@ class Session:
             StoreWriter(self.run_dir / EVENTS).close()
             self._ids = (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS))
         except (OSError, sqlite3.Error) as exc:
+            drop_reserve(self._reserve)
             raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
         # started now, so the child Python starts while this one imports JAX
         self._writer = open_writer(self.run_dir / EVENTS)
@@ -216,7 +235,8 @@ class Session:
         from jaxplace_cli.store.writer_process import WriterProcess
 
         take = isinstance(self._writer, WriterProcess)  # the child formats the rows itself
-        self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer)
+        self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer,
+                                    counts=self.recorder.counts)
         self._bg.start()
         # back-pressure: a backlog over the limit waits for the writer (JAXPLACE_BACKLOG_ROWS:
         # a smaller limit, for tests)
@@ -239,28 +259,29 @@ class Session:
         write_manifest(self.run_dir, self.manifest)
 
     def _install_sigterm(self) -> None:
-        """SIGTERM kills python without cleanup; save what was recorded, then die the same way."""
-        try:
-            self._prev_sigterm = signal.getsignal(signal.SIGTERM)
-            if self._prev_sigterm in (signal.SIG_DFL, None):
-                signal.signal(signal.SIGTERM, self._on_sigterm)
-        except (ValueError, OSError):  # not the main thread
-            pass
+        """SIGTERM, SIGHUP (terminal or ssh session closed), SIGQUIT and SIGUSR1 kill python
+        without cleanup; save what was recorded, then die the same way. A signal whose handler
+        is not the default (ignored under nohup, or the script's own later) is left alone."""
+        for sig in FATAL_SIGNALS:
+            try:
+                if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                    signal.signal(sig, self._on_fatal)
+            except (ValueError, OSError):  # not the main thread
+                pass
         try:  # Ctrl-C: python's own behaviour, minus the lost interrupts (see _on_sigint)
             if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 signal.signal(signal.SIGINT, _on_sigint)
         except (ValueError, OSError):
             pass
 
-    def _on_sigterm(self, signum, frame) -> None:
+    def _on_fatal(self, signum, frame) -> None:
         if self._held is not None and self._finalized:
             # saving is under way (atexit in a child; the handler swap of _hold_signals does
             # not apply there): held like the others, acted on once the run is saved
             self._held.append(signum)
             return
-        self.finalize(Outcome("terminated", 128 + signum, "terminated by SIGTERM"))
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        self.finalize(Outcome("terminated", 128 + signum, f"terminated by {signal.Signals(signum).name}"))
+        _die_of(signum)
 
     def run(self) -> Outcome:
         try:
@@ -308,19 +329,20 @@ class Session:
             self.recorder.detach_writer()
         if self._bg is not None:
             self._bg.stop()
-        lost = self._bg.lost_rows if self._bg else 0
         write_error = self._bg.error if self._bg else ""
         writer = self._writer
         if writer is not None:
+            if self._bg is not None and hasattr(writer, "final_progress"):  # a writer thread
+                writer.final_progress(write_error)
             try:
                 writer.close()  # a WriterProcess: waits for the child to write its backlog
             except Exception as exc:
                 write_error = write_error or f"closing the events store: {type(exc).__name__}: {exc}"
-            lost += getattr(writer, "lost_rows", 0)
             write_error = write_error or getattr(writer, "error", "")
+        lost = self._lost(writer)
         if writer is not None and self._ids != (_file_id(self.run_dir), _file_id(self.run_dir / EVENTS)):
             # SQLite kept writing into the deleted file without an error: all of it is gone
-            lost += writer.rows_written
+            lost = self._lost(None)
             write_error = (f"the run directory {self.run_dir} (or its {EVENTS}) was removed or "
                            f"replaced while the script ran; nothing recorded could be kept")
         rec = self.recorder
@@ -350,9 +372,28 @@ class Session:
         distributed.finish(section, self.job)  # process index/count, coordinator, devices
         m.distributed = section.get("distributed")
         try:
-            write_manifest(self.run_dir, self.manifest)
+            try:
+                write_manifest(self.run_dir, self.manifest)
+            except OSError:  # a full disk: the reserve made room for it
+                drop_reserve(self._reserve)
+                write_manifest(self.run_dir, self.manifest)
             self.saved = True
         except OSError as exc:
             self.saved = False
             if sys.stderr is not None:  # closed: not into the script's stdout (print(file=None))
                 print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)
+        drop_reserve(self._reserve)
+
+    def _lost(self, writer) -> int:
+        """Events (ops + transfers) the recorder made that the store does not hold: what the
+        writer committed (its own count, or the store's where the writer died) taken from
+        what the recorder handed on, table by table. ``writer`` None: nothing was kept."""
+        rec = self.recorder
+        if rec is None:
+            return 0
+        committed = getattr(writer, "committed", None) if writer is not None else {}
+        if committed is None:  # the writer died and its store cannot be read
+            committed = {}
+        if writer is not None and not hasattr(writer, "pid"):  # a writer thread: its own count
+            committed = writer.committed
+        return sum(max(0, rec.counts[t] - int(committed.get(t, 0))) for t in ("ops", "transfers"))

@@ -58,6 +58,8 @@ class Writer:
 class Events:
     ops: int = field(default=0, metadata=COUNT)
     transfers: int = field(default=0, metadata=COUNT)
+    # events (ops + transfers) recorded but not in the store: ``ops``/``transfers`` are what
+    # the recorder made, the store's own ``progress`` table what was committed (issue 25)
     lost_rows: int = field(default=0, metadata=COUNT)
     write_error: str = ""
     writer: Writer = field(default_factory=Writer)

@@ -19,6 +19,7 @@ from jaxplace_cli.model.manifest import MANIFEST_SCHEMA_VERSION, Manifest, Manif
 from jaxplace_cli.model.untrusted import MAX_MANIFEST_BYTES, load_json
 
 MANIFEST = "run.json"
+MANIFEST_RESERVE = ".manifest-reserve"  # room for the final run.json on a full disk (capture/session.py)
 EVENTS = "events.sqlite"
 CHILDREN = "children"  # <run>/children/<pid>/: runs of child processes (--follow-children)
 
@@ -64,8 +65,15 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     path = Path(path)
     tmp = path / (MANIFEST + ".tmp")
     data = manifest.to_dict() if hasattr(manifest, "to_dict") else manifest  # tests write dicts
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path / MANIFEST)
+    except OSError:
+        try:  # a full disk leaves no empty run.json.tmp behind
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def read_manifest(path: Path) -> Manifest:
@@ -73,12 +81,17 @@ def read_manifest(path: Path) -> Manifest:
     (``model/manifest.py``): every way it can be wrong is one ``RunDirError`` line."""
     file = Path(path) / MANIFEST
     if not os.path.lexists(file):
+        if os.path.lexists(Path(path) / EVENTS):  # a store without its manifest: a damaged run
+            raise RunDirError(f"{path} holds an events store but no {MANIFEST}: the run is damaged "
+                              f"and cannot be audited; restore its {MANIFEST}, or audit its profiler "
+                              f"trace alone (jaxplace audit {Path(path) / 'plugins' / 'profile'})")
         raise RunDirError(f"{path} is not a jaxplace run (no {MANIFEST}); pass a directory "
                           "made by `jaxplace run` or a jax.profiler trace")
     try:
         data = load_json(file, "manifest", MAX_MANIFEST_BYTES, RunDirError)
     except RunDirError as exc:
-        raise RunDirError(f"{exc}; the manifest is unreadable or corrupt, the run cannot be audited") from None
+        raise RunDirError(f"{exc}; the manifest is unreadable or corrupt, the run is damaged and "
+                          f"cannot be audited; restore its {MANIFEST}") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise RunDirError(f"{file} is not a jaxplace manifest (no schema_version)")
     if data["schema_version"] != MANIFEST_SCHEMA_VERSION:
@@ -96,7 +109,10 @@ def _show(value) -> str:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
+    """A run is known by its manifest or by its store: a directory with ``events.sqlite`` but
+    no readable ``run.json`` is a damaged run (``read_manifest`` says so), never a trace."""
+    path = Path(path)
+    return os.path.lexists(path / MANIFEST) or os.path.lexists(path / EVENTS)
 
 
 # -- distributed jobs (capture/distributed.py, cli/launch.py, analysis/distributed.py) -----------
@@ -135,7 +151,7 @@ def process_dirs(job_dir: Path) -> list[tuple[int, Path]]:
 def is_job_dir(path: Path) -> bool:
     """A distributed job: a ``job.json``, or no ``run.json`` but ``proc-<i>/run.json`` inside."""
     path = Path(path)
-    if not path.is_dir() or (path / MANIFEST).is_file():
+    if not path.is_dir() or is_run_dir(path):
         return False
     return (path / JOB).is_file() or any(is_run_dir(p) for _, p in process_dirs(path))
 

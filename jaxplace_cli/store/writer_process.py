@@ -34,6 +34,7 @@ _PKG_PARENT = str(Path(__file__).resolve().parents[2])
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
          "from jaxplace_cli.store.writer_process import serve; serve(sys.argv[2])")
 _HEADER = 8
+DISPATCHED = "dispatched"  # a batch's key for the recorder's running counts (store/writer.py COUNTED)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
@@ -72,6 +73,7 @@ class WriterProcess:
         self.lost_rows = 0
         self.error = ""
         self.peak_rss_kb = 0
+        self.committed: dict | None = None  # per counted table, from the child's report or the store
 
     def _send(self, obj) -> None:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -82,9 +84,11 @@ class WriterProcess:
             raise OSError(f"the writer process (pid {self.pid}) stopped taking rows "
                           f"({type(exc).__name__})") from None
 
-    def write(self, batch: dict) -> None:
+    def write(self, batch: dict, dispatched: dict | None = None) -> None:
         n = _rows(batch)
         if n:
+            if dispatched is not None:
+                batch[DISPATCHED] = dispatched  # popped by serve() before the rows are read
             self._send(batch)  # raises OSError once the child is gone
             self.sent += n
 
@@ -116,14 +120,36 @@ class WriterProcess:
             tail = (err or b"").decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
             self.error = (f"the writer process (pid {self.pid}) exited with code "
                           f"{self.proc.returncode} {tail[0]}").strip()
+            self.committed = stored_counts(self.path)
             self.rows_written = _count_rows(self.path)
             self.lost_rows = max(0, self.sent - self.rows_written)
             return
+        committed = report.get("committed")
+        self.committed = committed if isinstance(committed, dict) else None
         self.rows_written = int(report.get("rows_written", 0))
         # what the child counted as lost, or more if frames it never read were sent
         self.lost_rows = max(int(report.get("lost_rows", 0)), self.sent - self.rows_written)
         self.error = str(report.get("error", ""))
         self.peak_rss_kb = int(report.get("peak_rss_kb", 0))
+
+
+def stored_counts(path: Path) -> dict | None:
+    """Rows of each counted table the store holds (what a dead child did commit); None if it
+    cannot be read."""
+    import sqlite3
+    import urllib.parse
+
+    from jaxplace_cli.store.writer import COUNTED
+
+    uri = f"file:{urllib.parse.quote(os.fsencode(Path(path).absolute()))}?mode=ro"
+    try:
+        c = sqlite3.connect(uri, uri=True)
+        try:
+            return {t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in COUNTED}
+        finally:
+            c.close()
+    except sqlite3.Error:
+        return None
 
 
 def _count_rows(path: Path) -> int:
@@ -142,6 +168,9 @@ def _count_rows(path: Path) -> int:
             c.close()
     except sqlite3.Error:
         return 0
+
+
+RESERVE = ".events-reserve"  # the writer's reserve file beside the store (store/writer.py)
 
 
 def open_writer(path: Path):
@@ -165,7 +194,7 @@ def serve(path: str) -> None:
 
     from jaxplace_cli.model.raw import packed_module, unpack
     from jaxplace_cli.store.rows import finish_rows
-    from jaxplace_cli.store.writer import StoreWriter
+    from jaxplace_cli.store.writer import StoreWriter, drop_reserve, make_reserve
 
     packed = packed_module()
     decoder = packed.Decoder() if packed is not None else None  # one per run: strings carry over
@@ -173,8 +202,10 @@ def serve(path: str) -> None:
     written = lost = 0
     error = ""
     writer = None
+    reserve = Path(path).with_name(RESERVE)
     try:
         writer = StoreWriter(Path(path))
+        make_reserve(reserve)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     stdin = sys.stdin.buffer
@@ -196,25 +227,31 @@ def serve(path: str) -> None:
                 except Exception:
                     pass
             continue
+        dispatched = msg.pop(DISPATCHED, None)
         n = _rows(msg)
+        if writer is not None and dispatched is not None:
+            writer.dispatched = {t: max(writer.dispatched[t], int(dispatched.get(t, 0))) for t in writer.dispatched}
         if writer is None:
             lost += n
             continue
         try:
-            writer.write(finish_rows(unpack(msg, decoder)))
+            writer.write(finish_rows(unpack(msg, decoder)), writer.dispatched)
         except Exception as exc:  # disk full, directory removed: count it and keep draining
             lost += n
             if not error:  # the first failure is the cause; later ones repeat it
                 error = f"{type(exc).__name__}: {exc}"
+    committed = None
     if writer is not None:
-        written = writer.rows_written
+        written, committed = writer.rows_written, writer.committed
+        writer.final_progress(error, reserve)  # the counts as they end (room made on a full disk)
         try:
             writer.close()
         except Exception:
             pass
+    drop_reserve(reserve)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if sys.platform == "darwin":
         peak //= 1024  # bytes there, KiB on Linux
     sys.stdout.write(json.dumps({"rows_written": written, "lost_rows": lost, "error": error,
-                                 "peak_rss_kb": peak}) + "\n")
+                                 "peak_rss_kb": peak, "committed": committed}) + "\n")
     sys.stdout.flush()

@@ -145,7 +145,9 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     producer: dict[int, int] = {}
     by_seq: dict[int, int] = {}
     occ: dict = defaultdict(int)
-    notes = []
+    from jaxplace_cli.analysis.rules.loss import loss_findings
+
+    notes = [f.message for f in loss_findings(run)]  # a run that lost data says so here too
     sharded = 0
     last_out: dict = {}  # device index -> the last node whose result appeared there
     color: dict = {}  # node -> node it must share a device with (data that follows data)
