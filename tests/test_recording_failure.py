@@ -10,13 +10,14 @@ on both paths, in-process on real JAX; then end to end under ``jaxplace run``.
 from __future__ import annotations
 
 import collections
+import json
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import child_env, jaxplace, python
+from conftest import audit_json, child_env, jaxplace, python
 
 from jaxplace_cli.capture.jaxhooks import dispatch
 from jaxplace_cli.capture.jaxhooks.state import CallSpec, active, tls
@@ -182,3 +183,12 @@ def test_under_jaxplace_run_the_program_prints_what_python_prints(tmp_path, capt
     assert "Traceback" not in run.stderr
 
 
+    # the calls whose recording failed are lost data: run.json counts them, the audit says so
+    # and a budget on the run cannot pass (issue 25)
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["events"]["recording_errors"] > 0
+    report = audit_json(tmp_path / "run")
+    lost = [f for f in report["findings"] if f["rule"] == "recording-incomplete"]
+    assert lost and lost[0]["severity"] == "error" and "calls not recorded" in lost[0]["message"]
+    code = jaxplace("audit", tmp_path / "run", "--max-d2d", "1000").returncode
+    assert code == 1

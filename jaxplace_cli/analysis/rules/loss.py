@@ -27,10 +27,11 @@ class Loss:
     made: dict  # table -> events made (or handed on, when the run was not finalised)
     cause: str
     final: bool  # run.json was finalised (its counts are the recorder's own)
+    unrecorded: int = 0  # calls whose recording failed (the program kept its results)
 
     @property
     def total(self) -> int:
-        return sum(self.lost.values())
+        return sum(self.lost.values()) + self.unrecorded
 
 
 def _cause(text: str) -> str:
@@ -65,9 +66,12 @@ def recording_loss(run) -> Loss | None:
         if store_error:
             cause += f"; {_cause(store_error)}"
     lost = {t: max(0, made[t] - stored[t]) for t in COUNTED}
-    if final and not any(lost.values()):
+    unrecorded = m.events.recording_errors if final else 0
+    if final and not any(lost.values()) and not unrecorded:
         return None
-    return Loss(lost, made, cause, final)
+    if unrecorded and not any(lost.values()):
+        cause = f"recording failed on {unrecorded:,} calls (first: {m.events.recording_error})"
+    return Loss(lost, made, cause, final, unrecorded)
 
 
 def loss_findings(run) -> list[Finding]:
@@ -75,8 +79,9 @@ def loss_findings(run) -> list[Finding]:
     if loss is None:
         return []
     made = sum(loss.made.values())
-    msg = (f"the recording lost {loss.total:,} of {made:,} events ({loss.lost['ops']:,} ops, "
-           f"{loss.lost['transfers']:,} transfers): {loss.cause}; totals and findings are lower bounds")
+    calls = f", {loss.unrecorded:,} calls not recorded" if loss.unrecorded else ""
+    msg = (f"the recording lost {loss.total:,} of {made + loss.unrecorded:,} events ({loss.lost['ops']:,} ops, "
+           f"{loss.lost['transfers']:,} transfers{calls}): {loss.cause}; totals and findings are lower bounds")
     return [Finding(RULE, ERROR, msg, count=loss.total,
                     fix="record the run again; make sure the disk has room and the process is "
                         "not killed before it ends")]
