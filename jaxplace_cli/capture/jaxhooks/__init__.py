@@ -22,7 +22,7 @@ import importlib
 import inspect
 from dataclasses import dataclass, field
 
-from jaxplace_cli.capture.jaxhooks import legs, state
+from jaxplace_cli.capture.jaxhooks import state
 from jaxplace_cli.model.events import OP_JNP, OP_METHOD, OP_PRIM
 
 
@@ -104,6 +104,7 @@ def _is_wrappable(obj) -> bool:
 
 
 def _install_modules(report: HookReport) -> None:
+    from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
 
     for modname, prefix in WRAPPED_MODULES.items():
@@ -133,6 +134,7 @@ def _install_ufunc(report: HookReport) -> None:
     from jax._src import core
     from jax.numpy import ufunc
 
+    from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
 
     original = ufunc.__dict__["__call__"]
@@ -199,6 +201,7 @@ def in_backward_pass() -> bool:
 def _install_process_primitive(report: HookReport) -> None:
     from jax._src import core
 
+    from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
 
     original = core.EvalTrace.__dict__["process_primitive"]
