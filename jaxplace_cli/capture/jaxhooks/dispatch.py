@@ -34,6 +34,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _trace_ctx,
     array_nbytes,
     sharded_upload,
+    upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
