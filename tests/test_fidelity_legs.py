@@ -38,6 +38,7 @@ def _cases():
         "replicate": lambda: jax.device_put(x, NamedSharding(mesh, P())),
         "shard": lambda: jax.device_put(jnp.ones(16), NamedSharding(mesh, P("d"))),
         "to_device_1": lambda: jax.device_put(x, jax.devices()[1]),
+        "sharded_plus_one_device": lambda: z + jnp.ones(16),  # the ones put on all 4 devices
     }
 
 
@@ -46,7 +47,7 @@ NAMES = [
     "add_np", "clip", "where", "at_set", "np_index", "jnp_index", "int_index", "row",
     "jnp_scalar_index", "mask", "linspace", "array", "asarray", "mean", "softmax", "key",
     "lax_add", "grad", "device_put", "sharded_np", "sharded_scalar", "replicate", "shard",
-    "to_device_1"]
+    "to_device_1", "sharded_plus_one_device"]
 
 
 @pytest.fixture(scope="module")

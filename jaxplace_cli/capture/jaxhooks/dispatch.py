@@ -192,6 +192,15 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)
+            elif adev != dev and "," in dev and "," not in adev:
+                # a one-device array in a multi-device dispatch: JAX puts it on every device of
+                # the computation, a leg each (onto its own device too: the guard logs it)
+                for dst, nbytes in legs.destinations(outs[0], a, array_nbytes(a)):
+                    ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dst, nbytes, True, False,
+                          spec.name, site, b, seq)
+                    transfers.append(ev)
+                    if on_transfer is not None:
+                        on_transfer(ev)
         elif not spec.scalars:
             continue  # a plain function: its dispatches inside count their own (legs.py)
         elif ta in PY_SCALARS and "," not in dev:  # x + 1.0 uploads the 1.0 (jax-facts 7)

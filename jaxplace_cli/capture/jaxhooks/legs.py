@@ -76,13 +76,15 @@ def host_args(args, kwargs, static_nums=(), static_names=()) -> list:
     return out
 
 
-def destinations(out, a) -> list:
-    """[(device label, bytes)] of host value ``a`` passed to a dispatch that returned ``out``:
+def destinations(out, a, nbytes=None) -> list:
+    """[(device label, bytes)] of value ``a`` (host data, or a one-device array of ``nbytes``)
+    passed to a dispatch that returned ``out``:
     one leg per device the computation runs on; an operand shaped like the result arrives
     sharded as the result is (the input sharding JAX infers for it), any other replicated."""
     res = out if type(out) is ArrayImpl else next(
         (o for o in tree_leaves(out) if type(o) is ArrayImpl), None)
-    nbytes = host_bytes(a)
+    if nbytes is None:
+        nbytes = host_bytes(a)
     if res is None:
         return []
     sh = res.sharding
