@@ -50,10 +50,11 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
     * ops: STEPS ``jit(step)`` + one ``jit(init)`` + STEPS x L ``device_put`` = 13.
 
     * h2d also: STEPS x one ``jax.make_array_from_process_local_data`` upload of the x batch to
-      the process's L devices (one group transfer), BATCH_BYTES = 4,096 B each: 4 transfers,
-      16,384 B — per process 12 transfers, 32,768 B.
+      the process's L devices, one leg per device (the unit JAX's transfer guard counts: L
+      host-to-device lines per upload; issue 24), BATCH_BYTES = 4,096 B each: 8 legs,
+      16,384 B — per process 16 legs, 32,768 B.
 
-    The job's totals are the two processes' sums: h2d 24 transfers, 65,536 B; d2h small 2, 8 B.
+    The job's totals are the two processes' sums: h2d 32 legs, 65,536 B; d2h small 2, 8 B.
     """
     out, proc = job
     # every line of the processes' output comes back prefixed with its process
@@ -77,8 +78,8 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
     assert {w["device"]: w["process"] for w in d["devices"]} == {
         dev: i for i, p in procs.items() for dev in p["devices"]}
 
-    per_h2d = {"count": STEPS * L + STEPS, "bytes": STEPS * L * PUT_BYTES + STEPS * BATCH_BYTES}
-    assert per_h2d == {"count": 12, "bytes": 32_768}
+    per_h2d = {"count": STEPS * L + STEPS * L, "bytes": STEPS * L * PUT_BYTES + STEPS * BATCH_BYTES}
+    assert per_h2d == {"count": 16, "bytes": 32_768}
     for i, p in procs.items():
         assert p["status"] == "complete" and p["died"] is None, p
         assert p["transfers"]["totals"]["h2d"] == per_h2d, (i, p["transfers"])
@@ -89,7 +90,7 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
         assert p["ops"]["total"] == STEPS + 1 + STEPS * L + 2 * STEPS == 21
         assert p["steps"] == STEPS
     t = r["transfers"]
-    assert t["totals"]["h2d"] == {"count": 2 * 12, "bytes": 2 * 32_768}
+    assert t["totals"]["h2d"] == {"count": 2 * 16, "bytes": 2 * 32_768}
     assert t["totals"]["h2d"] == {k: sum(p["transfers"]["totals"]["h2d"][k] for p in procs.values())
                                   for k in ("count", "bytes")}
     assert t["small"]["d2h"] == {"count": 2, "bytes": 8}
@@ -119,20 +120,20 @@ def test_text_audit_shows_every_process(job):
 
 
 def test_budget_per_process_and_in_total(job, tmp_path):
-    """[h2d] count = 12 holds in each process (12 each); [total.h2d] count = 23 does not (24)."""
+    """[h2d] count = 16 holds in each process (16 legs each); [total.h2d] count = 31 does not (32)."""
     out, _ = job
     budget = tmp_path / "b.toml"
-    budget.write_text("[h2d]\ncount = 12\n[total.h2d]\ncount = 23\n")
+    budget.write_text("[h2d]\ncount = 16\n[total.h2d]\ncount = 31\n")
     proc = cli("audit", out, "--budget", budget, "--format", "json")
     assert proc.returncode == 1, proc.stderr
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
-    assert [(b["rule"], b["limit"], b["actual"]) for b in breaches] == [("total.h2d.count", 23, 24)]
-    budget.write_text("[h2d]\ncount = 11\n")
+    assert [(b["rule"], b["limit"], b["actual"]) for b in breaches] == [("total.h2d.count", 31, 32)]
+    budget.write_text("[h2d]\ncount = 15\n")
     proc = cli("audit", out, "--budget", budget, "--format", "json")
     assert proc.returncode == 1
     breaches = json.loads(proc.stdout)["budget"]["breaches"]
     assert sorted(b["message"][:3] for b in breaches) == ["p0:", "p1:"]
-    assert {(b["rule"], b["actual"]) for b in breaches} == {("h2d.count", 12)}
+    assert {(b["rule"], b["actual"]) for b in breaches} == {("h2d.count", 16)}
 
 
 def test_diff_of_two_jobs(job):
@@ -140,7 +141,7 @@ def test_diff_of_two_jobs(job):
     proc = cli("diff", out, out, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     kinds = json.loads(proc.stdout)["kinds"]
-    assert kinds["h2d"]["base"] == kinds["h2d"]["new"] == {"count": 24, "bytes": 65_536}
+    assert kinds["h2d"]["base"] == kinds["h2d"]["new"] == {"count": 32, "bytes": 65_536}  # legs
 
 
 def test_killed_process_stops_the_job_and_both_stores_audit(tmp_path):
@@ -193,7 +194,9 @@ def test_killed_process_stops_the_job_and_both_stores_audit(tmp_path):
     assert len(died) == 1 and died[0]["message"].startswith("process 1 died first: killed by SIGKILL")
     assert died[0]["severity"] == "error"
     # process 1 waited after step 2: its first 2 steps' uploads are in its store
-    assert procs[1]["transfers"]["totals"]["h2d"] == {"count": 2 * L + 2, "bytes": 2 * L * PUT_BYTES + 2 * BATCH_BYTES}
+    # (the batch of each step: L legs, one per device, as the guard counts)
+    assert procs[1]["transfers"]["totals"]["h2d"] == {"count": 2 * L + 2 * L,
+                                                      "bytes": 2 * L * PUT_BYTES + 2 * BATCH_BYTES}
 
 
 def test_detect_process_from_launcher_environments():
@@ -336,7 +339,7 @@ def test_a_followed_child_is_not_a_process_of_the_job(tmp_path):
     its environment, as launch or srun set them): the parent records into OUT/proc-0/, and its
     `python -c` child, which inherits those variables, into OUT/proc-0/children/<pid>/ as a
     plain child run (no `distributed` section, no proc-0/ of its own). By hand: ones, sum = 2
-    ops; float() = 1 d2h."""
+    ops; the fill value of ones = 1 h2d (the guard logs it: issue 24); float() = 1 d2h."""
     script = tmp_path / "parent.py"
     script.write_text(
         "import subprocess, sys\n"
@@ -355,4 +358,4 @@ def test_a_followed_child_is_not_a_process_of_the_job(tmp_path):
     assert not (child_dir / "proc-0").exists()
     child = json.loads((child_dir / "run.json").read_text())
     assert child.get("distributed") is None and child["status"] == "complete"
-    assert (child["events"]["ops"], child["events"]["transfers"]) == (2, 1)
+    assert (child["events"]["ops"], child["events"]["transfers"]) == (2, 2)

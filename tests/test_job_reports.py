@@ -3,8 +3,9 @@ audit entry point (``analysis.audit.Audit``) they share with `audit` and `diff`.
 
 One real 2-process launch (tests/scripts/distributed/spmd_step.py, as in test_distributed.py);
 the commands then run in-process through ``main([...])``. Expected numbers, by hand from the
-script (see test_distributed.py): each process makes 12 h2d transfers of at least 1 KiB,
-32,768 B (STEPS x L device_put of 2,048 B + STEPS batch uploads of 4,096 B); the job 24, 64 KiB.
+script (see test_distributed.py): each process makes 16 h2d legs of at least 1 KiB, 32,768 B
+(STEPS x L device_put of 2,048 B + STEPS batch uploads of 4,096 B, each one leg of 2,048 B per
+device, as JAX's transfer guard counts: issue 24); the job 32, 64 KiB.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from conftest import SCRIPTS, jaxplace
 
 N, L, STEPS = 2, 2, 4
-H2D_PER_PROCESS, H2D_BYTES_PER_PROCESS = STEPS * L + STEPS, STEPS * L * 2048 + STEPS * 4096
+H2D_PER_PROCESS, H2D_BYTES_PER_PROCESS = STEPS * L + STEPS * L, STEPS * L * 2048 + STEPS * 4096
 
 
 @pytest.fixture(scope="module")

@@ -215,7 +215,8 @@ def test_back_pressure_slows_the_script_and_loses_nothing(tmp_path, capture):
         ups = c.execute("SELECT COUNT(*) FROM transfers WHERE api LIKE '%(Python scalar)'").fetchone()[0]
     finally:
         c.close()
-    assert (mul, add, ups) == (6000, 6000, 12000)
+    # 12,000 scalar operands and the fill value of jnp.ones (the guard logs 12,001 legs)
+    assert (mul, add, ups) == (6000, 6000, 12001)
 
 
 def test_without_back_pressure_nothing_waits(tmp_path):

@@ -240,7 +240,9 @@ def test_the_generated_calls_reach_every_branch():
         (("eager", "add", [committed, uncommitted], {}, False), (1, 1, 2)),  # d2d of the uncommitted input
         (("eager", "meshgrid", [committed, committed], {}, False), (1, 0, 4)),  # a list: a row per result
         (("eager", "multiply", [committed, ("scalar", 0.5)], {}, False), (1, 1, 1)),  # scalar upload
-        (("jit", "add", [("sharded", None), ("numpy", ((4,), "float32", 0))], {}, False), (1, 1, 1)),
+        # the numpy operand of a jit over 4 devices: one leg per device (JAX's transfer guard
+        # logs 4 host-to-device lines for it; the unit is legs, docs/fidelity.md)
+        (("jit", "add", [("sharded", None), ("numpy", ((4,), "float32", 0))], {}, False), (1, 4, 1)),
         (("jit", "fails", [committed, committed], {}, False), (1, 0, 2)),  # the failed call's row
         (("eager", "asarray", [committed], {}, False), (0, 0, 0)),  # nothing dispatched
     ]

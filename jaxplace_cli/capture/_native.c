@@ -431,12 +431,9 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     if (c->kwargs) return 0; /* keyword arguments: the Python code reads them */
     int t = attr_true(c->spec, S_host_data);
     if (t) return t < 0 ? -1 : 0;
-    int flatten = attr_true(c->spec, S_flatten);
-    if (flatten < 0) return -1;
-    if (flatten) {
-        if ((t = attr_true(c->spec, S_static_argnums))) return t < 0 ? -1 : 0;
-        if ((t = attr_true(c->spec, S_static_argnames))) return t < 0 ? -1 : 0;
-    }
+    /* static arguments (a jit's, a jitted jnp function's) are never uploaded: Python skips them */
+    if ((t = attr_true(c->spec, S_static_argnums))) return t < 0 ? -1 : 0;
+    if ((t = attr_true(c->spec, S_static_argnames))) return t < 0 ? -1 : 0;
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->args, i);

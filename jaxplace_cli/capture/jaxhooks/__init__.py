@@ -104,6 +104,7 @@ def _is_wrappable(obj) -> bool:
 
 
 def _install_modules(report: HookReport) -> None:
+    from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
 
     for modname, prefix in WRAPPED_MODULES.items():
@@ -118,7 +119,12 @@ def _install_modules(report: HookReport) -> None:
                 continue
             if getattr(obj, "__jaxplace_original__", None) is not None:
                 continue
-            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=prefix + name in SCALAR_DATA)
+            # a jitted function uploads its host arguments; a plain one's dispatches inside
+            # count their own (legs.py)
+            static = legs.jit_static(obj)
+            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None,
+                            static_argnums=static[0] if static else (),
+                            static_argnames=static[1] if static else ())
             _patch(mod, name, wrap(obj, spec))
             n += 1
         report.installed.append(f"{modname} ({n} functions)")
@@ -128,6 +134,7 @@ def _install_ufunc(report: HookReport) -> None:
     from jax._src import core
     from jax.numpy import ufunc
 
+    from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
 
     original = ufunc.__dict__["__call__"]
@@ -136,8 +143,10 @@ def _install_ufunc(report: HookReport) -> None:
 
     def __call__(self, *args, **kwargs):
         # is_recording(), inlined: every `x * y` passes here inside its operator's hook
-        if active.rec is None or tls.depth or type(trace_ctx.trace) is not eval_trace:
+        if active.rec is None or type(trace_ctx.trace) is not eval_trace:
             return original(self, *args, **kwargs)
+        if tls.depth:  # inside an operator (x * 2.0): the ufunc's jit uploads the 2.0
+            return legs.inner_call(original, (self, *args), kwargs)
         name = self.__name__
         spec = specs.get(name)
         if spec is None:
@@ -166,7 +175,9 @@ def _install_array_methods(report: HookReport) -> None:
             if base not in OPERATOR_NAMES:
                 continue
             # x[0] uploads its index: dispatch.index_uploads says how much
-            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=True)
+            # a plain operator function (x * 2.0, x ** 2) uploads nothing itself: the ufunc or
+            # primitive it dispatches counts the legs (legs.py; x ** 2 is integer_pow: none)
+            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=jitted)
             spec.index = base == "getitem"
         elif attr.startswith("_") or attr in NOT_METHODS:
             continue
@@ -190,14 +201,19 @@ def in_backward_pass() -> bool:
 def _install_process_primitive(report: HookReport) -> None:
     from jax._src import core
 
+    from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
 
     original = core.EvalTrace.__dict__["process_primitive"]
     specs: dict = {}
 
     def process_primitive(self, primitive, args, params, /):
-        if state.active.rec is None or state.tls.depth:
+        if state.active.rec is None:
             return original(self, primitive, args, params)
+        if state.tls.depth:  # bound inside a recorded op: its host operands are that op's legs
+            if state.tls.op is None:
+                return original(self, primitive, args, params)
+            return legs.inner_call(lambda *a: original(self, primitive, a, params), tuple(args), {})
         spec = specs.get(primitive)
         if spec is None:
             spec = specs[primitive] = CallSpec(primitive.name, OP_PRIM, scalar_operands=True)

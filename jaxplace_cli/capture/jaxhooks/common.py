@@ -11,7 +11,7 @@ import numpy as np
 from jax._src import core as _core
 from jax.tree_util import tree_leaves
 
-from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, tls
+from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.capture.recorder import _nbytes
 
 _trace_ctx = _core.trace_ctx
@@ -96,12 +96,15 @@ def public_name(frame) -> str:
 _IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
 
 
-def sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes):
-    """(endpoint, bytes) of host data ``a`` passed to a jit call over several devices: the
+def sharded_upload(fn, args, kwargs, leaves, a) -> list:
+    """[(device, bytes)] legs of host data ``a`` passed to a jit call over several devices: the
     devices received it as the compiled program's input sharding says — a numpy weight of
-    32,768 B next to a batch sharded over 8 devices is replicated, 262,144 B. The sharding
-    comes from ``fn.lower(...).compile()`` right after the call (the trace and the executable
-    are cached: ~0.25 ms, no new trace, no compile event), once per argument signature."""
+    32,768 B next to a batch sharded over 8 devices is replicated, 8 legs of 32,768 B. The
+    sharding comes from ``fn.lower(...).compile()`` right after the call (the trace and the
+    executable are cached: ~0.25 ms, no new trace, no compile event), once per argument
+    signature. A placed or partitioned call, another JAX: one leg per device of the result."""
+    from jaxplace_cli.capture.jaxhooks.state import label
+
     try:
         k = next(i for i, x in enumerate(leaves) if x is a)
         key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
@@ -111,16 +114,16 @@ def sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes):
             compiled = fn.lower(*args, **kwargs).compile()
             shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings)
         sharding = shardings[k]
-        itemsize = nbytes // max(int(a.size), 1)
-        total = 0
-        for index in sharding.addressable_devices_indices_map(a.shape).values():
+        itemsize = upload_nbytes(a) // max(int(a.size), 1)
+        legs = []
+        for dev, index in sharding.addressable_devices_indices_map(a.shape).items():
             n = itemsize
             for dim, sl in zip(a.shape, index):
                 n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
-            total += n
-        return endpoint_label(sharding), total
-    except Exception:  # a placed or partitioned call, another JAX: the global size
-        return dst, nbytes
+            legs.append((label(dev), n))
+        return legs
+    except Exception:
+        return []
 
 
 def recording_failed(exc: Exception) -> None:

@@ -27,13 +27,14 @@ from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture import frames
+from jaxplace_cli.capture.jaxhooks import legs
 from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     _EvalTrace,
     _trace_ctx,
     array_nbytes,
     sharded_upload,
-    upload_nbytes,
+    upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
@@ -48,15 +49,15 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
     tls,
 )
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, dtype_name
-from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent, expand_device_group
+from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent
 
 _Array = jax.Array
 _SEQUENCES = (list, tuple)
 def _operand_leaves(spec: CallSpec, args, kwargs):
+    if spec.static_argnums or spec.static_argnames:  # compile-time constants: never uploaded
+        args = [a for i, a in enumerate(args) if i not in spec.static_argnums]
+        kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
     if spec.flatten:
-        if spec.static_argnums or spec.static_argnames:
-            args = [a for i, a in enumerate(args) if i not in spec.static_argnums]
-            kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
         return tree_leaves((args, kwargs))
     leaves = []
     for a in (*args, *kwargs.values()) if kwargs else args:
@@ -151,7 +152,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
     tid = _thread_ident()
     in_bufs = []
     leaves = args
-    if spec.flatten or kwargs:
+    if spec.flatten or kwargs or spec.static_argnums:
         leaves = _operand_leaves(spec, args, kwargs)
     else:
         for a in args:  # a plain loop: a generator in any() costs ~1 us per op here
@@ -160,15 +161,6 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 break
     transfers = rec.transfers
     on_transfer = rec.on_transfer  # set while a trace window is open (TraceAnnotations)
-    if spec.host_data and not any(isinstance(a, _Array) for a in tree_leaves(args)):
-        # jnp.array([1.0, 2.0, 3.0]), jnp.asarray(np_f64): the host value, whole, at the
-        # device dtype: exactly the result's size
-        ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, _endpoint(dev, outs[0]),
-              array_nbytes(outs[0]), True, False, spec.name + " (host data)", site, 0, seq)
-        transfers.append(ev)
-        if on_transfer is not None:
-            on_transfer(ev)
-        leaves = ()
     scalar_bytes = None
     if spec.index and (n := index_uploads(args, dev)) is not None:
         scalar_bytes = _SCALAR_BYTES[x64_enabled()]
@@ -200,28 +192,37 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)
-        elif ta in PY_SCALARS:
-            if spec.scalars:  # x + 1.0 uploads the 1.0; jnp.zeros(3) does not upload the 3
-                if scalar_bytes is None:
-                    scalar_bytes = _SCALAR_BYTES[x64_enabled()]
-                dst, nbytes = dev, scalar_bytes[ta]
-                if "," in dev:  # a multi-device call: every device gets the scalar
-                    dst = endpoint_label(outs[0].sharding)
-                    nbytes *= len(expand_device_group(dst))
-                ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes, True, False,
-                      spec.scalar_api, site, 0, seq)
-                transfers.append(ev)
-                if on_transfer is not None:
-                    on_transfer(ev)
-        elif isinstance(a, HOST_DATA_TYPES):
-            dst, nbytes = _endpoint(dev, outs[0]), upload_nbytes(a)
-            if dst is not dev:  # a multi-device call: what the compiled program's sharding sent
-                dst, nbytes = sharded_upload(fn, args, kwargs, leaves, a, dst, nbytes)
-            ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
-                  True, False, spec.name + " (numpy argument)", site, 0, seq)
+            elif adev != dev and "," in dev and "," not in adev:
+                # a one-device array in a multi-device dispatch: JAX puts it on every device of
+                # the computation, a leg each (onto its own device too: the guard logs it)
+                for dst, nbytes in legs.destinations(outs[0], a, array_nbytes(a)):
+                    ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dst, nbytes, True, False,
+                          spec.name, site, b, seq)
+                    transfers.append(ev)
+                    if on_transfer is not None:
+                        on_transfer(ev)
+        elif not spec.scalars:
+            continue  # a plain function: its dispatches inside count their own (legs.py)
+        elif ta in PY_SCALARS and "," not in dev:  # x + 1.0 uploads the 1.0 (jax-facts 7)
+            if scalar_bytes is None:
+                scalar_bytes = _SCALAR_BYTES[x64_enabled()]
+            ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dev, scalar_bytes[ta], True, False,
+                  spec.scalar_api, site, 0, seq)
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
+        elif legs.is_host(a):  # one leg per device the dispatch runs on (legs.py)
+            api = legs.suffix(spec.name, a) if ta not in PY_SCALARS else spec.scalar_api
+            if ta in PY_SCALARS or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
+                dests = legs.destinations(outs[0], a)
+            else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
+                dests = sharded_upload(fn, args, kwargs, leaves, a) or legs.destinations(outs[0], a)
+            for dst, nbytes in dests:
+                ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
+                      True, False, api, site, 0, seq)
+                transfers.append(ev)
+                if on_transfer is not None:
+                    on_transfer(ev)
     # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking
     # exact tuples of atoms but keeps tracking NamedTuple instances, and a backlog of tracked
     # events made every collection in the user's program slower. One buffer id is an int, not
@@ -275,12 +276,6 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
         active.on_dispatch()
 
 
-def _endpoint(dev: str, out) -> str:
-    """``dev`` as a transfer endpoint: a multi-device op's comma list becomes the group
-    form (``cpu:0-3``), which routes can hold."""
-    return dev if "," not in dev else endpoint_label(out.sharding)
-
-
 def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
     """A call that raised is still an event: audit explains device errors from it."""
     try:
@@ -317,12 +312,15 @@ def wrap(fn, spec: CallSpec):
     """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
     # the native path counts an index's Python ints; x[idx] needs index_uploads (Python)
     call = python_record_call if spec.index else None
+    static = legs.jit_static(fn)  # a jitted function: its host arguments are uploads
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+            if active.rec is None or type(_trace_ctx.trace) is not _EvalTrace:
                 return fn(*args, **kwargs)
+            if tls.depth:  # inside another recorded op: a jitted one adds its legs to it
+                return legs.inner_call(fn, args, kwargs, *static) if static else fn(*args, **kwargs)
             return (call or record_call)(spec, fn, args, kwargs)
         except Exception as exc:
             drop_own_frames(exc)

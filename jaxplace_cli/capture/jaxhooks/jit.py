@@ -17,6 +17,7 @@ from jaxplace_cli.capture.jaxhooks.dispatch import (
     drop_own_frames,
     record_call,
 )
+from jaxplace_cli.capture.jaxhooks.legs import inner_call
 from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.model.events import OP_JIT
 
@@ -48,8 +49,11 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         try:
-            if active.rec is None or tls.depth or type(_trace_ctx.trace) is not _EvalTrace:
+            if active.rec is None or type(_trace_ctx.trace) is not _EvalTrace:
                 return self._jitted(*args, **kwargs)
+            if tls.depth:  # called inside another recorded op: its host arguments are legs of it
+                spec = self._spec
+                return inner_call(self._jitted, args, kwargs, spec.static_argnums, spec.static_argnames)
             return record_call(self._spec, self._jitted, args, kwargs)
         except Exception as exc:
             drop_own_frames(exc)

@@ -61,10 +61,8 @@ def _put_legs(aval, xs, devices, out, legs) -> None:
     itemsize = _itemsize(aval.dtype)
     for x, d in zip(xs, devices):
         dst = label(d)
-        if isinstance(x, _Array):
-            src = endpoint_label(x.sharding)
-            if src != dst:
-                legs.append((D2D, src, dst, array_nbytes(x), out))
+        if isinstance(x, _Array):  # JAX logs (and counts) this leg even onto x's own device
+            legs.append((D2D, endpoint_label(x.sharding), dst, array_nbytes(x), out))
         else:  # host data: numpy (already at the device dtype here), a Python scalar
             legs.append((H2D, HOST, dst, _host_bytes(x, itemsize), out))
 
@@ -183,32 +181,30 @@ def _fallback_legs(x, o) -> list:
 
 
 def _groups(legs) -> list:
-    """Legs -> ``[kind, key array, sources, destinations, bytes]`` per (direction, array)."""
-    by_key: dict = {}
-    for kind, src, dst, nbytes, key in legs:
-        g = by_key.get((kind, id(key)))
-        if g is None:
-            g = by_key[(kind, id(key))] = [kind, key, [], [], 0]
-        g[2].append(src)
-        g[3].append(dst)
-        g[4] += nbytes
-    return list(by_key.values())
+    """Legs -> ``[kind, key array, [source], [destination], bytes]``: one per leg (the unit
+    JAX's transfer guard counts, docs/fidelity.md), so totals and per-device views agree."""
+    return [[kind, key, [src], [dst], nbytes] for kind, src, dst, nbytes, key in legs]
 
 
 def _match(groups, outs) -> dict:
     """id(group) -> the returned array it made. h2d/d2d legs name the array the low-level
     call made, which JAX may wrap in a new object before returning it: matched to the
-    returned arrays by identity, else by shape and dtype, in order."""
+    returned arrays by identity, else by shape and dtype, in order (all legs of one array
+    to the same returned array)."""
     free = list(outs)
+    by_key: dict = {}
     out = {}
     for g in groups:
         if g[0] == D2H:
             continue
         key = g[1]
-        for k, o in enumerate(free):
-            if o is key or (o.shape == key.shape and o.dtype == key.dtype):
-                out[id(g)] = free.pop(k)
-                break
+        if id(key) not in by_key:
+            for k, o in enumerate(free):
+                if o is key or (o.shape == key.shape and o.dtype == key.dtype):
+                    by_key[id(key)] = free.pop(k)
+                    break
+        if id(key) in by_key:
+            out[id(g)] = by_key[id(key)]
     return out
 
 
@@ -305,6 +301,9 @@ def install(patch, report) -> None:
     from jax._src.lib import xla_client
 
     patch(xla_client, "batched_device_put", make_batched_device_put(xla_client.batched_device_put))
+    from jaxplace_cli.capture.jaxhooks import legs
+
+    report.installed.append(f"jax._src jitted helpers ({legs.install_inner(patch)}, host legs)")
     patch(xla_client, "batched_copy_array_to_devices_with_sharding",
           make_batched_copy(xla_client.batched_copy_array_to_devices_with_sharding))
     names = []

@@ -1,0 +1,88 @@
+"""Issue 24: every upload path of docs/fidelity.md's table, recorded in process and counted
+against JAX's own transfer guard on the same call (``jax.transfer_guard("log_explicit")``, one
+stderr line per leg): the recorded h2d and d2d legs are exactly the guard's, on one device and
+on data over the 4 simulated devices of conftest. The guard is the oracle; each case is warmed
+up first, so both counts are of the steady state (JAX's fast path)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from inprocess import recorded
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+N = 4
+
+
+def _cases():
+    mesh = jax.make_mesh((N,), ("d",))
+    x = jnp.ones((4,))
+    x2 = jnp.ones((4, 5))
+    i = jnp.int32(1)
+    z = jax.device_put(jnp.ones(16), NamedSharding(mesh, P("d")))
+    return {
+        "ones": lambda: jnp.ones(3), "zeros_like": lambda: jnp.zeros_like(x), "eye": lambda: jnp.eye(3),
+        "full": lambda: jnp.full(3, 2.0), "arange": lambda: jnp.arange(5.0),
+        "pow_int": lambda: x ** 2, "pow_float": lambda: x ** 2.5, "mul": lambda: x * 2.0,
+        "rsub": lambda: 1.0 - x, "eq": lambda: x == 1.0, "add_np": lambda: x + np.ones(4, np.float32),
+        "clip": lambda: jnp.clip(x, 0.0, 1.0), "where": lambda: jnp.where(x > 0, x, 0.0),
+        "at_set": lambda: x.at[0].set(1.0), "np_index": lambda: x[np.array([0, 1])],
+        "jnp_index": lambda: x[jnp.array([0, 1])], "int_index": lambda: x[1], "row": lambda: x2[0],
+        "jnp_scalar_index": lambda: x2[i], "mask": lambda: x[x > 0.5],
+        "linspace": lambda: jnp.linspace(0, 1, 5), "array": lambda: jnp.array([1.0, 2.0]),
+        "asarray": lambda: jnp.asarray(np.ones(3)), "mean": lambda: jnp.mean(x),
+        "softmax": lambda: jax.nn.softmax(x), "key": lambda: jax.random.key(0),
+        "lax_add": lambda: jax.lax.add(x, 1.0), "grad": lambda: jax.grad(lambda a: (a ** 2).sum())(x),
+        "device_put": lambda: jax.device_put(np.ones(3)),
+        "sharded_np": lambda: z + np.ones(16, np.float32), "sharded_scalar": lambda: z * 2.0,
+        "replicate": lambda: jax.device_put(x, NamedSharding(mesh, P())),
+        "shard": lambda: jax.device_put(jnp.ones(16), NamedSharding(mesh, P("d"))),
+        "to_device_1": lambda: jax.device_put(x, jax.devices()[1]),
+        "sharded_plus_one_device": lambda: z + jnp.ones(16),  # the ones put on all 4 devices
+    }
+
+
+NAMES = [
+    "ones", "zeros_like", "eye", "full", "arange", "pow_int", "pow_float", "mul", "rsub", "eq",
+    "add_np", "clip", "where", "at_set", "np_index", "jnp_index", "int_index", "row",
+    "jnp_scalar_index", "mask", "linspace", "array", "asarray", "mean", "softmax", "key",
+    "lax_add", "grad", "device_put", "sharded_np", "sharded_scalar", "replicate", "shard",
+    "to_device_1", "sharded_plus_one_device"]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    with recorded():  # the hooks in place while the cases are made (as under jaxplace run)
+        made = _cases()
+    return made
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_recorded_legs_are_the_guards(cases, name, capfd):
+    f = cases[name]
+    with recorded():
+        jax.block_until_ready(f())  # warm: compiled and cached, inside the hooks
+    jax.block_until_ready(f())
+    capfd.readouterr()
+    with jax.transfer_guard("log_explicit"):
+        jax.block_until_ready(f())
+    err = capfd.readouterr().err
+    guard = (err.count("host-to-device transfer"), err.count("device-to-device transfer"))
+    with recorded() as r:
+        jax.block_until_ready(f())
+    assert (len(r.of("h2d")), len(r.of("d2d"))) == guard, [(t.kind, t.api, t.dst, t.bytes) for t in r.transfers]
+
+
+def test_integer_power_uploads_nothing(cases):
+    """x ** 2 is integer_pow (the 2 is a parameter): no phantom 4 B upload."""
+    with recorded() as r:
+        jax.block_until_ready(cases["pow_int"]())
+    assert r.of("h2d") == []
+    assert [o.name for o in r.ops][:1] == ["power"]
+
+
+def test_a_replicated_put_is_one_leg_per_device(cases):
+    with recorded() as r:
+        jax.block_until_ready(cases["replicate"]())
+    legs = sorted((t.src, t.dst, t.bytes) for t in r.of("d2d"))
+    assert legs == [("cpu:0", f"cpu:{d}", 16) for d in range(N)]  # the leg onto cpu:0 included

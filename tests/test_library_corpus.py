@@ -1,0 +1,82 @@
+"""Issue 24: small programs written the way flax, optax, equinox, numpyro and diffrax document
+their use (tests/library/), each run under plain python with JAX's transfer guard logging
+every leg (``JAX_TRANSFER_GUARD=log_explicit``) and under ``jaxplace run``. The guard is the
+oracle: ``jaxplace run`` must print what python printed, end the same, and record exactly the
+guard's host->device and device->device legs, count and bytes (the unit is legs:
+docs/fidelity.md). The oracle run withholds JAX's C++ fast-path data, so every dispatch takes
+the Python path, where the guard names each leg's aval (on the fast path it logs the leg with
+no aval): the legs themselves are the same, the bytes become readable.
+"""
+import re
+import sqlite3
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import REPO, child_env, jaxplace
+
+LIBRARY = REPO / "tests" / "library"
+PROGRAMS = ("optax_fit.py", "flax_nnx.py", "equinox_mlp.py", "numpyro_predictive.py",
+            "diffrax_ode.py", "no_upload.py")
+
+# The oracle: the program under plain python, the guard on, JAX's fast path withheld.
+_ORACLE = ("import runpy, sys; import jax._src.pjit as p; "
+           "p._get_fastpath_data = lambda *a, **k: None; "
+           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+_LEG = re.compile(r"(host-to-device|device-to-device) transfer: (?:aval=ShapedArray\((\w+)\[([\d,]*)\])?")
+
+
+def guard_legs(stderr: str) -> dict:
+    """{kind: (legs, bytes)} from the guard's lines (an aval's size: its dtype times shape)."""
+    out = {"h2d": [0, 0], "d2d": [0, 0]}
+    for m in _LEG.finditer(stderr):
+        kind = "h2d" if m.group(1) == "host-to-device" else "d2d"
+        assert m.group(2), f"a leg without aval: {m.group(0)}"
+        shape = [int(d) for d in m.group(3).split(",") if d]
+        out[kind][0] += 1
+        out[kind][1] += int(np.prod(shape, dtype=np.int64)) * np.dtype(m.group(2)).itemsize
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import subprocess
+
+    root = tmp_path_factory.mktemp("library")
+
+    def run(program):
+        path = LIBRARY / program
+        oracle = subprocess.run([sys.executable, "-c", _ORACLE, str(path)], capture_output=True, text=True,
+                                env=child_env(JAX_TRANSFER_GUARD="log_explicit"), timeout=240, cwd=root)
+        out = root / program.removesuffix(".py")
+        recorded = jaxplace("run", "--no-trace", "--quiet", "--out", out, path, cwd=root)
+        return program, (oracle, recorded, out)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(run, PROGRAMS))
+
+
+def recorded_legs(out) -> dict:
+    con = sqlite3.connect(out / "events.sqlite")
+    try:
+        rows = dict((r[0], (r[1], r[2] or 0)) for r in con.execute(
+            "SELECT kind, COUNT(*), SUM(bytes) FROM transfers GROUP BY kind").fetchall())
+    finally:
+        con.close()
+    return {k: rows.get(k, (0, 0)) for k in ("h2d", "d2d")}
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_library_program_matches_python_and_the_guard(runs, program):
+    oracle, recorded, out = runs[program]
+    assert oracle.returncode == 0, oracle.stderr[-3000:]
+    assert (recorded.stdout, recorded.returncode) == (oracle.stdout, oracle.returncode), recorded.stderr[-3000:]
+    assert recorded_legs(out) == guard_legs(oracle.stderr)
+
+
+def test_no_phantom_upload(runs):
+    """A program whose guard log is empty records no h2d (x ** 2 once was a 4 B upload)."""
+    oracle, _, out = runs["no_upload.py"]
+    assert guard_legs(oracle.stderr) == {"h2d": (0, 0), "d2d": (0, 0)}
+    assert recorded_legs(out)["h2d"] == (0, 0)
