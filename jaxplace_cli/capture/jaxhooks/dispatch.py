@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import traceback
-from pathlib import Path
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
 
@@ -293,21 +291,6 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         rec.recording_failed(err)
 
 
-_OWN_DIR = str(Path(__file__).resolve().parents[2])  # the jaxplace_cli package
-
-
-def drop_own_frames(exc: BaseException) -> None:
-    """Remove jaxplace's frames (the wrapper, ``record_call``) from ``exc``'s traceback, so a
-    user sees the traceback plain python shows; re-raised with a bare ``raise``, which adds no
-    frame back (the technique of JAX's own ``api_boundary``). JAX's frames stay as they are."""
-    try:
-        tb = exc.__traceback__
-        if any(f.f_code.co_filename.startswith(_OWN_DIR) for f, _ in traceback.walk_tb(tb)):
-            exc.with_traceback(frames.without(tb, (_OWN_DIR,)))
-    except Exception:
-        pass
-
-
 def wrap(fn, spec: CallSpec):
     """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
     # the native path counts an index's Python ints; x[idx] needs index_uploads (Python)
@@ -323,7 +306,7 @@ def wrap(fn, spec: CallSpec):
                 return legs.inner_call(fn, args, kwargs, *static) if static else fn(*args, **kwargs)
             return (call or record_call)(spec, fn, args, kwargs)
         except Exception as exc:
-            drop_own_frames(exc)
+            frames.drop_own(exc)
             raise
 
     wrapper.__jaxplace_original__ = fn

@@ -10,11 +10,11 @@ import inspect
 import os
 import sys
 
+from jaxplace_cli.capture import frames
 from jaxplace_cli.capture.jaxhooks.dispatch import (
     CallSpec,
     _EvalTrace,
     _trace_ctx,
-    drop_own_frames,
     record_call,
 )
 from jaxplace_cli.capture.jaxhooks.legs import inner_call
@@ -56,7 +56,7 @@ class JitFunction:
                 return inner_call(self._jitted, args, kwargs, spec.static_argnums, spec.static_argnames)
             return record_call(self._spec, self._jitted, args, kwargs)
         except Exception as exc:
-            drop_own_frames(exc)
+            frames.drop_own(exc)
             raise
 
     def __getattr__(self, name):
