@@ -25,7 +25,7 @@ STEPS = SCRIPTS / "faults" / "steps.py"
 
 def truth(n: int) -> tuple[int, int]:
     """(ops, transfers) of ``steps.py N``, counted by hand from its source."""
-    return 2 * n + 1, 3 * n
+    return 2 * n + 1, 3 * n + 1
 
 
 def manifest(run_dir) -> dict:

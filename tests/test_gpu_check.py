@@ -27,7 +27,8 @@ def test_skipped_without_a_gpu():
 
 def test_comparison_reports_each_kind(tmp_path):
     verdict, lines = _module().check(SCRIPTS / "x64_scalars.py", tmp_path)
-    # x64_scalars.py uploads 8 + 8 + 1 B (Python scalars, x64 on); a CPU trace has no memcpy
+    # x64_scalars.py uploads 8 (jnp.ones' fill value) + 8 + 8 + 1 B (Python scalars, x64 on): 4 legs
+    # in JAX's transfer guard log; a CPU trace has no memcpy
     assert verdict == "differs"
-    assert lines[0] == "  h2d: jaxplace 3 / 17 B   trace memcpy 0 / 0 B   DIFFERS"
+    assert lines[0] == "  h2d: jaxplace 4 / 25 B   trace memcpy 0 / 0 B   DIFFERS"
     assert lines[1].startswith("  d2h: jaxplace 1 / ")

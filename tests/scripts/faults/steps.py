@@ -1,6 +1,6 @@
 # N steps of known cost (issue 25's ground truth): `x + 1` is 1 op and 1 h2d (the scalar),
-# `float(y[0])` is 1 op (getitem), 1 h2d (the index) and 1 d2h. With the setup's `jnp.ones`:
-# ops = 2 N + 1, transfers = 3 N. N = 0: steps until a signal ends the script.
+# `float(y[0])` is 1 op (getitem), 1 h2d (the index) and 1 d2h. The setup's `jnp.ones` is 1 op
+# and 1 h2d leg (its fill value, as JAX's transfer guard logs it): ops = 2 N + 1, transfers = 3 N + 1. N = 0: steps until a signal ends the script.
 #   argv: N [mode] — mode "plain", "handler" (installs its own handler for SIG in argv[3]),
 #   "clock:PATH" (each step's end time, CLOCK_MONOTONIC ns, into a ring in a shared file)
 import mmap
