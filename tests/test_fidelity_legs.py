@@ -86,3 +86,25 @@ def test_a_replicated_put_is_one_leg_per_device(cases):
         jax.block_until_ready(cases["replicate"]())
     legs = sorted((t.src, t.dst, t.bytes) for t in r.of("d2d"))
     assert legs == [("cpu:0", f"cpu:{d}", 16) for d in range(N)]  # the leg onto cpu:0 included
+
+
+def test_jaxs_inner_jitted_helpers_stay_transparent():
+    """While the hooks are in, a ``jax._src`` jitted helper is a proxy that forwards what the
+    plain one has: its name, ``lower``, binding, repr and pickling (by the plain one's rules)."""
+    import pickle
+
+    from jax._src.numpy import util
+
+    plain = util._where
+    with recorded():
+        proxy = util._where
+        assert proxy is not plain and proxy.__name__ == plain.__name__ and repr(proxy) == repr(plain)
+        assert proxy.lower(True, 1.0, 0.0).as_text() == plain.lower(True, 1.0, 0.0).as_text()
+        try:
+            expected = pickle.loads(pickle.dumps(plain))
+        except Exception as exc:  # noqa: BLE001 - the plain one's own outcome is the oracle
+            with pytest.raises(type(exc)):
+                pickle.dumps(proxy)
+        else:
+            assert pickle.loads(pickle.dumps(proxy)) is expected
+    assert util._where is plain

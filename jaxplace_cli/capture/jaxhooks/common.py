@@ -132,3 +132,38 @@ def recording_failed(exc: Exception) -> None:
     rec = active.rec
     if rec is not None:
         rec.recording_failed(exc)
+
+
+def _unwrapped(jitted):
+    return jitted
+
+
+class JitProxy:
+    """What a jitted function wrapped by a hook forwards unchanged: attributes (``lower``,
+    ``trace``, ``clear_cache``...), method binding (``@jax.jit`` methods), ``repr``, and
+    pickling, which is the jitted function's own (it pickles, or fails to, exactly so).
+    Subclasses hold it in ``_jitted`` and define ``__call__``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        import functools
+
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return repr(self._jitted)
+
+    def __getstate__(self):
+        return self._jitted.__getstate__()
+
+    def __reduce_ex__(self, protocol):
+        return _unwrapped, (self._jitted,)
+
+    def __reduce__(self):
+        return _unwrapped, (self._jitted,)

@@ -11,6 +11,7 @@ import os
 import sys
 
 from jaxplace_cli.capture import frames
+from jaxplace_cli.capture.jaxhooks.common import JitProxy
 from jaxplace_cli.capture.jaxhooks.dispatch import (
     CallSpec,
     _EvalTrace,
@@ -22,7 +23,7 @@ from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.model.events import OP_JIT
 
 
-class JitFunction:
+class JitFunction(JitProxy):
     """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
 
     Transparent where JAX code and tests look: attributes (``lower``, ``trace``,
@@ -59,29 +60,6 @@ class JitFunction:
             frames.drop_own(exc)
             raise
 
-    def __getattr__(self, name):
-        return getattr(self._jitted, name)
-
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
-
-    def __repr__(self):
-        return repr(self._jitted)
-
-    def __getstate__(self):
-        return self._jitted.__getstate__()
-
-    def __reduce_ex__(self, protocol):
-        return _unwrapped, (self._jitted,)  # pickles (or fails) as the jitted function does
-
-    def __reduce__(self):
-        return _unwrapped, (self._jitted,)
-
-
-def _unwrapped(jitted):
-    return jitted
 
 
 def _static_names(fun, static_argnums, static_argnames):

@@ -24,7 +24,14 @@ import numpy as np
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
-from jaxplace_cli.capture.jaxhooks.common import _SCALAR_BYTES, _EvalTrace, _trace_ctx, upload_nbytes, x64_enabled
+from jaxplace_cli.capture.jaxhooks.common import (
+    _SCALAR_BYTES,
+    JitProxy,
+    _EvalTrace,
+    _trace_ctx,
+    upload_nbytes,
+    x64_enabled,
+)
 from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_FUNCTIONS, active, label, tls
 from jaxplace_cli.model.events import H2D, HOST
 
@@ -137,14 +144,19 @@ def record_inner(hosts, out) -> None:
 
 def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
     """Run an inner dispatch ``fn`` of the op in flight, adding its host arguments' legs."""
-    hosts = host_args(args, kwargs, static_nums, static_names)
+    try:
+        hosts = host_args(args, kwargs, static_nums, static_names)
+    except Exception as exc:  # a pytree that fails to flatten: JAX says so itself, in fn
+        hosts = []
+        if active.rec is not None:
+            active.rec.recording_failed(exc)
     out = fn(*args, **kwargs)
     if hosts and type(_trace_ctx.trace) is _EvalTrace:
         record_inner(hosts, out)
     return out
 
 
-class InnerPjit:
+class InnerPjit(JitProxy):
     """A jitted function of ``jax._src`` (``ufuncs.greater``, ``util._where``,
     ``array_creation._linspace``...) as seen from inside a recorded eager op: its host
     arguments are uploads of that op. Outside an op (or while tracing) a plain forward."""
@@ -167,18 +179,6 @@ class InnerPjit:
             return inner_call(self._jitted, args, kwargs, *self._static)
         return self._jitted(*args, **kwargs)
 
-    def __getattr__(self, name):
-        return getattr(self._jitted, name)
-
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        import functools
-
-        return functools.partial(self, obj)
-
-    def __repr__(self):
-        return repr(self._jitted)
 
 
 # jax._src modules whose module-level jitted helpers eager jnp code calls with host values
