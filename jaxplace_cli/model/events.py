@@ -120,6 +120,10 @@ class Marker(NamedTuple):
 # Marker kinds with a structured value.
 MARKER_COMPILE = "compile"  # value: JSON written by capture/jaxhooks/compiles.py
 
+# Host data uploaded again (issue 26): value is JSON written by capture/jaxhooks/host_data.py,
+# {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its h2d transfers.
+MARKER_HOST_DATA = "host_data"
+
 
 class CompileInfo(NamedTuple):
     """One XLA compilation, decoded from a ``compile`` marker's JSON value (not a table: the
