@@ -123,6 +123,9 @@ MARKER_COMPILE = "compile"  # value: JSON written by capture/jaxhooks/compiles.p
 # Host data uploaded again (issue 26): value is JSON written by capture/jaxhooks/host_data.py,
 # {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its h2d transfers.
 MARKER_HOST_DATA = "host_data"
+# The source text of a site's line (issue 26, ``diff``): value is JSON ``[site id, text]``,
+# written by capture/recorder.py when the site is first seen; seq 0.
+MARKER_SITE_TEXT = "site-text"
 
 
 class CompileInfo(NamedTuple):

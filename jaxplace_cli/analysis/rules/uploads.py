@@ -37,7 +37,8 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
     for r in rows:
         calls[r[5]].add(r[6] or -r[0])
     info = q.host_data(run.store)
-    groups = defaultdict(lambda: {"calls": {}, "bytes": 0, "ids": set(), "devs": set()})
+    groups = defaultdict(lambda: {"calls": {}, "sizes": defaultdict(int), "bytes": 0, "ids": set(),
+                                  "devs": set()})
     events = []
     for seq, sid, api, nbytes, dst, buf, op_seq in rows:
         again = len(calls[buf]) > 1
@@ -48,6 +49,7 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
             key = ("new", sid, api)
         g = groups[key]
         g["calls"].setdefault(op_seq or -seq, seq)
+        g["sizes"][op_seq or -seq] += max(nbytes, 0)
         g["bytes"] += max(nbytes, 0)
         g["ids"].add(buf)
         g["devs"].add(dst)
@@ -60,8 +62,8 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
         n = len(g["calls"])
         if n < cfg.loop_threshold or ran[key] < cfg.loop_threshold:
             continue
-        seqs = sorted(g["calls"].values())
-        ps = per_step(seqs, steps)
+        order = sorted(g["calls"].items(), key=lambda kv: kv[1])
+        ps = per_step([seq for _, seq in order], steps, [g["sizes"][c] for c, _ in order])
         if key[0] == "again":
             out.append(_again(key, g, n, ps, sites, info))
         else:
@@ -81,7 +83,7 @@ def _again(key, g, n, ps, sites, info) -> Finding:
         made_at = short(*site_of(sites, made)[:2])
         at = f", made at {made_at}"
         rel.append(related(sites, made, "the array is made here"))
-    how = f"; {per_step_text(ps)}" if per_step_text(ps) else ""
+    how = _per_step(ps)
     if k == 1:
         msg = (f"{named}: the same {what}host array{at} was uploaded {n} times at {short(file, line)} "
                f"({human_bytes(b)} in all{how}); JAX cannot keep a NumPy array on a device, so "
@@ -103,7 +105,7 @@ def _loader(key, g, n, ps, sites, waits) -> Finding:
     _, sid, api = key
     file, line, _ = site_of(sites, sid)
     b = g["bytes"]
-    how = f"; {per_step_text(ps)}" if per_step_text(ps) else ""
+    how = _per_step(ps)
     wait = waits.get(id(g), 0)
     spent = f"; each call took {wait / 1e6:.2f} ms of host time (median), upload included" if wait else ""
     return Finding(
@@ -115,6 +117,13 @@ def _loader(key, g, n, ps, sites, waits) -> Finding:
         fix="to hide the upload, prefetch: jax.device_put the next batch while this step runs "
             "(a background thread, or flax.jax_utils.prefetch_to_device)",
         devices=sorted(g["devs"]), per_step=ps)
+
+
+def _per_step(ps) -> str:
+    how = f"; {per_step_text(ps)}" if per_step_text(ps) else ""
+    if how and ps["bytes_median"]:
+        how += f", {human_bytes(int(ps['bytes_median']))} per step"
+    return how
 
 
 def _waits(run, loaders) -> dict[int, int]:
