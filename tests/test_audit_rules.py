@@ -113,6 +113,7 @@ def test_host_sync_and_implicit_h2d_per_step(report):
     assert sync["per_step"] == {"steps": 30, "method": "repeated jit call", "min": 1, "median": 1, "max": 1}
     assert "1 per step over 30 steps" in sync["message"]
     (up,) = findings(r, "implicit-h2d-in-loop")
+    assert up["severity"] == "info"  # a new batch each step: a loader's upload (issue 26)
     # the numpy batch x (64 x 128 float32 = 32,768 B) passed to step() at line 42, 30 times;
     # y (64 x 1 float32 = 256 B) is below --min-bytes (1 KiB), so it is not part of the finding
     assert (up["line"], up["count"], up["bytes"]) == (42, 30, 30 * 32_768)

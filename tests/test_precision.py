@@ -123,9 +123,15 @@ def test_clean_twins_on_a_two_device_machine(fresh, name):
     assert fresh[name] == []
 
 
+def _as_loader(expected: set) -> set:
+    """A fresh recording knows which host array each upload carried (issue 26): a new array
+    per call is a loader's upload, an info; the golden runs were recorded before."""
+    return {(r, "info", f, n) if r == "implicit-h2d-in-loop" else (r, sev, f, n) for r, sev, f, n in expected}
+
+
 @pytest.mark.slow
 def test_seeded_findings_unchanged_by_an_extra_device(fresh):
-    assert {_key(f) for f in fresh["mlp_host_sync@2"]} == SEEDED["mlp_host_sync"]
+    assert {_key(f) for f in fresh["mlp_host_sync@2"]} == _as_loader(SEEDED["mlp_host_sync"])
 
 
 @pytest.mark.slow
@@ -134,7 +140,7 @@ def test_idle_devices_with_independent_work_are_an_info_with_a_fix(fresh):
     # chains of 4 calls, all on cpu:0 because nothing chose a device; cpu:1-3 ran nothing
     by_rule = {f.rule: f for f in fresh["placement_trials@4"]}
     idle = by_rule.pop("idle-device")
-    assert {_key(f) for f in by_rule.values()} == SEEDED["placement_trials"]
+    assert {_key(f) for f in by_rule.values()} == _as_loader(SEEDED["placement_trials"])
     assert _key(idle) == ("idle-device", "info", "placement_trials.py", 20)
     assert idle.devices == ["cpu:1", "cpu:2", "cpu:3"] and idle.count == 3
     assert "the 32 calls of jit(<lambda>) form 8 independent chains" in idle.message

@@ -61,9 +61,9 @@ def test_report_in_chromium(run_dir, chromium, tmp_path):
                       "+c.dataset.count, +c.dataset.bytes])")
     assert sorted(map(tuple, cells)) == [("cpu:0", "cpu:1", 1, MIB4), ("cpu:1", "host", 1, MIB4),
                                          ("host", "cpu:0", 1 + STEPS, (1 + STEPS) * MIB4)]
-    # the implicit upload finding: hovering selects its STEPS moments, leaving unselects them,
-    # clicking pins them and zooms the timeline to them
-    key = page.eval("document.querySelector('.finding.sev-warning').dataset.moment")
+    # the implicit upload finding (an info: a new array each step, issue 26): hovering selects
+    # its STEPS moments, leaving unselects them, clicking pins them and zooms the timeline to them
+    key = page.eval("document.querySelector('.finding.sev-info').dataset.moment")
     box = "document.getElementById('timeline-box').dataset.selected"
     before = page.eval("document.getElementById('view-range').textContent")
     x, y = page.center_of(f'[data-moment="{key}"]')

@@ -15,6 +15,7 @@ from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.analysis.steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
 from jaxplace_cli.analysis.summary import Summary, summarize
 from jaxplace_cli.model.manifest import Manifest
+from jaxplace_cli.store.site_text import site_texts
 
 # Rules a jaxplace run cannot support, and why (the trace-only counterpart of NEEDS_RUN).
 NEEDS_TRACE = {
@@ -61,6 +62,7 @@ class AuditResult:
     budget: BudgetVerdict | None = None  # set when a budget was checked
     suggestion: object | None = None  # suggest.top.Suggestion: the best transfer-saving change
     distributed: object | None = None  # distributed.JobView: a jax.distributed job's processes
+    site_texts: dict = field(default_factory=dict)  # (file, line) -> source text (diff's identity)
 
 
 @dataclass
@@ -105,7 +107,8 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
                        step_transfers,
                        rules_checked=[r for r in chosen if r not in NEEDS_TRACE],
-                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen})
+                       rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen},
+                       site_texts=site_texts(run.store))
 
 
 def child_run_notes(run: RunData) -> list[str]:

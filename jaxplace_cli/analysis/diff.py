@@ -1,8 +1,9 @@
 """Baselines: compare two audits (run directories or saved ``audit --format json`` files).
 
 Both sides are reduced to the documented JSON schema first, so a baseline saved months ago
-compares with a fresh run. Sites are matched on (file name, line, kind, API): absolute paths
-differ between machines, lines and APIs do not.
+compares with a fresh run. Sites are matched by a stable identity (file name, function, kind,
+API and the source text of the line, with its position among identical ones): absolute paths
+differ between machines, and an edit elsewhere in the file moves line numbers, not identities.
 """
 from __future__ import annotations
 
@@ -48,9 +49,10 @@ class SiteDelta:
     new_count: int
     base_bytes: int
     new_bytes: int
-    status: str  # "new" | "vanished" | "changed" | "same" | "unlisted" (see compare)
+    status: str  # "new" | "vanished" | "changed" | "same" | "moved" | "unlisted" (see compare)
     file: str = ""  # full path (the new side's when both have it)
     line: int = 0
+    moved_from: int = 0  # a moved site: its line in the base
 
 
 @dataclass
@@ -134,21 +136,99 @@ def _site_key(s: dict) -> str:
     return f"{site_name(s['file'], s['line'])} {s['kind']} {s['api']}"
 
 
+def _index(doc: dict) -> dict:
+    """Sites at one line, kind and API (their implicit/blocking variants summed): loc ->
+    ``[count, bytes, file, line, function, source]``."""
+    out: dict = {}
+    for s in doc["transfers"]["sites"]:
+        e = out.setdefault(_site_key(s), [0, 0, s["file"], s["line"], "", ""])
+        e[0] += s["count"]
+        e[1] += s["bytes"]
+        f, src = s.get("function"), s.get("source")
+        e[4] = f[:200] if isinstance(f, str) else e[4]
+        e[5] = src[:500] if isinstance(src, str) else e[5]
+    return out
+
+
+def _identities(index: dict, use_text: bool) -> dict:
+    """identity -> loc: the file's name, function, kind, API and (``use_text``) the line's
+    source text, with its position among sites of the same identity in line order — what an
+    edit elsewhere in the file does not change (issue 26)."""
+    groups: dict = {}
+    for loc, e in index.items():
+        kind_api = loc.split(" ", 1)[1]
+        key = (site_name(e[2]), e[4], kind_api, e[5] if use_text else "")
+        groups.setdefault(key, []).append((e[3], loc))
+    return {key + (k,): loc for key, locs in groups.items() for k, (_, loc) in enumerate(sorted(locs))}
+
+
+def _longest_in_order(lines: list[int]) -> set[int]:
+    """Indexes of a longest strictly increasing subsequence of ``lines``."""
+    import bisect
+
+    tails: list[int] = []
+    tail_at: list[int] = []
+    prev = [-1] * len(lines)
+    for i, x in enumerate(lines):
+        k = bisect.bisect_left(tails, x)
+        if k == len(tails):
+            tails.append(x)
+            tail_at.append(i)
+        else:
+            tails[k], tail_at[k] = x, i
+        prev[i] = tail_at[k - 1] if k else -1
+    out, i = set(), tail_at[-1] if tail_at else -1
+    while i >= 0:
+        out.add(i)
+        i = prev[i]
+    return out
+
+
+def match_sites(bi: dict, ni: dict) -> dict:
+    """base loc -> new loc for the sites both sides have. By identity (``_identities``; the
+    source text when both sides recorded it for every site), then a line whose text moved to
+    another function of the file."""
+    use_text = all(e[5] for e in bi.values()) and all(e[5] for e in ni.values())
+    b_id, n_id = _identities(bi, use_text), _identities(ni, use_text)
+    pairs = {b_id[k]: n_id[k] for k in b_id.keys() & n_id.keys()}
+    if use_text:
+        loose: dict = {}
+        taken = set(pairs.values())
+        for loc, e in ni.items():
+            if loc not in taken:
+                loose.setdefault((site_name(e[2]), loc.split(" ", 1)[1], e[5]), []).append(loc)
+        for loc, e in sorted(bi.items(), key=lambda kv: kv[1][3]):
+            if loc not in pairs:
+                cands = loose.get((site_name(e[2]), loc.split(" ", 1)[1], e[5]))
+                if cands:
+                    pairs[loc] = cands.pop(0)
+    return pairs
+
+
+def moved(pairs: dict, bi: dict, ni: dict) -> set[str]:
+    """New locs of matched sites whose line moved relative to the other matched sites of its
+    file (not on a longest run that kept its order), or into another function: a comment
+    added above shifts every line and moves none."""
+    by_file: dict = {}
+    for b, n in pairs.items():
+        by_file.setdefault(site_name(bi[b][2]), []).append((bi[b][3], ni[n][3], n, bi[b][4] != ni[n][4]))
+    out = set()
+    for items in by_file.values():
+        items.sort()
+        keep = _longest_in_order([nl for _, nl, _, _ in items])
+        out |= {n for i, (_, _, n, other_fn) in enumerate(items) if i not in keep or other_fn}
+    return out
+
+
 def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new") -> Diff:
+    """Per kind and per site. Sites are matched by stable identity (``match_sites``): a site
+    whose line moved is ``moved`` (its key names the new line), never vanished and new."""
     kinds = []
     for k in TRANSFER_KINDS:
         b = base["transfers"]["totals"].get(k, {"count": 0, "bytes": 0})
         n = new["transfers"]["totals"].get(k, {"count": 0, "bytes": 0})
         kinds.append(KindDelta(k, b["count"], n["count"], b["bytes"], n["bytes"]))
-
-    def index(doc):
-        out: dict = {}
-        for s in doc["transfers"]["sites"]:
-            c, by, _, _ = out.get(_site_key(s), (0, 0, "", 0))
-            out[_site_key(s)] = (c + s["count"], by + s["bytes"], s["file"], s["line"])
-        return out
-
-    bi, ni = index(base), index(new)
+    bi, ni = _index(base), _index(new)
     cut_b, cut_n = truncated(base), truncated(new)
     notes = [f"{name} lists only its top {len(doc['transfers']['sites'])} transfer sites (audit --top); "
              f"a site missing from it is 'unlisted', not new or vanished — save baselines with "
@@ -157,17 +237,21 @@ def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new
     if base["transfers"].get("min_bytes") != new["transfers"].get("min_bytes"):
         notes.append(f"the sides count transfers from different sizes ({base['transfers'].get('min_bytes')} "
                      f"and {new['transfers'].get('min_bytes')} bytes): deltas mix what each leaves out")
+    pairs = match_sites(bi, ni)
+    shifted = moved(pairs, bi, ni)
     sites = []
-    for key in sorted(set(bi) | set(ni)):
-        bc, bb, bf, bl = bi.get(key, (0, 0, "", 0))
-        nc, nb, nf, nl = ni.get(key, (0, 0, "", 0))
-        if key not in bi:
-            status = "unlisted" if cut_b else "new"
-        elif key not in ni:
-            status = "unlisted" if cut_n else "vanished"
+    for loc, (bc, bb, bf, bl, _, _) in bi.items():
+        if loc in pairs:
+            nloc = pairs[loc]
+            nc, nb, nf, nl = ni[nloc][:4]
+            status = "moved" if nloc in shifted else "same" if (bc, bb) == (nc, nb) else "changed"
+            sites.append(SiteDelta(nloc, bc, nc, bb, nb, status, nf, nl, bl if status == "moved" else 0))
         else:
-            status = "same" if (bc, bb) == (nc, nb) else "changed"
-        sites.append(SiteDelta(key, bc, nc, bb, nb, status, nf or bf, nl or bl))
+            sites.append(SiteDelta(loc, bc, 0, bb, 0, "unlisted" if cut_n else "vanished", bf, bl))
+    matched = set(pairs.values())
+    for loc, (nc, nb, nf, nl, _, _) in ni.items():
+        if loc not in matched:
+            sites.append(SiteDelta(loc, 0, nc, 0, nb, "unlisted" if cut_b else "new", nf, nl))
     sites.sort(key=lambda s: (-(abs(s.new_bytes - s.base_bytes)), s.key))
     lost = lost_data(base, base_name) + lost_data(new, new_name)
     return Diff(base_name, new_name, kinds, sites, notes + lost, lost)
@@ -203,6 +287,7 @@ def to_dict(diff: Diff) -> dict:
                            "count_pct": k.count_pct if k.count_pct != float("inf") else None}
                   for k in diff.kinds},
         "sites": [{"site": s.key, "status": s.status, "base": {"count": s.base_count, "bytes": s.base_bytes},
-                   "new": {"count": s.new_count, "bytes": s.new_bytes}} for s in diff.sites],
+                   "new": {"count": s.new_count, "bytes": s.new_bytes},
+                   **({"moved_from": s.moved_from} if s.status == "moved" else {})} for s in diff.sites],
         "notes": list(diff.notes),
     }

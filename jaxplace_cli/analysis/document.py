@@ -41,7 +41,8 @@ def to_dict(result: AuditResult) -> dict:
             "sites": [
                 {"kind": t.kind, "file": t.file, "line": t.line, "function": t.function,
                  "count": t.count, "bytes": t.bytes, "implicit": t.implicit,
-                 "blocking": t.blocking, "api": t.api, "routes": t.routes}
+                 "blocking": t.blocking, "api": t.api, "routes": t.routes,
+                 **_source(result, t)}
                 for t in s.sites
             ],
             "routes": _routes(s),
@@ -61,6 +62,13 @@ def to_dict(result: AuditResult) -> dict:
         "suggestion": _suggestion(result.suggestion),
         **_distributed(result),
     }
+
+
+def _source(result: AuditResult, t) -> dict:
+    """``{"source": text}`` of a site's line where the run recorded it (absent otherwise:
+    older runs, traces): ``diff`` matches sites by it."""
+    text = result.site_texts.get((t.file, t.line))
+    return {"source": text} if text else {}
 
 
 def _distributed(result: AuditResult) -> dict:

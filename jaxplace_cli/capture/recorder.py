@@ -8,6 +8,8 @@ ids — is deferred to ``store/rows.py``, which runs in the writer process (the 
 from __future__ import annotations
 
 import itertools
+import json
+import linecache
 import os
 import sys
 import sysconfig
@@ -16,7 +18,7 @@ from collections import deque
 from pathlib import Path
 from time import perf_counter_ns
 
-from jaxplace_cli.model.events import Marker, OpEvent, Site, TransferEvent
+from jaxplace_cli.model.events import MARKER_SITE_TEXT, Marker, OpEvent, Site, TransferEvent
 from jaxplace_cli.model.raw import PACKED
 
 _JAXPLACE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # the jaxplace_cli package
@@ -164,8 +166,21 @@ class Recorder:
             self._site_text[sid] = f"{line_key[0]}:{line_key[1]}"
             self.site_info[sid] = site = Site(sid, *line_key)
             self._new_sites.append(site)
+            self._site_source(sid, line_key)
         self._sites[key] = sid
         return sid
+
+    def _site_source(self, sid: int, line_key) -> None:
+        """The stripped source text of a new site, as a ``site-text`` marker (seq 0: no event's
+        order moves): ``diff`` matches sites by it, so an edit elsewhere in the file changes
+        nothing (issue 26). Once per site; a file the recorder cannot read has none."""
+        try:
+            text = linecache.getline(line_key[0], line_key[1]).strip()
+            if text:
+                self.markers.append(Marker(0, perf_counter_ns() - self.t0, MARKER_SITE_TEXT,
+                                           json.dumps([sid, text[:500]])))
+        except Exception as exc:  # never the user's problem
+            self.recording_failed(exc)
 
     def user_frame_and_caller(self, frame):
         """(first user frame, the outermost internal frame just below it) — used to name the

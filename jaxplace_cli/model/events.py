@@ -120,6 +120,13 @@ class Marker(NamedTuple):
 # Marker kinds with a structured value.
 MARKER_COMPILE = "compile"  # value: JSON written by capture/jaxhooks/compiles.py
 
+# Host data uploaded again (issue 26): value is JSON written by capture/jaxhooks/host_data.py,
+# {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its h2d transfers.
+MARKER_HOST_DATA = "host_data"
+# The source text of a site's line (issue 26, ``diff``): value is JSON ``[site id, text]``,
+# written by capture/recorder.py when the site is first seen; seq 0.
+MARKER_SITE_TEXT = "site-text"
+
 
 class CompileInfo(NamedTuple):
     """One XLA compilation, decoded from a ``compile`` marker's JSON value (not a table: the

@@ -26,13 +26,18 @@ def _changed(d: Diff):
     return [s for s in d.sites if s.status != "same"]
 
 
+def _from(s) -> str:
+    """`` (was line 12)`` for a moved site: the same code, at another place in its file."""
+    return f" (was line {s.moved_from})" if s.status == "moved" else ""
+
+
 def text(d: Diff, options) -> str:
     out = [f"jaxplace diff  {plain(d.base)}  ->  {plain(d.new)}"]
     for k in d.kinds:
         out.append(f"  {k.kind}: {k.base_count} -> {k.new_count} transfers, "
                    f"{human_bytes(k.base_bytes)} -> {human_bytes(k.new_bytes)}{_pct(k.bytes_pct)}")
     for s in _changed(d):
-        out.append(f"  [{s.status}] {plain(s.key)}: {s.base_count} -> {s.new_count} transfers, "
+        out.append(f"  [{s.status}] {plain(s.key)}{_from(s)}: {s.base_count} -> {s.new_count} transfers, "
                    f"{human_bytes(s.base_bytes)} -> {human_bytes(s.new_bytes)}")
     if not _changed(d):
         out.append("  no site changed")
@@ -52,7 +57,7 @@ def markdown(d: Diff, options) -> str:
     if changed:
         out += ["", "| site | status | count | bytes |", "|---|---|---:|---:|"]
         for s in changed[:30]:
-            out.append(f"| {code_span(s.key, table=True)} | {s.status} | {s.base_count:,} → {s.new_count:,} | "
+            out.append(f"| {code_span(s.key, table=True)} | {s.status}{_from(s)} | {s.base_count:,} → {s.new_count:,} | "
                        f"{human_bytes(s.base_bytes)} → {human_bytes(s.new_bytes)} |")
         if len(changed) > 30:
             out.append(f"| … and {len(changed) - 30} more | | | |")
@@ -61,11 +66,13 @@ def markdown(d: Diff, options) -> str:
 
 
 def github(d: Diff, options) -> str:
-    """A warning on each new or grown site (on its line), an error per failed limit."""
+    """A warning on each new or grown site (on its line), an error per failed limit. Sites are
+    matched by stable identity (analysis/diff.py): an unchanged program gets none, whatever
+    lines an edit elsewhere moved."""
     failures = options.failures
     out = []
     for s in d.sites:
-        if s.status == "new" or (s.status == "changed" and s.new_bytes > s.base_bytes):
+        if s.status == "new" or (s.status in ("changed", "moved") and s.new_bytes > s.base_bytes):
             what = "new transfer site" if s.status == "new" else "transfers grew"
             out.append(_annotation("warning", f"jaxplace diff: {what}: {s.key}: {s.base_count} -> "
                                    f"{s.new_count} transfers, {human_bytes(s.base_bytes)} -> "

@@ -7,9 +7,10 @@ from collections import defaultdict
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, per_step, per_step_text, related, short, site_of
 from jaxplace_cli.analysis.rules.executions import line_executions
+from jaxplace_cli.analysis.rules.uploads import known_data_findings, split_rows
 from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
-from jaxplace_cli.store import queries
+from jaxplace_cli.store import queries, uploads
 
 _READ_FIXES = {
     "repr()/print": "print every N steps, or use jax.debug.print inside the jitted function "
@@ -103,19 +104,22 @@ def implicit_h2d_in_loop(run, cfg) -> list[Finding]:
     """Host data (numpy arrays) passed to jit calls or ops over and over: every call uploads
     it again, on the critical path, because JAX cannot keep a host array on the device.
     "Over and over": the line ran at least ``cfg.loop_threshold`` times (rules/executions.py),
-    so three uploads from one line that ran once are no finding."""
+    so three uploads from one line that ran once are no finding. Where the capture knows which
+    host array each upload carried, rules/uploads.py tells a loader's new data (info) from the
+    same array again (warning); these are the uploads it does not know (older runs, scalars)."""
+    known, rest = split_rows(uploads.implicit_uploads_with_data(run.store, cfg.min_bytes))
     sites = run.store.sites()
     groups = defaultdict(lambda: ([], [], set()))
     events = []
-    for seq, sid, api, nbytes, dst in queries.implicit_uploads(run.store, cfg.min_bytes):
+    for seq, sid, api, nbytes, dst, _, _ in rest:
         seqs, sizes, devs = groups[(sid, api)]
         seqs.append(seq)
         sizes.append(nbytes)
         devs.add(dst)
         events.append((seq, sid, ("upload", api, nbytes), (sid, api)))
-    steps = detect_steps(run) if groups else None
+    steps = detect_steps(run) if groups or known else None
     ran = _executions(run, steps, events, groups, cfg)
-    out = []
+    out = known_data_findings(run, cfg, known, steps, lambda ev: line_executions(run, steps, ev)) if known else []
     for (sid, api), (seqs, sizes, devs) in groups.items():
         n, b = len(seqs), sum(sizes)
         if n < cfg.loop_threshold or ran[(sid, api)] < cfg.loop_threshold:

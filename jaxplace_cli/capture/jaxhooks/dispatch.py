@@ -35,6 +35,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
 )
+from jaxplace_cli.capture.jaxhooks.host_data import data_id
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
 from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
@@ -215,9 +216,10 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 dests = legs.destinations(outs[0], a)
             else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
                 dests = sharded_upload(fn, args, kwargs, leaves, a) or legs.destinations(outs[0], a)
+            hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
             for dst, nbytes in dests:
                 ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
-                      True, False, api, site, 0, seq)
+                      True, False, api, site, hid, seq)
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)

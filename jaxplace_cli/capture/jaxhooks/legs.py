@@ -32,6 +32,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     upload_nbytes,
     x64_enabled,
 )
+from jaxplace_cli.capture.jaxhooks.host_data import data_id
 from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_FUNCTIONS, active, label, tls
 from jaxplace_cli.model.events import H2D, HOST
 
@@ -135,9 +136,10 @@ def record_inner(hosts, out) -> None:
         tid = _thread_ident()
         for a in hosts:
             api = suffix(name, a)
+            hid = data_id(rec, a, None, op[3], op[4])
             for dst, nbytes in destinations(out, a):
                 rec.add_transfer((next(rec.seqs), t, tid, H2D, HOST, dst, nbytes, True, False,
-                                  api, site, 0, seq))
+                                  api, site, hid, seq))
     except Exception as exc:  # recording must never break the user's op
         rec.recording_failed(exc)
 

@@ -1,0 +1,147 @@
+"""Implicit uploads whose host array is known (issue 26): the same array uploaded again
+(avoidable: a warning) or new data at every call (a data loader: an info at most).
+
+The capture gives each uploaded NumPy array an identity (object and sampled content,
+capture/jaxhooks/host_data.py; the transfer's ``buf`` < 0). Uploads of an identity that
+was uploaded more than once are "the same data again": grouped per upload line, argument and
+the line that made the array, a warning when the line ran ``loop_threshold`` times and carried
+as many uploads. Uploads of identities seen once are a loader's new batches: one info per
+line and API, with the host time of the calls that carried them, since only prefetching can
+hide that upload. Runs recorded before identities existed (``buf`` 0) keep the rule of
+rules/transfers.py.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from jaxplace_cli.analysis.rules.base import INFO, WARNING, Finding, per_step, per_step_text, related, short, site_of
+from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.store import uploads as q
+
+_SUFFIXES = (" (numpy argument)", " (host data)")
+
+
+def op_of(api: str) -> str:
+    """``jit(step) (numpy argument)`` -> ``jit(step)``."""
+    for s in _SUFFIXES:
+        if api.endswith(s):
+            return api[: -len(s)]
+    return api
+
+
+def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
+    """Findings over ``rows`` (``implicit_uploads_with_data`` rows whose ``buf`` < 0).
+    ``executions(events)`` counts how often each group's line ran (rules/executions.py)."""
+    calls = defaultdict(set)  # identity -> the calls (op seqs) that uploaded it
+    for r in rows:
+        calls[r[5]].add(r[6] or -r[0])
+    info = q.host_data(run.store)
+    groups = defaultdict(lambda: {"calls": {}, "sizes": defaultdict(int), "bytes": 0, "ids": set(),
+                                  "devs": set()})
+    events = []
+    for seq, sid, api, nbytes, dst, buf, op_seq in rows:
+        again = len(calls[buf]) > 1
+        if again:
+            d = info.get(buf)
+            key = ("again", sid, api) + ((d.arg, d.var, d.made) if d else ("", "", 0))
+        else:
+            key = ("new", sid, api)
+        g = groups[key]
+        g["calls"].setdefault(op_seq or -seq, seq)
+        g["sizes"][op_seq or -seq] += max(nbytes, 0)
+        g["bytes"] += max(nbytes, 0)
+        g["ids"].add(buf)
+        g["devs"].add(dst)
+        events.append((seq, sid, ("upload", api, nbytes), key))
+    ran = executions(events)
+    sites = run.store.sites()
+    out = []
+    waits = _waits(run, [g for k, g in groups.items() if k[0] == "new"])
+    for key, g in groups.items():
+        n = len(g["calls"])
+        if n < cfg.loop_threshold or ran[key] < cfg.loop_threshold:
+            continue
+        order = sorted(g["calls"].items(), key=lambda kv: kv[1])
+        ps = per_step([seq for _, seq in order], steps, [g["sizes"][c] for c, _ in order])
+        if key[0] == "again":
+            out.append(_again(key, g, n, ps, sites, info))
+        else:
+            out.append(_loader(key, g, n, ps, sites, waits))
+    return out
+
+
+def _again(key, g, n, ps, sites, info) -> Finding:
+    _, sid, api, arg, var, made = key
+    file, line, _ = site_of(sites, sid)
+    b, k = g["bytes"], len(g["ids"])
+    d = info.get(next(iter(g["ids"])))
+    what = f"{d.dtype}[{','.join(map(str, d.shape))}] " if d and k == 1 else ""
+    named = f"argument `{arg}` of {op_of(api)}" if arg else f"a NumPy argument of {op_of(api)}"
+    rel, at, made_at = [], "", ""
+    if made:
+        made_at = short(*site_of(sites, made)[:2])
+        at = f", made at {made_at}"
+        rel.append(related(sites, made, "the array is made here"))
+    how = _per_step(ps)
+    if k == 1:
+        msg = (f"{named}: the same {what}host array{at} was uploaded {n} times at {short(file, line)} "
+               f"({human_bytes(b)} in all{how}); JAX cannot keep a NumPy array on a device, so "
+               "every call copies it again")
+    else:
+        msg = (f"{named}: {k} host arrays{at}, each uploaded more than once, made {n} uploads at "
+               f"{short(file, line)} ({human_bytes(b)} in all{how}); every call copies its array again")
+    name = var or arg
+    if name and k == 1:
+        fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made else "")
+               + ", and pass that: every call then reads it on the device")
+    else:
+        fix = "jax.device_put the data once before the loop and pass the device array to the call"
+    return Finding("implicit-h2d-in-loop", WARNING, msg, file, line, n, b, fix=fix, related=rel,
+                   devices=sorted(g["devs"]), per_step=ps)
+
+
+def _loader(key, g, n, ps, sites, waits) -> Finding:
+    _, sid, api = key
+    file, line, _ = site_of(sites, sid)
+    b = g["bytes"]
+    how = _per_step(ps)
+    wait = waits.get(id(g), 0)
+    spent = f"; each call took {wait / 1e6:.2f} ms of host time (median), upload included" if wait else ""
+    return Finding(
+        "implicit-h2d-in-loop", INFO,
+        f"{op_of(api)}: new host data at every call, {n} uploads of {len(g['ids'])} different arrays at "
+        f"{short(file, line)} ({human_bytes(b)}, {human_bytes(b // n)} per call{how}{spent}); a data "
+        "loader's batches must be uploaded, so this is no mistake",
+        file, line, n, b,
+        fix="to hide the upload, prefetch: jax.device_put the next batch while this step runs "
+            "(a background thread, or flax.jax_utils.prefetch_to_device)",
+        devices=sorted(g["devs"]), per_step=ps)
+
+
+def _per_step(ps) -> str:
+    how = f"; {per_step_text(ps)}" if per_step_text(ps) else ""
+    if how and ps["bytes_median"]:
+        how += f", {human_bytes(int(ps['bytes_median']))} per step"
+    return how
+
+
+def _waits(run, loaders) -> dict[int, int]:
+    """id(group) -> median host time (ns) of the calls that carried a loader group's uploads
+    (the median: the first call's compile is no part of a step's wait)."""
+    seqs = [s for g in loaders for s in g["calls"] if s > 0]
+    if not seqs:
+        return {}
+    durs = q.op_durations(run.store, min(seqs), max(seqs))
+    return {id(g): int(statistics.median([max(durs.get(s, 0), 0) for s in g["calls"] if s > 0] or [0]))
+            for g in loaders}
+
+
+def split_rows(rows) -> tuple[list, list]:
+    """(rows of uploads with a known host array, the others)."""
+    known, rest = [], []
+    for r in rows:
+        (known if r[5] < 0 else rest).append(r)
+    return known, rest
+
+

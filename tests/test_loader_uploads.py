@@ -1,0 +1,167 @@
+"""A data loader's new batches vs the same host array uploaded again (issue 26).
+
+JAX uploads a NumPy argument at every call. For a loader's batch that is unavoidable; for a
+constant mask passed to the jitted step it is not. The capture gives each uploaded array an
+identity (object and sampled content, capture/jaxhooks/host_data.py); the rule warns on the
+mask only, naming the argument, the line that made it and the count, and says at most an info
+about the loader. Expected numbers are counted by hand from the scripts below.
+"""
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import audit_json, cli, jaxplace
+from inprocess import recorded
+from test_rules_unit import CFG, Rows
+
+from jaxplace_cli.analysis import audit_run
+from jaxplace_cli.model.events import H2D, MARKER_HOST_DATA
+
+# The walkthrough's training script: 20 steps, a new (32, 64) float32 batch each (8 KiB), and a
+# (64, 64) float32 mask (16 KiB) made once on line 6 and passed to the jitted step on line 21.
+TRAIN = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+rng = np.random.default_rng(0)
+mask = np.tril(np.ones((64, 64), np.float32))  # line 6: the constant mask
+
+
+def loader(steps):
+    for _ in range(steps):
+        yield rng.normal(size=(32, 64)).astype(np.float32)  # a new batch each step
+
+
+@jax.jit
+def step(w, batch, mask):
+    return w - 0.01 * (batch @ (w * mask)).mean()
+
+
+w = jnp.ones((64, 64))
+{prepare}for batch in loader(20):
+    w = step(w, batch, mask)  # line 21: batch is new data, mask {what}
+print(float(w.sum()))
+"""
+
+
+def _uploads(r):
+    return [t for t in r.of(H2D) if t.implicit and t.api.endswith("(numpy argument)")]
+
+
+def test_capture_gives_the_mask_one_identity_and_each_batch_its_own():
+    rng = np.random.default_rng(0)
+    mask = np.tril(np.ones((64, 64), np.float32))
+    with recorded() as r:
+        step = jax.jit(lambda w, batch, mask: w - 0.01 * (batch @ (w * mask)).mean())
+        w = jnp.ones((64, 64))
+        for _ in range(20):
+            w = step(w, rng.normal(size=(32, 64)).astype(np.float32), mask)
+    ups = _uploads(r)
+    assert len(ups) == 40 and all(t.buf < 0 for t in ups)  # 20 calls x (batch, mask)
+    masks = [t for t in ups if t.bytes == 64 * 64 * 4]
+    batches = [t for t in ups if t.bytes == 32 * 64 * 4]
+    assert len(masks) == 20 and len({t.buf for t in masks}) == 1  # the same array, 20 times
+    assert len(batches) == 20 and len({t.buf for t in batches}) == 20  # new data each call
+    (marker,) = [json.loads(m.value) for m in r.markers if m.kind == MARKER_HOST_DATA]
+    assert marker["id"] == masks[0].buf
+    assert (marker["arg"], marker["var"], marker["shape"], marker["dtype"]) == ("mask", "mask", [64, 64], "float32")
+    assert marker["made"] != 0  # the assignment above, in this function
+
+
+def test_identity_is_object_and_content_never_the_address_alone():
+    from jaxplace_cli.capture.jaxhooks.host_data import data_id
+    from jaxplace_cli.capture.recorder import Recorder
+
+    rec = Recorder()
+    a = np.zeros(4096, np.float32)
+    first = data_id(rec, a)
+    assert first < 0 and data_id(rec, a) == first  # the same object, unchanged
+    a[:] = 1.0  # a loader refilling its buffer in place: new data
+    assert data_id(rec, a) not in (0, first)
+    seen = {data_id(rec, a)}
+    for _ in range(50):  # freed and made again: CPython reuses the address, the identity is new
+        b = np.ones(4096, np.float32)
+        k = data_id(rec, b)
+        assert k not in seen
+        seen.add(k)
+        del b
+    assert data_id(rec, np.float32(1.0)) == 0  # a NumPy scalar: no weak reference, no identity
+    tiny = np.array(1.0, np.float32)  # 4 bytes: hashed whole
+    assert data_id(rec, tiny) == data_id(rec, tiny) < 0
+    assert rec.recording_errors == 0
+
+
+def _run(tmp_path, name, prepare, what):
+    script = tmp_path / f"{name}.py"
+    script.write_text(TRAIN.format(prepare=prepare, what=what))
+    out = tmp_path / f"{name}.run"
+    proc = jaxplace("run", "--devices", 1, "--no-trace", "--quiet", "--out", out, script)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def walkthrough(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("loader"), "train", "", "the same array again")
+
+
+def test_the_mask_is_warned_and_the_loader_is_not(walkthrough):
+    found = audit_json(walkthrough)["findings"]
+    (warn,) = [f for f in found if f["severity"] in ("warning", "error")]
+    assert (warn["rule"], warn["file"].rsplit("/", 1)[-1], warn["line"]) == ("implicit-h2d-in-loop", "train.py", 21)
+    assert (warn["count"], warn["bytes"]) == (20, 20 * 16_384)  # 20 uploads of the 16 KiB mask
+    assert "argument `mask` of jit(step)" in warn["message"] and "made at train.py:6" in warn["message"]
+    assert "uploaded 20 times at train.py:21" in warn["message"]
+    assert warn["fix"].startswith("mask = jax.device_put(mask) once, before the loop")
+    assert [(r["line"], r["role"]) for r in warn["related"]] == [(6, "the array is made here")]
+    (info,) = [f for f in found if f["severity"] == "info"]  # the loader: said, not warned
+    assert (info["rule"], info["line"], info["count"], info["bytes"]) == ("implicit-h2d-in-loop", 21, 20, 20 * 8192)
+    assert "new host data at every call" in info["message"] and "prefetch" in info["fix"]
+
+
+def test_walkthrough_audit_names_the_mask_and_not_the_loader(walkthrough):
+    proc = cli("audit", walkthrough, "--format", "text")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())  # the text report wraps its lines
+    assert "argument `mask` of jit(step): the same float32[64,64] host array" in out
+    assert "argument `batch`" not in out and "new host data at every call" in out
+
+
+def test_clean_twin_the_mask_put_once_gets_no_warning(tmp_path):
+    run = _run(tmp_path, "train_clean", "mask = jax.device_put(mask)\n", "is on the device")
+    found = audit_json(run)["findings"]
+    # the put moved the call to line 22; the loader's info stays, nothing else
+    assert [(f["severity"], f["line"], f["count"]) for f in found] == [("info", 22, 20)]
+
+
+def test_a_damaged_host_data_marker_is_one_line_exit_2(tmp_path):
+    r = Rows(devices=("cpu:0",))
+    call = r.site(21)
+    for k in range(3):
+        r.op(2 * k + 1, "jit(step)", kind="jit", outs=[k + 1], site=call)
+        r.xfer(2 * k + 2, H2D, "host", "cpu:0", 16_384, call, "jit(step) (numpy argument)",
+               implicit=True, buf=-100, op_seq=2 * k + 1)
+    r.marker(7, MARKER_HOST_DATA, '{"id": -100, "arg": 3}')
+    run = r.open(tmp_path / "run")
+    proc = cli("audit", tmp_path / "run")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "host_data marker" in proc.stderr
+    run.store.close()
+
+
+def test_rows_three_uploads_of_one_array_without_a_marker_still_warn(tmp_path):
+    # a marker lost with the process: the identity alone says "the same data again"
+    r = Rows(devices=("cpu:0",))
+    call = r.site(21)
+    for k in range(3):
+        r.op(2 * k + 1, "jit(step)", kind="jit", outs=[k + 1], site=call)
+        r.xfer(2 * k + 2, H2D, "host", "cpu:0", 16_384, call, "jit(step) (numpy argument)",
+               implicit=True, buf=-100, op_seq=2 * k + 1)
+    found = audit_run(r.open(tmp_path / "run"), CFG).findings
+    assert [(f.severity, f.line, f.count, f.bytes) for f in found] == [("warning", 21, 3, 3 * 16_384)]
+    assert found[0].message.startswith("a NumPy argument of jit(step): the same host array was uploaded 3 times")
+
