@@ -11,6 +11,7 @@ import typer
 from jaxplace_cli import __version__
 from jaxplace_cli.cli import audit, devices, diff, export, launch, report, run, suggest, view
 
+
 def _one_metavar_style() -> None:
     """Help shows every value as one uppercase name (``PATH``, ``N``, ``FILE``): typer >= 0.16
     adds a type after an argument's name (``PATH <path>``) that options, given a metavar, do
