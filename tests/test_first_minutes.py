@@ -149,7 +149,8 @@ def test_run_ends_with_the_audit_verdict_and_each_finding(tmp_path, sample_run):
     assert error.endswith(" (cost: 8× · 8.0 MiB)"), error
     assert lines[i + 2:] == [f"jaxplace: run saved to {out}; details: jaxplace audit {out}; "
                              f"HTML: jaxplace report {out}"]
-    # -q: the verdict in one line (a clean run stays silent: test_report_layout)
+    # -q: the verdict in one line (a clean run, or a failed script, stays silent: test_report_layout,
+    # test_tracebacks)
     assert quiet.stderr == f"jaxplace: {first} (jaxplace audit {quiet.run})\n"
 
 

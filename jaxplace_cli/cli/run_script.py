@@ -176,7 +176,7 @@ def _print_run_summary(session, quiet: bool) -> None:
     saved = getattr(session, "saved", True)
     verdict = _verdict(session.run_dir) if saved and not empty_failure(session.manifest) else None
     if quiet:
-        line = quiet_line(verdict, session.run_dir) if verdict is not None else None
+        line = quiet_line(session.manifest, verdict, session.run_dir) if verdict is not None else None
         if line:
             say(line)
         return

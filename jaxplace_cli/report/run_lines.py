@@ -127,9 +127,10 @@ def finding_lines(result, shown: int = FINDINGS_SHOWN) -> list[str]:
     return lines
 
 
-def quiet_line(result, run_dir) -> str | None:
-    """``--quiet``: at most one line, and only when the verdict has an error or a warning (a
-    clean run stays silent, as ``-q`` always was)."""
-    if not any(f.severity in (ERROR, WARNING) for f in result.findings):
+def quiet_line(manifest, result, run_dir) -> str | None:
+    """``--quiet``: at most one line, and only after a script that completed, when the verdict
+    has an error or a warning: a clean run stays silent, as ``-q`` always was, and a failed
+    script's stderr ends with python's own last line (its traceback, ``sys.exit``'s text)."""
+    if manifest.status != "complete" or not any(f.severity in (ERROR, WARNING) for f in result.findings):
         return None
     return f"jaxplace: {verdict_line(result)} (jaxplace audit {plain(run_dir)})"
