@@ -174,7 +174,8 @@ def _print_run_summary(session, quiet: bool) -> None:
     if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
         return
     saved = getattr(session, "saved", True)
-    verdict = _verdict(session.run_dir) if saved and not empty_failure(session.manifest) else None
+    worth = saved and not empty_failure(session.manifest) and (not quiet or session.manifest.status == "complete")
+    verdict = _verdict(session.run_dir) if worth else None
     if quiet:
         line = quiet_line(session.manifest, verdict, session.run_dir) if verdict is not None else None
         if line:
