@@ -15,9 +15,12 @@ from jaxplace_cli.model.errors import JaxplaceError
 
 DESCRIPTION = "Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer."
 EPILOG = """\
-Everything after the script name is passed to the script. The exit code, stdout
-and stderr are the script's own; on stderr jaxplace says where the run goes when
-it starts, and after it a summary with the audit command (unless --quiet).
+jaxplace's options go before the script: everything after the script name is
+passed to the script (a `--` too, as python passes it). The exit code, stdout and
+stderr are the script's own; on stderr jaxplace says where the run goes when it
+starts, and after it what was recorded and the verdict: the audit's first line and
+each error or warning finding in one line (--quiet: that first line only, and only
+when the script completed and the verdict has an error or a warning).
 
 examples:
   jaxplace run train.py --epochs 3
@@ -117,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also record child Pythons that use JAX (subprocess, multiprocessing spawn) "
                         "into RUN/children/<pid>/; fork children without exec are not recorded")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="print nothing of jaxplace's own (no start line, no summary)")
+                   help="no start line, status line or summary: at most the verdict, in one line")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
