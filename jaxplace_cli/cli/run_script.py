@@ -162,6 +162,11 @@ def _print_start(session, n_devices, policy) -> None:
     say(start_line(target, session.run_dir, extra))
 
 
+# Above this many ops + transfers the audit at a run's end would hold the shell for seconds
+# (~1 s per 100,000 events here): the summary says so instead.
+VERDICT_MAX_EVENTS = 1_000_000
+
+
 def _print_run_summary(session, quiet: bool) -> None:
     """What was recorded and the verdict (``--quiet``: the verdict in one line, and only when
     it has an error or a warning). Nothing here may change the script's result: a run that
@@ -173,8 +178,10 @@ def _print_run_summary(session, quiet: bool) -> None:
 
     if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
         return
-    saved = getattr(session, "saved", True)
-    worth = saved and not empty_failure(session.manifest) and (not quiet or session.manifest.status == "complete")
+    saved, ev = getattr(session, "saved", True), session.manifest.events
+    big = ev.ops + ev.transfers > VERDICT_MAX_EVENTS
+    worth = saved and not big and not empty_failure(session.manifest) and (
+        not quiet or session.manifest.status == "complete")
     verdict = _verdict(session.run_dir) if worth else None
     if quiet:
         line = quiet_line(session.manifest, verdict, session.run_dir) if verdict is not None else None
@@ -189,7 +196,11 @@ def _print_run_summary(session, quiet: bool) -> None:
             reader.close()
     except Exception:
         kinds = None
-    say(*summary_lines(session.manifest, kinds, session.run_dir, saved, verdict))
+    lines = summary_lines(session.manifest, kinds, session.run_dir, saved, verdict)
+    if big and saved:
+        lines.insert(-1, f"jaxplace: {ev.ops + ev.transfers:,} events: the verdict is left to "
+                         f"`jaxplace audit` (about 1 s per 100,000 events)")
+    say(*lines)
 
 
 def _verdict(run_dir):
