@@ -51,7 +51,7 @@ def _env() -> dict:
     return env
 
 
-def _in(venv: Path, *args, cwd: Path) -> subprocess.CompletedProcess:
+def _in(*args, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=300)
 
@@ -75,35 +75,37 @@ def test_a_wheel_from_the_checkout_installs_records_audits_and_renders(tmp_path)
     work.mkdir()
 
     # no dependency installed yet: how to install, in one line (was "internal error: ModuleNotFoundError")
-    bare = _in(venv, py, "-m", "jaxplace_cli", "audit", "nowhere", cwd=work)
+    bare = _in(py, "-m", "jaxplace_cli", "audit", "nowhere", cwd=work)
     assert bare.returncode == 2 and bare.stdout == "", bare.stderr
     assert bare.stderr.count("\n") == 1 and "internal error" not in bare.stderr, bare.stderr
     assert bare.stderr.startswith(f"jaxplace: error: this Python ({py}) lacks ")
     assert "source .venv/bin/activate" in bare.stderr and "pip install ." in bare.stderr
 
-    site = Path(_in(venv, py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+    site = Path(_in(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                     cwd=work).stdout.strip())
     (site / "dev-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    where = _in(venv, py, "-c", "import jaxplace_cli, jax; print(jaxplace_cli.__file__)", cwd=work)
+    where = _in(py, "-c", "import jaxplace_cli, jax; print(jaxplace_cli.__file__)", cwd=work)
     assert where.returncode == 0, where.stderr
     package = Path(where.stdout.strip()).parent
     assert package == site / "jaxplace_cli"
     assert sorted(p.name for p in (package / "report" / "assets").iterdir()) == ["report.css", "report.js"]
-    assert list(package.glob("capture/_native*.so")) and list(package.glob("model/_packed*.so"))
+    # the C extensions are optional (no compiler: the pure-Python path); built here, the wheel has them
+    native = bool(list((REPO / "jaxplace_cli" / "capture").glob("_native*.so")))
+    assert bool(list(package.glob("capture/_native*.so")) and list(package.glob("model/_packed*.so"))) == native
 
     shutil.copy2(SAMPLES / "pingpong_eager.py", work / "train.py")
-    run = _in(venv, exe, "run", "--devices", "2", "--no-trace", "--out", "run", "train.py", cwd=work)
+    run = _in(exe, "run", "--devices", "2", "--no-trace", "--out", "run", "train.py", cwd=work)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("value 16 on")  # 1 x 2**4: the script's own line
     assert "jaxplace:   error train.py:25 pingpong: data bounced between cpu:0 and cpu:1" in run.stderr
     manifest = json.loads((work / "run" / "run.json").read_text())
-    assert manifest["status"] == "complete" and manifest["capture"] == "native"
+    assert manifest["status"] == "complete" and manifest["capture"] == ("native" if native else "python")
 
-    audit = _in(venv, exe, "audit", "run", "--format", "json", cwd=work)
+    audit = _in(exe, "audit", "run", "--format", "json", cwd=work)
     assert audit.returncode == 0, audit.stderr
     assert [f["rule"] for f in json.loads(audit.stdout)["findings"] if f["severity"] == "error"] == ["pingpong"]
 
-    page = _in(venv, exe, "report", "run", "-o", "run.html", cwd=work)
+    page = _in(exe, "report", "run", "-o", "run.html", cwd=work)
     assert page.returncode == 0, page.stderr
     html = (work / "run.html").read_text()
     script = (package / "report" / "assets" / "report.js").read_text()
