@@ -15,12 +15,13 @@ from jaxplace_cli.model.errors import JaxplaceError
 
 DESCRIPTION = "Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer."
 EPILOG = """\
-jaxplace's options go before the script: everything after the script name is
-passed to the script (a `--` too, as python passes it). The exit code, stdout and
-stderr are the script's own; on stderr jaxplace says where the run goes when it
-starts, and after it what was recorded and the verdict: the audit's first line and
-each error or warning finding in one line (--quiet: that first line only, and only
-when the script completed and the verdict has an error or a warning).
+jaxplace's options go before the script: everything after the script name
+is passed to the script (a `--` too, as python passes it). The exit code,
+stdout and stderr are the script's own; on stderr jaxplace says where the run
+goes when it starts, and after it what was recorded and the verdict: the
+audit's first line and each error or warning finding in one line (--quiet:
+that first line only, when the script completed and the verdict has an error
+or a warning).
 
 examples:
   jaxplace run train.py --epochs 3
