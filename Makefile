@@ -10,18 +10,28 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: install demo test test-python-path lint bench gpu-check clean
 
-install: $(STAMP)
+# The command lives in .venv: say how to reach it from any shell (issue 26).
+HOW_TO_USE = @echo "jaxplace is installed in $(CURDIR)/$(VENV); to use it from any shell:"; \
+	echo "  source $(CURDIR)/$(BIN)/activate     (then: jaxplace --help)"; \
+	echo "  or call it by its path: $(CURDIR)/$(BIN)/jaxplace"
 
-# Re-installs only when the project metadata changed (the install is editable).
+install: $(STAMP)
+	$(HOW_TO_USE)
+
+# Re-installs only when the project metadata changed (the install is editable). setuptools
+# >= 77 in the venv too: `pip wheel --no-build-isolation .` (tests/test_first_minutes_install.py)
+# builds with it.
 $(STAMP): pyproject.toml jaxplace_cli/capture/_native.c jaxplace_cli/model/_packed.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-demo: install
+demo: $(STAMP)
 	$(BIN)/jaxplace run --devices 2 --out $(DEMO_DIR) sample_scripts/pingpong_eager.py
 	$(BIN)/jaxplace audit $(DEMO_DIR)
+	@echo
+	$(HOW_TO_USE)
 
 # The pure-Python hot path is checked inside `make test`: tests/test_native_twin.py drives both
 # paths on the same generated calls in-process, tests/test_native.py records four samples twice.

@@ -11,6 +11,19 @@ import typer
 from jaxplace_cli import __version__
 from jaxplace_cli.cli import audit, devices, diff, export, launch, report, run, suggest, view
 
+
+def _one_metavar_style() -> None:
+    """Help shows every value as one uppercase name (``PATH``, ``N``, ``FILE``): typer >= 0.16
+    adds a type after an argument's name (``PATH <path>``) that options, given a metavar, do
+    not have. Older typers have no such method and show none."""
+    from typer.core import TyperArgument
+
+    if hasattr(TyperArgument, "display_type_rich"):
+        TyperArgument.display_type_rich = lambda self, ctx: None
+
+
+_one_metavar_style()
+
 # Plain (click-style) help, not typer's rich panels: those cut long option names at 80
 # columns ("--max-h2d-bytes-per-st…") and print a "<bool>" type after every flag.
 app = typer.Typer(

@@ -11,10 +11,11 @@ from jaxplace_cli.model.errors import UsageError
 
 
 def export(
-    path: Path = typer.Argument(..., help="A jaxplace run directory or launch job directory."),
-    perfetto: Optional[Path] = typer.Option(None, "--perfetto",
+    path: Path = typer.Argument(..., metavar="PATH", help="A jaxplace run directory or launch job directory."),
+    perfetto: Optional[Path] = typer.Option(None, "--perfetto", metavar="FILE",
                                             help="Write Chrome trace event JSON here (gzipped when it ends in .gz)."),
-    min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are not findings' moments."),
+    min_bytes: str = typer.Option("1KiB", "--min-bytes", metavar="SIZE",
+                                  help="Transfers smaller than this are not findings' moments."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
 ) -> None:
     """Export every op and transfer of a run for Perfetto / chrome://tracing.

@@ -13,16 +13,23 @@ from typing import List, Optional
 
 import typer
 
+from jaxplace_cli.model.errors import UsageError
+
 
 def report(
-    path: Path = typer.Argument(..., help="A jaxplace run directory or launch job directory (a jax.profiler "
-                                          "log dir or .xplane.pb: no timeline)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="The HTML file to write (default: ./<run name>.html), atomically."),
-    min_bytes: str = typer.Option("1KiB", "--min-bytes", help="Transfers smaller than this are counted apart."),
-    top: int = typer.Option(20, "--top", min=1, help="How many transfer sites to list."),
-    rule: Optional[List[str]] = typer.Option(None, "--rule", help="Only run these rules (repeatable)."),
-    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Skip these rules (repeatable)."),
+    path: Path = typer.Argument(..., metavar="PATH",
+                                help="A jaxplace run directory or launch job directory (a jax.profiler "
+                                     "log dir or .xplane.pb: no timeline)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                          help="The HTML file to write (default: ./<run name>.html), atomically; "
+                                               "an existing file only with --force."),
+    force: bool = typer.Option(False, "--force", help="Replace the output file when it exists."),
+    open_it: bool = typer.Option(False, "--open", help="Open the report in the default browser (on a terminal)."),
+    min_bytes: str = typer.Option("1KiB", "--min-bytes", metavar="SIZE",
+                                  help="Transfers smaller than this are counted apart."),
+    top: int = typer.Option(20, "--top", min=1, metavar="N", help="How many transfer sites to list."),
+    rule: Optional[List[str]] = typer.Option(None, "--rule", metavar="RULE", help="Only run this rule (repeatable)."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", metavar="RULE", help="Skip this rule (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
 ) -> None:
     """Write the run as one self-contained HTML file: timeline, transfer matrix, findings.
@@ -39,9 +46,27 @@ def report(
     from jaxplace_cli.model.sizes import human_bytes
 
     out = output if output is not None else Path(f"{Path(path).resolve().name or 'run'}.html")
+    if out.exists() and not force:  # said before the audit: no wait for a page that is not written
+        raise UsageError(f"{out} exists; pass --force to replace it, or -o another file")
     size = write_report(path, out, min_bytes, top, rule, ignore, progress=not quiet and sys.stderr.isatty())
+    opened = open_it and _open_in_browser(out)
     if not quiet:
-        print(f"jaxplace: report written to {out} ({human_bytes(size)}); open it in a browser", file=sys.stderr)
+        how = "opened in your browser" if opened else "open it in a browser"
+        print(f"jaxplace: report written to {out} ({human_bytes(size)}); {how}", file=sys.stderr)
+
+
+def _open_in_browser(out: Path) -> bool:
+    """``--open``: the page in the default browser (``webbrowser``, which honours $BROWSER),
+    only when a person is at a terminal: in CI or a pipe it would start a browser nobody sees."""
+    if not (sys.stderr.isatty() and sys.stdout.isatty()):
+        print("jaxplace: --open: not on a terminal, so no browser was started", file=sys.stderr)
+        return False
+    import webbrowser
+
+    try:
+        return bool(webbrowser.open(out.resolve().as_uri()))
+    except webbrowser.Error:
+        return False
 
 
 BIG_RUN = 100_000  # ops + transfers: `audit` shows its progress line from this size on (~1 s here)

@@ -15,9 +15,13 @@ from jaxplace_cli.model.errors import JaxplaceError
 
 DESCRIPTION = "Run SCRIPT (or -m MODULE) exactly like python, recording every op and transfer."
 EPILOG = """\
-Everything after the script name is passed to the script. The exit code, stdout
-and stderr are the script's own; on stderr jaxplace says where the run goes when
-it starts, and after it a summary with the audit command (unless --quiet).
+jaxplace's options go before the script: everything after the script name
+is passed to the script (a `--` too, as python passes it). The exit code,
+stdout and stderr are the script's own; on stderr jaxplace says where the run
+goes when it starts, and after it what was recorded and the verdict: the
+audit's first line and each error or warning finding in one line (--quiet:
+that first line only, when the script completed and the verdict has an error
+or a warning).
 
 examples:
   jaxplace run train.py --epochs 3
@@ -33,7 +37,24 @@ class RunUsageError(JaxplaceError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, never argparse's usage block
-        raise RunUsageError(message)
+        raise RunUsageError(message + _did_you_mean(self, message))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """`` (did you mean '--devices'?)`` for ``unrecognized arguments: --devcies 2``, as the
+    typer commands say it."""
+    from jaxplace_cli.cli.common import did_you_mean
+
+    prefix = "unrecognized arguments: "
+    if not message.startswith(prefix):
+        return ""
+    known = [s for a in parser._actions for s in a.option_strings]
+    for word in message[len(prefix):].split():
+        if word.startswith("-"):
+            hint = did_you_mean(word.split("=", 1)[0], known)
+            if hint:
+                return hint
+    return ""
 
 
 def _count(text: str) -> int:
@@ -100,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also record child Pythons that use JAX (subprocess, multiprocessing spawn) "
                         "into RUN/children/<pid>/; fork children without exec are not recorded")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="print nothing of jaxplace's own (no start line, no summary)")
+                   help="no start line, status line or summary: at most the verdict, in one line")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
@@ -124,6 +145,28 @@ def split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], 
     return argv[:i], argv[i:]
 
 
+def misplaced(parser: argparse.ArgumentParser, script_args: list[str]) -> list[str]:
+    """jaxplace's own long options (with their values) among the script's arguments, up to a
+    ``--``: python's rule gives them to the script (and so does jaxplace), but a user who wrote
+    ``train.py --policy rr`` meant them for jaxplace, so ``run`` says where they went. ``--help``
+    is left out: ``train.py --help`` asks the script."""
+    own = {s: a for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+    found, i = [], 0
+    while i < len(script_args):
+        tok = script_args[i]
+        if tok == "--":
+            break
+        action = own.get(tok.split("=", 1)[0])
+        if action is not None:
+            found.append(tok)
+            value = i + 1 < len(script_args) and not script_args[i + 1].startswith("-")
+            if "=" not in tok and action.nargs != 0 and value:
+                found.append(script_args[i + 1])
+                i += 1
+        i += 1
+    return found
+
+
 def parse(argv: list[str]) -> dict:
     """``run_script`` keyword arguments for ``jaxplace run ARGV`` (RunUsageError if bad)."""
     parser = build_parser()
@@ -140,7 +183,7 @@ def parse(argv: list[str]) -> dict:
             ns.script, ns.args = rest[0], rest[1:]
     if ns.script is None and ns.module is None:
         raise RunUsageError("nothing to run: give a script (jaxplace run train.py) or -m MODULE")
-    return vars(ns)
+    return {**vars(ns), "misplaced": misplaced(parser, ns.args)}
 
 
 def main(argv: list[str]) -> None:

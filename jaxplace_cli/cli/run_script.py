@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from jaxplace_cli.model.errors import UsageError
 from jaxplace_cli.report.run_lines import say
@@ -13,7 +13,8 @@ from jaxplace_cli.report.run_lines import say
 def run_script(*, script: Optional[str], args: list[str], module: Optional[str], out: Optional[Path],
                devices: Optional[str], policy: str, on_policy_error: str, granularity: str,
                trace: str, trace_seconds: float, trace_ops: int, no_trace: bool, record: str,
-               budget: Optional[Path], follow_children: bool, quiet: bool) -> None:
+               budget: Optional[Path], follow_children: bool, quiet: bool,
+               misplaced: Sequence[str] = ()) -> None:
     """``jaxplace run`` itself, whichever parser read the command line; ends in SystemExit."""
     from jaxplace_cli.capture.jaxhooks.trace_window import OFF, TRACE_MODES
     from jaxplace_cli.capture.runner import ScriptNotFound, resolve_target
@@ -81,6 +82,10 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     after_import("jax", _install_jax_alias)  # `with jax.device_placement(p):` runs as written
     if not quiet:  # where the run goes, before the script prints anything (as memray does)
         _print_start(session, n_devices, policy if placer is not None else None)
+        if misplaced:
+            from jaxplace_cli.report.run_lines import misplaced_line
+
+            say(misplaced_line(misplaced, script if module is None else f"-m {module}"))
     _end(session, session.run(), gate, quiet)
 
 
@@ -90,8 +95,7 @@ def _end(session, outcome, gate, quiet: bool) -> None:
     from jaxplace_cli.capture.runner import exit_like_python
 
     outcome.finish()
-    if not quiet:
-        _print_run_summary(session)
+    _print_run_summary(session, quiet)
     code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
@@ -158,13 +162,33 @@ def _print_start(session, n_devices, policy) -> None:
     say(start_line(target, session.run_dir, extra))
 
 
-def _print_run_summary(session) -> None:
+# Above this many ops + transfers the audit at a run's end would hold the shell for seconds
+# (~1 s per 100,000 events here): the summary says so instead.
+VERDICT_MAX_EVENTS = 1_000_000
+
+
+def _print_run_summary(session, quiet: bool) -> None:
+    """What was recorded and the verdict (``--quiet``: the verdict in one line, and only when
+    it has an error or a warning). Nothing here may change the script's result: a run that
+    cannot be read or audited ends with the lines that need no audit."""
     from jaxplace_cli.analysis.summary import transfer_kind_counts
-    from jaxplace_cli.report.run_lines import summary_lines
+    from jaxplace_cli.report.run_lines import empty_failure, quiet_line, summary_lines
     from jaxplace_cli.store.layout import EVENTS
     from jaxplace_cli.store.reader import StoreReader
 
-    try:  # one aggregate query, not the audit's summary: a run's summary line stays instant
+    if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
+        return
+    saved, ev = getattr(session, "saved", True), session.manifest.events
+    big = ev.ops + ev.transfers > VERDICT_MAX_EVENTS
+    worth = saved and not big and not empty_failure(session.manifest) and (
+        not quiet or session.manifest.status == "complete")
+    verdict = _verdict(session.run_dir) if worth else None
+    if quiet:
+        line = quiet_line(session.manifest, verdict, session.run_dir) if verdict is not None else None
+        if line:
+            say(line)
+        return
+    try:  # one aggregate query for the counts line
         reader = StoreReader(session.run_dir / EVENTS)
         try:
             kinds = transfer_kind_counts(reader.transfer_totals(1024))
@@ -172,4 +196,20 @@ def _print_run_summary(session) -> None:
             reader.close()
     except Exception:
         kinds = None
-    say(*summary_lines(session.manifest, kinds, session.run_dir, getattr(session, "saved", True)))
+    lines = summary_lines(session.manifest, kinds, session.run_dir, saved, verdict)
+    if big and saved:
+        lines.insert(-1, f"jaxplace: {ev.ops + ev.transfers:,} events: the verdict is left to "
+                         f"`jaxplace audit` (about 1 s per 100,000 events)")
+    say(*lines)
+
+
+def _verdict(run_dir):
+    """The run's audit as ``jaxplace audit`` makes it (without the suggestion: its solvers
+    are not worth every run's end), or None when it cannot be made (a run killed mid-write,
+    a Ctrl-C now): the script's exit code and output stay the script's."""
+    from jaxplace_cli.analysis.audit import Audit
+
+    try:
+        return Audit(run_dir).result()
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the verdict is an extra, never a failure
+        return None

@@ -88,6 +88,8 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
     from jaxplace_cli.store.reader import reading
     from jaxplace_cli.suggest.plan import make_plan
 
+    if not Path(path).exists():  # not "not a jaxplace run": there is nothing there at all
+        raise UsageError(f"{path} does not exist; pass a run directory made by `jaxplace run`")
     if is_job(path):  # placement is per process: each process places its own ops
         raise UsageError(f"{path} is a jax.distributed job; suggest a placement for one process's run: "
                          f"jaxplace suggest {Path(path) / 'proc-0'}")

@@ -24,9 +24,9 @@ BLOCKED = ("/capture_profile",)  # would make the server reach out to another ad
 
 
 def view(
-    path: Path = typer.Argument(..., help="A jaxplace run directory, a launch job directory (every process's "
+    path: Path = typer.Argument(..., metavar="PATH", help="A jaxplace run directory, a launch job directory (every process's "
                                           "trace) or a jax.profiler log dir."),
-    port: int = typer.Option(8791, "--port", min=0, max=65535,
+    port: int = typer.Option(8791, "--port", min=0, max=65535, metavar="PORT",
                              help="Port on 127.0.0.1 (0: any free port; a busy port falls back to a free one)."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Serve with TensorBoard instead of XProf (needs tensorboard)."),
 ) -> None:
