@@ -167,6 +167,37 @@ def jax_devices():
     return devs
 
 
+# -- one JAX compilation cache for the child processes of compile-agnostic files -------------
+
+# XLA's CPU compiles are most of a child's CPU time here (the semantics driver: 18 s of CPU
+# under python, 5.7 s with every program found in JAX's persistent cache). A file whose
+# assertions cannot depend on whether a child compiled or loaded a program (no compile
+# markers, recompile findings, trace-window warm-up or op times) marks itself
+# ``pytestmark = pytest.mark.compile_cache``: its children (``child_env`` copies os.environ)
+# share one cache for the session. A cache hit runs the same executable, so what a program
+# computes, prints and moves is unchanged; what it no longer does is call XLA's compiler, which
+# is why the shared sample recordings (``sample_run``) and every unmarked file never use it.
+CACHE_VARS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+              "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "compile_cache: this file's child processes share one JAX "
+                                       "compilation cache (tests/conftest.py says when a file may)")
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache(request, tmp_path_factory, monkeypatch):
+    if request.node.get_closest_marker("compile_cache") is None:
+        for var in CACHE_VARS:  # e.g. set by the shell that started pytest
+            monkeypatch.delenv(var, raising=False)
+        return
+    path = _shared_root(tmp_path_factory).parent / "jax-compile-cache"
+    path.mkdir(exist_ok=True)
+    for var, value in zip(CACHE_VARS, (str(path), "0", "0"), strict=True):
+        monkeypatch.setenv(var, value)
+
+
 # -- sample scripts recorded once per session ---------------------------------------------------
 
 class Recording:
@@ -220,6 +251,8 @@ def sample_run(tmp_path_factory):
                 shutil.rmtree(slot / "run", ignore_errors=True)  # a recording cut short
                 env = child_env()
                 env.pop("JAXPLACE_CAPTURE", None)
+                for var in CACHE_VARS:  # shared by every file: recorded as a user would, compiling
+                    env.pop(var, None)
                 if capture:
                     env["JAXPLACE_CAPTURE"] = capture
                 proc = jaxplace("run", "-q", "--no-trace", *opts, "--out", slot / "run", path,

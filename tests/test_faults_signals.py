@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS, child_env, jaxplace
 
+# XLA compiles are most of these children's CPU; nothing here depends on them (conftest.py)
+pytestmark = pytest.mark.compile_cache
+
 STEPS = SCRIPTS / "faults" / "steps.py"
 PROMISE_S = 0.25  # README and docs/reliability.md: a SIGKILL loses at most the last 0.25 s
 RING = 1 << 16

@@ -10,7 +10,7 @@ import pytest
 from conftest import jaxplace, python
 from inprocess import recorded
 
-pytestmark = pytest.mark.usefixtures("jax_devices")
+pytestmark = [pytest.mark.usefixtures("jax_devices"), pytest.mark.compile_cache]  # children: conftest.py
 
 
 def reads(r):

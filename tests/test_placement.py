@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, audit_json, jaxplace
 
+# XLA compiles are most of these children's CPU; nothing here depends on them (conftest.py)
+pytestmark = pytest.mark.compile_cache
+
 POLICIES = SAMPLES / "policies"
 
 

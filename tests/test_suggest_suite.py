@@ -38,7 +38,7 @@ from jaxplace_cli.suggest.plan import make_plan
 
 PROGRAMS = REPO / "tests" / "programs"
 NAMES = ["gp", "advi"]  # this file's programs; "convnet", "kernel_ridge": test_suggest_suite_more.py
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.compile_cache]
 
 
 def pytest_generate_tests(metafunc):

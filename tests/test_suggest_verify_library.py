@@ -14,6 +14,9 @@ import textwrap
 import pytest
 from conftest import jaxplace
 
+# XLA compiles are most of these children's CPU; nothing here depends on them (conftest.py)
+pytestmark = pytest.mark.compile_cache
+
 OPTAX_LOOP = """\
 import jax, jax.numpy as jnp
 import optax
