@@ -70,3 +70,28 @@ def test_a_read_inside_the_standard_library_names_the_read():
     with recorded() as r:
         assert statistics.fmean(xs) == 1.5
     assert [(t.api, t.bytes) for t in r.of("d2h")] == [("float()", 4), ("float()", 4)]
+
+
+def test_a_call_into_jax_is_named_by_its_outermost_public_function():
+    """What names a leg or read no wrapper saw (``common.called_api``), on real JAX frames: from
+    inside a function JAX calls back, the outermost JAX function between it and this test,
+    with its public prefix; ``jax.vmap`` and ``jax.grad``, not the ``api_boundary`` wrapper
+    around them (whose wrapped function carries the user's name); a jitted function's slow path
+    as ``jit(f)``."""
+    import sys
+
+    from jaxplace_cli.capture.jaxhooks.common import called_api
+
+    here = sys._getframe()
+    seen = []
+
+    def leaf(x):
+        seen.append(called_api(sys._getframe(), here))
+        return x
+
+    jax.tree.map(leaf, [1])
+    jax.tree_util.tree_map(leaf, [1])
+    jax.vmap(leaf)(jnp.ones(2))
+    jax.grad(leaf)(1.0)
+    jax.jit(leaf)(1.0)
+    assert seen == ["jax.tree.map", "jax.tree_util.tree_map", "jax.vmap", "jax.grad", "jit(leaf)"]

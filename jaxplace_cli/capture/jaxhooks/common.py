@@ -101,7 +101,8 @@ OPERATORS_ONE_DISPATCH = frozenset({
 # JAX's modules -> the public prefix a user calls their functions by (most specific first)
 _PUBLIC_MODULES = (("jax._src.numpy", "jnp."), ("jax.numpy", "jnp."), ("jax._src.random", "jax.random."),
                    ("jax._src.scipy", "jax.scipy."), ("jax._src.nn.initializers", "jax.nn.initializers."),
-                   ("jax._src.nn", "jax.nn."), ("jax._src.lax", "jax.lax."), ("jax._src.tree", "jax.tree."))
+                   ("jax._src.nn", "jax.nn."), ("jax._src.lax", "jax.lax."), ("jax._src.tree", "jax.tree."),
+                   ("jax._src.tree_util", "jax.tree_util."))
 
 
 def public_name(frame) -> str:
@@ -125,6 +126,9 @@ def public_name(frame) -> str:
         inner = getattr(obj, "__name__", None)
         if isinstance(inner, str) and inner:
             return f"jit({inner})" if type(obj).__name__ == "PjitFunction" else inner
+    qual = getattr(frame.f_code, "co_qualname", name)
+    if "." in qual and "<locals>" not in qual:  # Class.__call__ of an object with no name: the class
+        return qual.rsplit(".", 2)[-2]
     return name
 
 
@@ -133,31 +137,40 @@ def _in_jax(frame) -> bool:
     return module == "jax" or module.startswith("jax.")
 
 
+def _public_prefix(module: str) -> str:
+    return next((p for m, p in _PUBLIC_MODULES if module == m or module.startswith(m + ".")), "jax.")
+
+
 def called_api(frame, user, names=None, fallback: str = "jax", outer_jax: bool = True) -> str:
     """The public JAX call behind a hook reached from ``frame``, walking out to the user's (or
     library's) frame ``user``: the outermost frame whose function is in ``names`` (the host
-    read APIs: ``__float__`` -> ``float()``); else the outermost frame of JAX's own modules,
-    named with its public prefix (``jnp.zeros``, ``jax.nn.initializers.variance_scaling``);
-    else ``fallback``. Frames of the standard library, NumPy or jaxplace between them (a
-    ``contextlib`` decorator's ``inner``, a ``Thread.run``) never name it: they are nobody's
-    API (issue 24 found ``jax.inner``, ``jax.run``, ``jax.__call__``)."""
-    named = outer = None
+    read APIs: ``__float__`` -> ``float()``); else the outermost function of JAX's own modules,
+    named with its public prefix (``jnp.zeros``, ``jax.nn.initializers.variance_scaling``,
+    ``jax.vmap`` rather than its ``api_boundary`` wrapper); else ``fallback``. Frames of the
+    standard library, NumPy or jaxplace between them (a ``contextlib`` decorator's ``inner``,
+    a ``Thread.run``) never name it: they are nobody's API (issue 24 found ``jax.inner``,
+    ``jax.run``, ``jax.__call__``)."""
+    named = None
+    jax_frames = []  # inner to outer
     f = frame
     while f is not None and f is not user:
         if names is not None and f.f_code.co_name in names:
             named = f
         elif outer_jax and _in_jax(f):
-            outer = f
+            jax_frames.append(f)
         f = f.f_back
     if named is not None:
         return names[named.f_code.co_name]
-    if outer is None:
-        return fallback
-    name = public_name(outer)
-    if name.startswith("jit("):
-        return name
-    module = outer.f_globals.get("__name__", "")
-    return next((p for m, p in _PUBLIC_MODULES if module.startswith(m)), "jax.") + name
+    for f in reversed(jax_frames):  # outermost first; a wrapper names only a jitted function
+        name = public_name(f)
+        if name.startswith("jit("):
+            return name
+        if f.f_code.co_name == "cache_miss":  # a jitted function's slow path: fun is the user's
+            return f"jit({name})"
+        if f.f_code.co_name in _WRAPPER_FRAMES and f is not jax_frames[0]:
+            continue
+        return _public_prefix(f.f_globals.get("__name__", "")) + name
+    return fallback
 
 
 _IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
