@@ -138,7 +138,7 @@ def test_reshard_routes(runs):
 def test_callback_legs(runs):
     t = table(runs, "callbacks")
     assert t == {
-        ("h2d", "host", "cpu:0", "add (Python scalar)", False): (3, 12),
+        ("h2d", "host", "cpu:0", "x + y (Python scalar)", False): (3, 12),
         ("d2h", "cpu:0", "host", "jax.pure_callback (operands to host)", False): (3, 3 * 1024),
         ("h2d", "host", "cpu:0", "jax.pure_callback (results to device)", False): (3, 3 * 1024),
         ("d2h", "cpu:0", "host", "jax.experimental.io_callback (operands to host)", False): (3, 3 * 1024),

@@ -187,7 +187,7 @@ def test_copy_to_host_async_is_one_non_blocking_read():
     assert [(t.kind, t.bytes, t.blocking, t.api) for t in r.of("d2h")] == [
         ("d2h", 4096, False, ".copy_to_host_async()"), ("d2h", 4, True, "float()")]
     # x[3] uploads its index: one int32 (jax.transfer_guard_host_to_device("log") says 1)
-    assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4, "getitem (Python scalar)")]
+    assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4, "x[i] (Python scalar)")]
 
 
 # -- x[idx]: the index JAX uploads ---------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_index_uploads_one_int_per_dimension(shape, index, n, capfd):
     index(x).block_until_ready()  # compiled once, outside the recording
     with recorded() as r:
         index(x).block_until_ready()
-    assert [(t.bytes, t.api, t.dst) for t in r.of("h2d")] == [(4, "getitem (Python scalar)", "cpu:0")] * n
+    assert [(t.bytes, t.api, t.dst) for t in r.of("h2d")] == [(4, "x[i] (Python scalar)", "cpu:0")] * n
     assert [o.name for o in r.ops] == ["getitem"]
     # JAX's own count of the same call agrees
     capfd.readouterr()

@@ -80,3 +80,35 @@ def test_no_phantom_upload(runs):
     oracle, _, out = runs["no_upload.py"]
     assert guard_legs(oracle.stderr) == {"h2d": (0, 0), "d2d": (0, 0)}
     assert recorded_legs(out)["h2d"] == (0, 0)
+
+
+# Every transfer label of each program, by hand: the public call that moved it (x + y for an
+# operator, jax.nn.initializers.variance_scaling for flax's default kernel initializer, float()
+# for a read), never a function inside JAX, the standard library or the library (issue 24).
+LABELS = {
+    "optax_fit.py": {"float()", "np.asarray()", "jit(step) (numpy argument)", "zeros (Python scalar)",
+                     "zeros_like (Python scalar)"},
+    "flax_nnx.py": {"float()", "array (host data)", "convert_element_type (Python scalar)",
+                    "jax.nn.initializers.variance_scaling", "jit(train_step) (numpy argument)",
+                    "random.key (Python scalar)", "x + y (Python scalar)", "zeros (Python scalar)"},
+    "equinox_mlp.py": {"float()", "jit(make_step) (numpy argument)", "random.PRNGKey (Python scalar)",
+                       "random.uniform (Python scalar)", "x[i] (Python scalar)", "zeros (Python scalar)",
+                       "zeros_like (Python scalar)"},
+    "numpyro_predictive.py": {"float()", "log (Python scalar)", "random.PRNGKey (Python scalar)",
+                              "scan (numpy argument)", "sqrt (Python scalar)", "where (Python scalar)",
+                              "where (numpy argument)", "x * y (Python scalar)", "x * y (numpy argument)",
+                              "x + y (Python scalar)", "x - y (Python scalar)", "x - y (numpy argument)"},
+    "diffrax_ode.py": {"float()", "jit(diffeqsolve) (reads value)", "array (host data)",
+                       "jit(diffeqsolve) (Python scalar)", "linspace (Python scalar)", "x[i] (Python scalar)"},
+    "no_upload.py": set(),
+}
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_library_program_labels_are_public(runs, program):
+    con = sqlite3.connect(runs[program][2] / "events.sqlite")
+    try:
+        labels = {a for (a,) in con.execute("SELECT DISTINCT api FROM transfers")}
+    finally:
+        con.close()
+    assert labels == LABELS[program]

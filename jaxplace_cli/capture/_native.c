@@ -236,7 +236,7 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
-    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed;
+    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
@@ -510,7 +510,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 int committed = cm ? PyObject_IsTrue(cm) : -1;
                 Py_XDECREF(cm);
                 if (committed >= 0) {
-                    PyObject *sname = PyObject_GetAttr(c->spec, S_name);
+                    PyObject *sname = PyObject_GetAttr(c->spec, S_api);
                     api = !sname ? NULL : committed ? Py_NewRef(sname)
                                   : PyUnicode_Concat(sname, G.uncommitted);
                     Py_XDECREF(sname);
@@ -750,10 +750,16 @@ static int begin_call(Call *c, PyObject *kwargs) {
     c->base = PyLong_AsLongLong(t0obj);
     Py_DECREF(t0obj);
     if (c->base == -1 && PyErr_Occurred()) return -1;
+    /* tls.op: (name, seq, site, args, kwargs, api); tls.depth: the spec's (2: the op counts its
+       own host operands, the dispatches inside it add none) */
     PyObject *name = PyObject_GetAttr(c->spec, S_name);
-    PyObject *op = name ? PyTuple_Pack(5, name, c->seq, c->site, c->args, kwargs) : NULL;
+    PyObject *api = name ? PyObject_GetAttr(c->spec, S_api) : NULL;
+    PyObject *depth = api ? PyObject_GetAttr(c->spec, S_depth) : NULL;
+    PyObject *op = depth ? PyTuple_Pack(6, name, c->seq, c->site, c->args, kwargs, api) : NULL;
     Py_XDECREF(name);
-    int rc = op ? set_tls(ONE, op) : -1;
+    Py_XDECREF(api);
+    int rc = op ? set_tls(depth, op) : -1;
+    Py_XDECREF(depth);
     Py_XDECREF(op);
     return rc;
 }
@@ -919,6 +925,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_dtype, "dtype");
     INTERN(S_committed, "_committed");
     INTERN(S_name, "name");
+    INTERN(S_api, "api");
     INTERN(S_kind, "kind");
     INTERN(S_scalar_api, "scalar_api");
     INTERN(S_scalars, "scalars");

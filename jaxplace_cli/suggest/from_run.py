@@ -12,7 +12,9 @@ Nodes and what pins them (the policy engine can only re-place what it is consult
 - **host data** is not a node: uploading a numpy array or a Python scalar costs the same
   bytes whichever device receives it, and every host read (``float(x)``, ``np.asarray``,
   ``device_get``) reads its bytes once whichever device holds them. Those transfers are
-  carried as constants (``HostTransfer``) with their sites, so predictions still list them.
+  carried as constants (``HostTransfer``) with their sites, so predictions still list them;
+  their device end follows the node they belong to (the op an upload feeds, the producer of
+  a value read), which is how ``predict`` routes them under a new placement.
 
 Edges: one per *use* of a value (an op reading the same array twice uses it twice). That is
 what jaxplace and JAX do: the placer moves an argument for every call that needs it

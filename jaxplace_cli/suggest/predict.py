@@ -2,9 +2,11 @@
 
 The same function describes the recorded placement (a check that the model reproduces what
 was measured), the suggested one (the prediction) and, through ``measure``, any recorded run
-(what ``--verify`` compares against). Host transfers are constants of the run graph; every
-use of a value on a device other than its producer's is one device-to-device transfer,
-recorded at the site of the op that used it.
+(what ``--verify`` compares against). Host transfers are constants of the run graph in count
+and bytes, but not in device: a host value fed to an op the placement moves is uploaded once,
+to the op's new device, and a value the host reads is read once, from the device its producer
+now runs on (``routes``). Every use of a value on a device other than its producer's is one
+device-to-device transfer, recorded at the site of the op that used it.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jaxplace_cli.model.events import D2D, TRANSFER_KINDS
+from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, TRANSFER_KINDS
 from jaxplace_cli.store import run_graph as q
 from jaxplace_cli.suggest.from_run import RunGraph
 
@@ -26,6 +28,7 @@ class Traffic:
     totals: dict = field(default_factory=lambda: {k: [0, 0] for k in TRANSFER_KINDS})
     sites: dict = field(default_factory=dict)
     apis: dict = field(default_factory=dict)
+    routes: dict = field(default_factory=dict)  # (kind, "host>cpu:1") -> [count, bytes]: h2d, d2h
     round_trips: int = 0
     compute_ns: int = 0
     transfer_ns: int = 0
@@ -39,6 +42,11 @@ class Traffic:
         s[1] += nbytes
         self.apis.setdefault((kind, site), set()).add(api)
 
+    def add_route(self, kind: str, src: str, dst: str, nbytes: int, count: int = 1) -> None:
+        r = self.routes.setdefault((kind, f"{src}>{dst}"), [0, 0])
+        r[0] += count
+        r[1] += nbytes
+
     def count(self, kind: str) -> int:
         return self.totals.get(kind, [0, 0])[0]
 
@@ -50,8 +58,17 @@ def predict(rg: RunGraph, assign: np.ndarray) -> Traffic:
     a = np.asarray(assign, dtype=np.int64)
     g = rg.graph
     out = Traffic()
+    devices, recorded = g.devices, rg.recorded
     for h in rg.host:
         out.add(h.kind, f"{h.file}:{h.line}", h.api, h.nbytes)
+        # the device end follows the op (h2d) or the value's producer (d2h) where a placement
+        # moves it; elsewhere (sharded, pinned, unknown) it stays the recorded end
+        v = h.node
+        dev = devices[int(a[v])] if v >= 0 and a[v] != recorded[v] else h.device
+        if h.kind == H2D:
+            out.add_route(H2D, HOST, dev, h.nbytes)
+        else:
+            out.add_route(D2H, dev, HOST, h.nbytes)
     cut = np.flatnonzero(a[g.src] != a[g.dst]) if g.m else np.zeros(0, dtype=np.int64)
     for e in cut.tolist():
         file, line, api = rg.use_sites[e]
@@ -119,6 +136,8 @@ def measure(run, cwd: str | None = None) -> Traffic:
         s = sites.get(sid)
         label = f"{_rel(s.file, cwd)}:{s.line}" if s else "?:0"
         out.add(kind, label, _normal_api(api), int(b or 0), int(n))
+    for kind, src, dst, nb, *_ in q.suggest_host_transfers(run.store, (H2D, D2H)):
+        out.add_route(kind, src, dst, max(int(nb or 0), 0))
     out.compute_ns = q.suggest_op_time(run.store)
     return out
 
@@ -129,7 +148,9 @@ def expected(measured: Traffic, baseline: Traffic, predicted: Traffic) -> Traffi
     baseline (the model under the suggestion minus the model where the ops ran). Traffic the
     model does not hold (an explicit replicated ``device_put``, pmap key shards, callback
     legs) is the script's under any placement and is carried over exactly; a suggestion that
-    moves nothing expects exactly the measurement. Op time and round trips stay the model's."""
+    moves nothing expects exactly the measurement. The host legs' routes likewise: measured,
+    with the legs the policy sends elsewhere moved (``predict``). Op time and round trips stay
+    the model's."""
     out = Traffic(round_trips=predicted.round_trips, compute_ns=predicted.compute_ns,
                   transfer_ns=predicted.transfer_ns)
     out.totals = {k: [0, 0] for k in TRANSFER_KINDS}
@@ -141,6 +162,11 @@ def expected(measured: Traffic, baseline: Traffic, predicted: Traffic) -> Traffi
         apis = measured.apis.get(key, set()) | predicted.apis.get(key, set())
         out.add(key[0], key[1], "", max(nb, 0), max(n, 0))
         out.apis[key] = apis
+    for key in sorted(set(measured.routes) | set(baseline.routes) | set(predicted.routes)):
+        m, b, p = (t.routes.get(key, [0, 0]) for t in (measured, baseline, predicted))
+        n, nb = m[0] + p[0] - b[0], m[1] + p[1] - b[1]
+        if n > 0 or nb > 0:
+            out.routes[key] = [max(n, 0), max(nb, 0)]
     return out
 
 

@@ -58,7 +58,8 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
 
 
 def compare(pred: Traffic, got: Traffic) -> list:
-    """Rows for every kind total ("*") and every site either side has."""
+    """Rows for every kind total ("*"), every site either side has, and every host route
+    (``host>cpu:1``: where the host legs went) either side has."""
     rows = []
     for kind in TRANSFER_KINDS:
         rows.append((kind, "*", list(pred.totals.get(kind, [0, 0])), list(got.totals.get(kind, [0, 0]))))
@@ -66,4 +67,7 @@ def compare(pred: Traffic, got: Traffic) -> list:
     for kind, site in keys:
         rows.append((kind, site, list(pred.sites.get((kind, site), [0, 0])),
                      list(got.sites.get((kind, site), [0, 0]))))
+    for kind, route in sorted(set(pred.routes) | set(got.routes)):
+        rows.append((kind, route, list(pred.routes.get((kind, route), [0, 0])),
+                     list(got.routes.get((kind, route), [0, 0]))))
     return rows

@@ -160,6 +160,7 @@ def _install_ufunc(report: HookReport) -> None:
 def _install_array_methods(report: HookReport) -> None:
     from jax._src.array import ArrayImpl
 
+    from jaxplace_cli.capture.jaxhooks.common import OPERATOR_LABELS, OPERATORS_ONE_DISPATCH
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
 
     n = 0
@@ -174,11 +175,13 @@ def _install_array_methods(report: HookReport) -> None:
             base = attr[2:-2]
             if base not in OPERATOR_NAMES:
                 continue
-            # x[0] uploads its index: dispatch.index_uploads says how much
-            # a plain operator function (x * 2.0, x ** 2) uploads nothing itself: the ufunc or
-            # primitive it dispatches counts the legs (legs.py; x ** 2 is integer_pow: none)
-            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, scalar_operands=jitted)
+            # x[0] uploads its index: dispatch.index_uploads says how much. An operator that is
+            # one dispatch of its operands (x * 2.0) counts their legs itself; the others (x ** 2:
+            # integer_pow, none) leave them to what they dispatch (legs.py). Labels: common.py
+            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, api=OPERATOR_LABELS[base],
+                            scalar_operands=jitted or base in OPERATORS_ONE_DISPATCH)
             spec.index = base == "getitem"
+            spec.depth = 2 if base in OPERATORS_ONE_DISPATCH else 1
         elif attr.startswith("_") or attr in NOT_METHODS:
             continue
         else:

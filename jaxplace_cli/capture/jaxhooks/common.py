@@ -73,13 +73,49 @@ def is_recording() -> bool:
 _WRAPPER_FRAMES = frozenset({"reraise_with_filtered_traceback", "wrapper", "wrapped", "_wrapped",
                              "__call__", "cache_miss", "api_boundary"})
 
+# Array operator (its dunder name without the underscores) -> the label of a transfer it makes:
+# as the user wrote it (issue 24), never JAX's internal function. The op keeps its jax.numpy
+# name (``add``, ``matmul``): policies and rules files match on that.
+OPERATOR_LABELS = {
+    "add": "x + y", "radd": "x + y", "sub": "x - y", "rsub": "x - y", "mul": "x * y",
+    "rmul": "x * y", "truediv": "x / y", "rtruediv": "x / y", "floordiv": "x // y",
+    "rfloordiv": "x // y", "mod": "x % y", "rmod": "x % y", "divmod": "divmod(x, y)",
+    "rdivmod": "divmod(x, y)", "pow": "x ** y", "rpow": "x ** y", "matmul": "x @ y",
+    "rmatmul": "x @ y", "and": "x & y", "rand": "x & y", "or": "x | y", "ror": "x | y",
+    "xor": "x ^ y", "rxor": "x ^ y", "lshift": "x << y", "rlshift": "x << y", "rshift": "x >> y",
+    "rrshift": "x >> y", "neg": "-x", "pos": "+x", "abs": "abs(x)", "invert": "~x",
+    "eq": "x == y", "ne": "x != y", "lt": "x < y", "le": "x <= y", "gt": "x > y", "ge": "x >= y",
+    "getitem": "x[i]", "round": "round(x)",
+}
+
+# Binary operators that are one dispatch of their own two operands (a ufunc or a jitted
+# jax.numpy function: ``x + 1.0`` is ``ufuncs.add(x, 1.0)``), so each host operand is exactly
+# one leg per device, counted at the operator by the hot path (C where it loads) and not again
+# by the dispatch inside (CallSpec.depth). Not here: ``x ** 2`` (integer_pow, the 2 is a
+# parameter), ``x[i]`` (dispatch.index_uploads and the gather path), ``x @ y``, ``round(x)``.
+OPERATORS_ONE_DISPATCH = frozenset({
+    "add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv",
+    "mod", "rmod", "divmod", "rdivmod", "and", "rand", "or", "ror", "xor", "rxor", "lshift",
+    "rlshift", "rshift", "rrshift", "eq", "ne", "lt", "le", "gt", "ge"})
+
+# JAX's modules -> the public prefix a user calls their functions by (most specific first)
+_PUBLIC_MODULES = (("jax._src.numpy", "jnp."), ("jax.numpy", "jnp."), ("jax._src.random", "jax.random."),
+                   ("jax._src.scipy", "jax.scipy."), ("jax._src.nn.initializers", "jax.nn.initializers."),
+                   ("jax._src.nn", "jax.nn."), ("jax._src.lax", "jax.lax."), ("jax._src.tree", "jax.tree."),
+                   ("jax._src.tree_util", "jax.tree_util."))
+
 
 def public_name(frame) -> str:
     """The name of the function the user called, from the outermost JAX frame below the
     user's: ``jit(f)`` for a jitted function (not its ``reraise_with_filtered_traceback``
-    boundary wrapper), else the function's own name."""
-    name = frame.f_code.co_name
+    boundary wrapper), else the function's own name; a closure is named by the function that
+    made it (``variance_scaling``, not its ``init``: what a user calls)."""
+    code = frame.f_code
+    name = code.co_name
     if name not in _WRAPPER_FRAMES:
+        qual = getattr(code, "co_qualname", name)
+        if ".<locals>." in qual:
+            return qual.split(".<locals>.")[0].rsplit(".", 1)[-1]
         return name
     try:
         local = frame.f_locals
@@ -90,7 +126,51 @@ def public_name(frame) -> str:
         inner = getattr(obj, "__name__", None)
         if isinstance(inner, str) and inner:
             return f"jit({inner})" if type(obj).__name__ == "PjitFunction" else inner
+    qual = getattr(frame.f_code, "co_qualname", name)
+    if "." in qual and "<locals>" not in qual:  # Class.__call__ of an object with no name: the class
+        return qual.rsplit(".", 2)[-2]
     return name
+
+
+def _in_jax(frame) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return module == "jax" or module.startswith("jax.")
+
+
+def _public_prefix(module: str) -> str:
+    return next((p for m, p in _PUBLIC_MODULES if module == m or module.startswith(m + ".")), "jax.")
+
+
+def called_api(frame, user, names=None, fallback: str = "jax", outer_jax: bool = True) -> str:
+    """The public JAX call behind a hook reached from ``frame``, walking out to the user's (or
+    library's) frame ``user``: the outermost frame whose function is in ``names`` (the host
+    read APIs: ``__float__`` -> ``float()``); else the outermost function of JAX's own modules,
+    named with its public prefix (``jnp.zeros``, ``jax.nn.initializers.variance_scaling``,
+    ``jax.vmap`` rather than its ``api_boundary`` wrapper); else ``fallback``. Frames of the
+    standard library, NumPy or jaxplace between them (a ``contextlib`` decorator's ``inner``,
+    a ``Thread.run``) never name it: they are nobody's API (issue 24 found ``jax.inner``,
+    ``jax.run``, ``jax.__call__``)."""
+    named = None
+    jax_frames = []  # inner to outer
+    f = frame
+    while f is not None and f is not user:
+        if names is not None and f.f_code.co_name in names:
+            named = f
+        elif outer_jax and _in_jax(f):
+            jax_frames.append(f)
+        f = f.f_back
+    if named is not None:
+        return names[named.f_code.co_name]
+    for f in reversed(jax_frames):  # outermost first; a wrapper names only a jitted function
+        name = public_name(f)
+        if name.startswith("jit("):
+            return name
+        if f.f_code.co_name == "cache_miss":  # a jitted function's slow path: fun is the user's
+            return f"jit({name})"
+        if f.f_code.co_name in _WRAPPER_FRAMES and f is not jax_frames[0]:
+            continue
+        return _public_prefix(f.f_globals.get("__name__", "")) + name
+    return fallback
 
 
 _IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings

@@ -49,7 +49,7 @@ def on_duration_event(event: str, duration_secs: float, **kwargs) -> None:
         op = tls.op
         info = {"fun": str(kwargs.get("fun_name", "?")), "secs": round(float(duration_secs), 6)}
         if op is not None:
-            name, seq, site, args, kw = op
+            name, seq, site, args, kw = op[:5]
             info.update(op=name, op_seq=seq, site=site, signature=signature(args, kw))
         rec.marker("compile", json.dumps(info))
     except Exception:

@@ -103,8 +103,8 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
         placer = tls.placer or active.placer
         if placer is not None:
             fn, args, kwargs, placed = placer.place(rec, spec, fn, args, kwargs, site, seq, backward)
-    tls.depth = 1
-    tls.op = (spec.name, seq, site, args, kwargs)
+    tls.depth = spec.depth
+    tls.op = (spec.name, seq, site, args, kwargs, spec.api)
     t0 = perf_counter_ns()
     try:
         out = fn(*args, **kwargs)
@@ -185,7 +185,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             in_bufs.append(b)
             if adev != dev and "," not in dev and "," not in adev:
                 committed = getattr(a, "_committed", True)
-                api = spec.name + (" (uncommitted input)" if not committed else "")
+                api = spec.api + (" (uncommitted input)" if not committed else "")
                 ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dev, array_nbytes(a), True, False,
                       api, site, b, seq)
                 transfers.append(ev)
@@ -196,7 +196,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 # the computation, a leg each (onto its own device too: the guard logs it)
                 for dst, nbytes in legs.destinations(outs[0], a, array_nbytes(a)):
                     ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dst, nbytes, True, False,
-                          spec.name, site, b, seq)
+                          spec.api, site, b, seq)
                     transfers.append(ev)
                     if on_transfer is not None:
                         on_transfer(ev)
@@ -211,7 +211,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             if on_transfer is not None:
                 on_transfer(ev)
         elif legs.is_host(a):  # one leg per device the dispatch runs on (legs.py)
-            api = legs.suffix(spec.name, a) if ta not in PY_SCALARS else spec.scalar_api
+            api = legs.suffix(spec.api, a) if ta not in PY_SCALARS else spec.scalar_api
             if ta in PY_SCALARS or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
                 dests = legs.destinations(outs[0], a)
             else:  # numpy data of a multi-device call: as the compiled program's sharding sent it

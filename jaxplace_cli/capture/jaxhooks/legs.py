@@ -131,7 +131,7 @@ def record_inner(hosts, out) -> None:
     if rec is None or op is None:
         return
     try:
-        name, seq, site = op[0], op[1], op[2]
+        name, seq, site = op[5], op[1], op[2]  # the op's label (x ** y), its seq, its site
         t = perf_counter_ns() - rec.t0
         tid = _thread_ident()
         for a in hosts:
@@ -145,7 +145,10 @@ def record_inner(hosts, out) -> None:
 
 
 def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
-    """Run an inner dispatch ``fn`` of the op in flight, adding its host arguments' legs."""
+    """Run an inner dispatch ``fn`` of the op in flight, adding its host arguments' legs
+    (none when the op counted its own host operands: ``CallSpec.depth``)."""
+    if tls.depth == 2:
+        return fn(*args, **kwargs)
     try:
         hosts = host_args(args, kwargs, static_nums, static_names)
     except Exception as exc:  # a pytree that fails to flatten: JAX says so itself, in fn

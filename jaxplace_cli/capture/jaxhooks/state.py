@@ -102,18 +102,23 @@ class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
     __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api", "host_data", "index")
+                 "scalars", "scalar_api", "host_data", "index", "api", "depth")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
-                 static_argnums=(), static_argnames=()):
+                 static_argnums=(), static_argnames=(), api=None):
         self.name = name
+        self.api = api or name  # a transfer's label: x + y for the operator named add
         self.kind = kind
         self.scalar_operands = scalar_operands  # Python scalars are data (x + 1.0), not shapes
         self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
         self.static_argnums = frozenset(static_argnums)
         self.static_argnames = frozenset(static_argnames)
         self.scalars = scalar_operands or flatten  # a Python scalar operand is an upload
-        self.scalar_api = name + " (Python scalar)"  # made once, not per upload
+        self.scalar_api = self.api + " (Python scalar)"  # made once, not per upload
+        # tls.depth while it runs: 2 for an op that is one dispatch of its operands and counts
+        # their legs itself (x + 1.0), so that the dispatch inside adds none (legs.inner_call);
+        # 1 for the others, whose inner dispatches' legs are theirs (a jit call's callbacks)
+        self.depth = 1
         # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
         self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
         self.index = False  # x[idx]: its uploads follow from the index (dispatch.index_uploads)

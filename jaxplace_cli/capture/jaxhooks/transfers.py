@@ -19,7 +19,7 @@ import numpy as np
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.jaxhooks import syncs
-from jaxplace_cli.capture.jaxhooks.common import array_nbytes, is_recording, public_name
+from jaxplace_cli.capture.jaxhooks.common import array_nbytes, called_api, is_recording
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, sharding_label, tls, wraps
 from jaxplace_cli.capture.recorder import BUF_ATTR
 from jaxplace_cli.model.events import D2H, HOST, OP_DEVICE_GET, OpEvent, TransferEvent
@@ -204,14 +204,16 @@ def _record_read(rec, arr, t0, blocking: bool, api, ready=None) -> None:
             return
         op = tls.op
         if op is not None:  # JAX read a concrete value while running an op: implicit
-            name, op_seq, site = op[0], op[1], op[2]
+            name, op_seq, site = op[5], op[1], op[2]  # its label: x[i] for getitem
             api, implicit = f"{name} (reads value)", True
         else:
             frame = sys._getframe(2)
             user, below = rec.user_frame_and_caller(frame)
             site = rec.site_of(user) if user is not None else 0
             if below is not None:
-                api = READ_APIS.get(below.f_code.co_name, api or public_name(below))
+                # a reader's own name (np.asarray()) stands unless a read API is below it
+                api = called_api(frame, user, READ_APIS, api, outer_jax=False) if api else \
+                    called_api(frame, user, READ_APIS, "read")
             api = api or "read"
             op_seq, implicit = 0, False
         b = rec.buffer_id(arr, src, getattr(arr, "_committed", True), site, op_seq)

@@ -31,7 +31,7 @@ import numpy as np
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.jaxhooks import syncs
-from jaxplace_cli.capture.jaxhooks.common import array_nbytes, is_recording, public_name, recording_failed
+from jaxplace_cli.capture.jaxhooks.common import array_nbytes, called_api, is_recording, recording_failed
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, sharding_label, tls, wraps
 from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, OP_DEVICE_PUT, OpEvent, TransferEvent, device_group_label
 
@@ -126,11 +126,6 @@ def make_batched_copy(original):
     return batched_copy
 
 
-# JAX's internal modules -> the public prefix a user calls their functions by
-_PUBLIC_MODULES = (("jax._src.numpy", "jnp."), ("jax._src.random", "jax.random."),
-                   ("jax._src.scipy", "jax.scipy."), ("jax._src.nn", "jax.nn."))
-
-
 def _standalone(legs, frame) -> None:
     """Legs of a low-level call no wrapper saw: recorded at the user's line, named after the
     outermost JAX function the user called."""
@@ -139,11 +134,7 @@ def _standalone(legs, frame) -> None:
     rec = active.rec
     user, below = rec.user_frame_and_caller(frame)
     site = rec.site_of(user) if user is not None else 0
-    api = "jax"
-    if below is not None:
-        module = below.f_globals.get("__name__", "")
-        prefix = next((p for m, p in _PUBLIC_MODULES if module.startswith(m)), "jax.")
-        api = prefix + public_name(below)
+    api = called_api(frame, user) if below is not None else "jax"
     _emit(rec, _groups(legs), {}, api, site, 0, perf_counter_ns())
 
 
