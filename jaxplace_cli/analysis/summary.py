@@ -3,13 +3,19 @@
 Transfers below ``min_bytes`` (Python scalar operands, 4-byte losses) are counted apart as
 ``small`` so they neither hide nor inflate real traffic (docs/jax-facts.md, fact 7); transfers whose
 size is unknown (foreign traces) are counted apart as ``unknown_size``.
+
+Apart, not away (issue 26): every human view counts a kind or a site as *all* its transfers,
+with the small ones marked, from the helpers here (``kind_all``, ``listed_sites``), so a
+9,000-bounce ping-pong of 64-byte arrays reads "d2d 9,000 (all < 1 KiB)", not "d2d 0", and a
+site's count is the sum of the legs a finding lists. The audit document keeps its documented
+split (``totals``/``sites`` at least ``min_bytes``, ``small`` apart).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from jaxplace_cli.analysis.run import RunData
-from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.model.events import HOST, TRANSFER_KINDS
 from jaxplace_cli.store import queries
 
 
@@ -31,6 +37,16 @@ class TransferSite:
     count: int
     bytes: int
     routes: list[str]  # "cpu:0>cpu:1"
+    small_count: int = 0  # transfers below min_bytes in the same group (count/bytes: at least)
+    small_bytes: int = 0
+
+    @property
+    def all_count(self) -> int:
+        return self.count + self.small_count
+
+    @property
+    def all_bytes(self) -> int:
+        return self.bytes + self.small_bytes
 
 
 @dataclass
@@ -72,6 +88,9 @@ class Summary:
     # XLA host-offload copies (foreign traces): compiled into the program, kept apart
     offload: dict[str, KindTotal] = field(default_factory=dict)
     offload_unknown_size: dict[str, int] = field(default_factory=dict)
+    # groups whose transfers are all below min_bytes (``sites`` holds the others, with their
+    # small transfers in ``small_count``): the human views list them, marked small
+    small_sites: list[TransferSite] = field(default_factory=list)
 
 
 def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops: int = 5) -> Summary:
@@ -88,12 +107,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
             small[r.kind].count += r.small_count
             small[r.kind].bytes += r.small_bytes
             unknown[r.kind] += r.unknown_size
-    tsites = []
-    for t in queries.top_transfer_sites(run.store, min_bytes, top_sites):
-        s = sites.get(t.site)
-        tsites.append(TransferSite(t.kind, s.file if s else "?", s.line if s else 0,
-                                   s.function if s else "?", t.api, t.implicit, t.blocking,
-                                   t.count, t.bytes, t.routes))
+    tsites, small_sites = _sites(run, sites, min_bytes, top_sites)
     by_dev = []
     for d in queries.ops_per_devices(run.store):
         top = queries.top_op_names(run.store, d.devices, top_ops)
@@ -102,8 +116,64 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     errors = queries.count_failed_ops(run.store)
     devices = run.manifest.device_names
     seen = sorted({x for d in by_dev for x in d.device.split(",") if x} - set(devices))
+    if not devices:  # killed before it listed them (SIGKILL): every device its events name
+        seen = unlisted_devices(run, seen)
     return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,
-                   devices + seen, routes)
+                   devices + seen, routes, small_sites=small_sites)
+
+
+def _sites(run: RunData, sites: dict, min_bytes: int, top: int) -> tuple[list, list]:
+    """(the ``top`` groups of transfers of at least ``min_bytes``, each with the small
+    transfers of its group; the ``top`` groups with only small ones)."""
+    def site(t, small=None) -> TransferSite:
+        s = sites.get(t.site)
+        return TransferSite(t.kind, s.file if s else "?", s.line if s else 0, s.function if s else "?",
+                            t.api, t.implicit, t.blocking, t.count, t.bytes, t.routes,
+                            small.count if small else 0, small.bytes if small else 0)
+
+    small = {g[:5]: g for g in queries.small_transfer_sites(run.store, min_bytes)}
+    big = queries.top_transfer_sites(run.store, min_bytes, top)
+    listed = [site(t, small.pop(t[:5], None)) for t in big]
+    rest = [site(t._replace(count=0, bytes=0), t) for t in small.values()]
+    if len(big) == top:  # groups below the top may hold bytes of both sizes: not "only small"
+        known = {t[:5] for t in queries.top_transfer_sites(run.store, min_bytes, 1 << 62)}
+        rest = [r for r, t in zip(rest, small.values()) if t[:5] not in known]
+    return listed, rest[:top]
+
+
+def unlisted_devices(run: RunData, seen: list[str]) -> list[str]:
+    """The devices of a run whose manifest lists none (the process was killed before jaxplace
+    wrote them): those its ops ran on, those its transfers name, and, for simulated CPU
+    devices, every one ``--devices N`` made (``cpu:0`` .. ``cpu:N-1``): a device that ran
+    nothing is still one the run had (issue 26: a killed run listed one device of two)."""
+    named = set(seen) | {d for d in queries.transfer_endpoints(run.store)
+                         if d != HOST and _one_device(d)}
+    cmd = [str(a) for a in run.manifest.command]
+    n = next((cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--devices"), None)
+    n = next((a.partition("=")[2] for a in cmd if a.startswith("--devices=")), n)
+    if n is not None and n.isdigit() and all(d.startswith("cpu:") for d in named):
+        named |= {f"cpu:{i}" for i in range(min(int(n), 4096))}
+    return sorted(named, key=lambda d: (d.partition(":")[0], int(d.partition(":")[2])
+                                        if d.partition(":")[2].isdigit() else -1, d))
+
+
+def _one_device(label: str) -> bool:
+    """``cpu:3`` (a device), not a group (``cpu:0-7``, ``cpu:0+3``)."""
+    platform, _, idx = label.partition(":")
+    return bool(platform) and idx.isdigit()
+
+
+def kind_all(s: Summary, kind: str) -> KindTotal:
+    """All transfers of ``kind`` of known size, small ones included: what a view says moved."""
+    t, sm = s.totals.get(kind, KindTotal()), s.small.get(kind, KindTotal())
+    return KindTotal(t.count + sm.count, t.bytes + sm.bytes)
+
+
+def listed_sites(s: Summary, limit: int | None = None) -> list[TransferSite]:
+    """The sites a human view lists: ``sites`` and ``small_sites`` together, by all their bytes
+    (then count), so a small-only site that moved most is listed first."""
+    both = sorted(s.sites + s.small_sites, key=lambda t: (-t.all_bytes, -t.all_count))
+    return both if limit is None else both[:limit]
 
 
 def route_totals(rows, min_bytes: int) -> list[RouteTotal]:

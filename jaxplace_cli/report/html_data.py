@@ -52,7 +52,8 @@ def payload(result: AuditResult, tl) -> dict:
     stepchart = {"kinds": list(TRANSFER_KINDS),
                  "counts": {k: v.counts for k, v in result.step_transfers.items()},
                  "bytes": {k: v.bytes for k, v in result.step_transfers.items()},
-                 "warmup": info.warmup if info is not None else 0}
+                 "warmup": info.warmup if info is not None else 0,
+                 "numbers": [st.number for st in info.steps] if info is not None else []}  # the script's
     if tl is None:
         return {"timeline": None, "stepchart": stepchart}
     o, t = tl.ops, tl.transfers

@@ -218,6 +218,18 @@ def top_transfer_sites(store, min_bytes: int, limit: int) -> list[SiteTotal]:
             for sid, kind, api, implicit, blocking, n, b, routes in rows]
 
 
+def small_transfer_sites(store, min_bytes: int) -> list[SiteTotal]:
+    """Every (site, kind, api, implicit, blocking) group of transfers below ``min_bytes`` (of
+    known size), most bytes first: what ``top_transfer_sites`` leaves out, so the human views
+    can show a 9,000-bounce ping-pong of 64-byte arrays instead of "d2d 0" (issue 26)."""
+    rows = store.conn.execute(
+        "SELECT site, kind, api, implicit, blocking, COUNT(*) AS n, SUM(bytes) AS b, "
+        "GROUP_CONCAT(DISTINCT src || '>' || dst) FROM transfers WHERE bytes >= 0 AND bytes < ? "
+        "GROUP BY site, kind, api, implicit, blocking ORDER BY b DESC, n DESC", (min_bytes,)).fetchall()
+    return [SiteTotal(sid, kind, api, bool(implicit), bool(blocking), n, b, sorted((routes or "").split(",")))
+            for sid, kind, api, implicit, blocking, n, b, routes in rows]
+
+
 def policy_moves(store) -> tuple[int, int]:
     """(count, bytes) of the transfers a placement policy caused (their api says so)."""
     count, nbytes = store.conn.execute(
