@@ -91,6 +91,9 @@ def test_a_pingpong_of_small_arrays_is_in_every_view(tmp_path):
     cell = html.unescape(re.search(r'<td class="cell k-d2d" data-src="cpu:0" data-dst="cpu:1"[^>]*>(.*?)</td>', page).group(1))
     assert cell.startswith("<b>10</b> · 640 B") and "all small · 640 B" in cell, cell
     assert ">1 finding: 1 error<" in page  # not "1 findings"
+    # the finding links to its 20 moves on the timeline, small as they are
+    assert re.search(r'id="finding-0" data-moment="finding:0" data-moments="20"', page)
+    assert re.search(r'id="site-s0" data-moment="site:s0" data-moments="10"', page)
 
 
 def test_float_loss_reads_are_counted_with_the_big_reads(tmp_path):

@@ -174,14 +174,15 @@ def _sites(result: AuditResult, tl, sources: dict) -> str:
         return out[0] + '<p>No transfer was recorded at a site.</p></section>'
     out.append('<table class="sites"><thead><tr><th>site</th><th>kind</th><th>count</th><th>bytes</th>'
                '<th>how</th><th>api</th><th>routes</th><th>moments</th></tr></thead><tbody>')
-    index = {id(t): i for i, t in enumerate(s.sites)}  # the timeline's moments are per listed site
+    # the timeline's moments are per site: "site:i" of ``sites``, "site:si" of ``small_sites``
+    index = {id(t): str(i) for i, t in enumerate(s.sites)} | {id(t): f"s{i}" for i, t in enumerate(s.small_sites)}
     for t in listed:
-        i = index.get(id(t))
-        key = f"site:{i}" if i is not None else ""
+        i = index[id(t)]
+        key = f"site:{i}"
         how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
-        total = tl.moments.get(key, {}).get("total", 0) if tl is not None and key else 0
+        total = tl.moments.get(key, {}).get("total", 0) if tl is not None else 0
         small = f' <span class="small">({"all" if not t.count else f"{t.small_count:,}"} small)</span>' if t.small_count else ""
-        out.append('<tr class="site-row"' + (f' id="site-{i}"{_moment_attr(tl, key)}' if key else ' data-small="1"') + '>'
+        out.append(f'<tr class="site-row" id="site-{i}"{_moment_attr(tl, key)}>'
                    f'<td><span class="site" title="{esc(t.file)}">{esc(below(t.file))}:{t.line}</span>'
                    f'{_source(sources, t.file, t.line)}</td><td class="k-{esc(t.kind)}">{esc(t.kind)}</td>'
                    f'<td class="num" data-count="{t.all_count}" data-small-count="{t.small_count}">{t.all_count:,}{small}</td>'

@@ -60,6 +60,8 @@ def payload(result: AuditResult, tl) -> dict:
     labels = {f"finding:{i}": f"{f.rule}" + (f" at {below(f.file)}:{f.line}" if f.file else "")
               for i, f in enumerate(result.findings)}
     labels.update({f"site:{i}": f"{s.kind} at {below(s.file)}:{s.line}" for i, s in enumerate(result.summary.sites)})
+    labels.update({f"site:s{i}": f"{s.kind} at {below(s.file)}:{s.line} (small)"
+                   for i, s in enumerate(result.summary.small_sites)})
     devices = {f"finding:{i}": list(f.devices) for i, f in enumerate(result.findings)}
     d = tl.detail
     return {
