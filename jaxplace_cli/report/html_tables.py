@@ -110,6 +110,13 @@ def _list(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _steps_text(steps) -> str:
+    """``, steps 52-53``: the marked steps inside the trace window (run.json ``trace.steps``)."""
+    if not (isinstance(steps, list) and len(steps) == 2 and all(isinstance(x, int) for x in steps)):
+        return ""
+    return f", step {steps[0]}" if steps[0] == steps[1] else f", steps {steps[0]}-{steps[1]}"
+
+
 def run_metadata(result: AuditResult) -> str:
     """The manifest's facts; any field may be missing or of another type (a hand-edited run)."""
     m = result.manifest.to_dict() if hasattr(result.manifest, "to_dict") else result.manifest
@@ -138,7 +145,8 @@ def run_metadata(result: AuditResult) -> str:
         ("hooks unavailable", ", ".join(map(str, _list(hooks.get("unavailable"))))),
         ("events", f"{ev.get('ops', '?')} ops, {ev.get('transfers', '?')} transfers, "
                    f"{ev.get('lost_rows', 0)} lost" if ev else ""),
-        ("jax.profiler trace", f"{trace.get('mode')} ({trace.get('state')}, {trace.get('traced_ops', 0)} ops): "
+        ("jax.profiler trace", f"{trace.get('mode')} ({trace.get('state')}, {trace.get('traced_ops', 0)} ops"
+                               f"{_steps_text(trace.get('steps'))}): "
                                f"open it with jaxplace view {result.path}" if trace.get("files") else
                                (f"{trace.get('mode')} ({trace.get('state')})" if trace else "")),
     ]

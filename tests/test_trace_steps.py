@@ -1,0 +1,92 @@
+"""The trace window on the steady state (issue 26 item 8): with StepTraceAnnotation it covers
+whole steps after the first two, and run.json says which (``trace.steps``); without marked
+steps it lands after the set-up's compiles. Asserted on run.json and the .xplane.pb's events,
+never on timings (``--trace-seconds 60`` keeps the clock out of it)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from conftest import jaxplace
+
+MARKED = """\
+import jax, jax.numpy as jnp
+
+a = jnp.ones(8)
+a = a * 2
+a = a * 2  # compiles nothing: a window without steps would open here, in the set-up
+
+@jax.jit
+def fwd(x):
+    return x * 0.5
+
+@jax.jit
+def upd(x):
+    return x + 1.0
+
+for i in range(50, 60):
+    with jax.profiler.StepTraceAnnotation("train", step_num=i):
+        a = upd(fwd(a))
+print(float(a.sum()))
+"""
+
+UNMARKED = """\
+import jax, jax.numpy as jnp
+
+a = jnp.ones(8)
+for _ in range(5):
+    a = a * 2  # the first compiles; the second opens the window, the fourth fills it (3 ops)
+
+@jax.jit
+def step(x):
+    return x * 0.5 + 1.0
+
+for _ in range(100):
+    a = step(a)  # the first call compiles right after the window closed: placed again
+print(float(a.sum()))
+"""
+
+
+def _record(tmp_path, name: str, source: str):
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    out = tmp_path / f"{name}.run"
+    proc = jaxplace("run", "-q", "--devices", 1, "--trace-ops", 3, "--trace-seconds", 60, "--out", out, script)
+    assert proc.returncode == 0, proc.stderr
+    trace = json.loads((out / "run.json").read_text())["trace"]
+    (path,) = [out / f for f in trace["files"]]  # one session: a discarded window leaves no files
+    assert [p.name for p in (out / "plugins" / "profile").iterdir()] == [path.parent.name]
+    return trace, path
+
+
+def _events(path) -> tuple[Counter, list]:
+    from jax.profiler import ProfileData
+
+    names, steps = Counter(), []
+    for plane in ProfileData.from_file(str(path)).planes:
+        for line in plane.lines:
+            for ev in line.events:
+                names[ev.name] += 1
+                if ev.name == "train":
+                    steps.append(dict(ev.stats).get("step_num"))
+    return names, steps
+
+
+def test_marked_steps_window_covers_whole_steps_after_the_first_two(tmp_path):
+    trace, path = _record(tmp_path, "marked", MARKED)
+    # opened as step 52 (the third) began; 2 dispatches per step: the limit (3) was reached
+    # at step 53's first, so the window closed as step 53 ended: 4 dispatches, steps 52-53
+    assert (trace["state"], trace["cut"], trace["traced_ops"], trace["steps"]) == ("closed", "ops", 4, [52, 53])
+    names, steps = _events(path)
+    assert sorted(steps) == [52, 53]  # XProf sees both steps whole
+    assert names["PjitFunction(fwd)"] and names["PjitFunction(upd)"]
+
+
+def test_unmarked_window_is_placed_again_after_a_short_set_up(tmp_path):
+    trace, path = _record(tmp_path, "unmarked", UNMARKED)
+    # the set-up's window (multiplies 3-5) was discarded when step compiled; placed again on
+    # step's second call: 3 calls of step, no marked step
+    assert (trace["state"], trace["cut"], trace["traced_ops"], trace["steps"]) == ("closed", "ops", 3, None)
+    names, _ = _events(path)
+    assert names["PjitFunction(step)"]
+    assert not any("multiply" in n for n in names), [n for n in names if "mul" in n]
