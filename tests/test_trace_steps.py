@@ -5,9 +5,14 @@ never on timings (``--trace-seconds 60`` keeps the clock out of it)."""
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
 from collections import Counter
 
-from conftest import jaxplace
+import pytest
+from conftest import child_env, jaxplace
 
 MARKED = """\
 import jax, jax.numpy as jnp
@@ -72,8 +77,13 @@ def _events(path) -> tuple[Counter, list]:
     return names, steps
 
 
-def test_marked_steps_window_covers_whole_steps_after_the_first_two(tmp_path):
-    trace, path = _record(tmp_path, "marked", MARKED)
+@pytest.fixture(scope="module")
+def marked(tmp_path_factory):
+    return _record(tmp_path_factory.mktemp("steps"), "marked", MARKED)
+
+
+def test_marked_steps_window_covers_whole_steps_after_the_first_two(marked):
+    trace, path = marked
     # opened as step 52 (the third) began; 2 dispatches per step: the limit (3) was reached
     # at step 53's first, so the window closed as step 53 ended: 4 dispatches, steps 52-53
     assert (trace["state"], trace["cut"], trace["traced_ops"], trace["steps"]) == ("closed", "ops", 4, [52, 53])
@@ -90,3 +100,36 @@ def test_unmarked_window_is_placed_again_after_a_short_set_up(tmp_path):
     names, _ = _events(path)
     assert names["PjitFunction(step)"]
     assert not any("multiply" in n for n in names), [n for n in names if "mul" in n]
+
+
+def test_view_opens_on_the_trace_viewer_quietly(marked):
+    """`jaxplace view`: the URL is XProf's trace viewer on the run's session; XProf's own log
+    lines (one per request, its converters' C++ logs) go to RUN/xprof.log, not the terminal."""
+    from test_view import _get
+
+    _, path = marked
+    run, session = path.parents[3], path.parent.name
+    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "view", str(run), "--port", "0"],
+                            env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+        m = re.search(r"(http://127\.0\.0\.1:\d+/)(\S*)", first)
+        assert m, first
+        root = m.group(1)
+        assert m.group(2) == f"data/plugin/profile/trace_viewer?run={session}&tag=trace_viewer", first
+        status, _ = _get(m.group(0))
+        assert status == 200
+        status, body = _get(root + "data/plugin/profile/runs")
+        assert status == 200 and session in json.loads(body)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        rest = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # after the URL line: the offline line and the stop, nothing of XProf's
+    lines = rest.splitlines()
+    assert len(lines) == 2 and lines[1] == "jaxplace: XProf stopped", rest
+    assert lines[0].startswith("jaxplace: offline, the trace viewer works") and str(run / "xprof.log") in lines[0]
+    assert "/data/plugin/profile/runs" in (run / "xprof.log").read_text()
