@@ -131,14 +131,11 @@ def _sites(run: RunData, sites: dict, min_bytes: int, top: int) -> tuple[list, l
                             t.api, t.implicit, t.blocking, t.count, t.bytes, t.routes,
                             small.count if small else 0, small.bytes if small else 0)
 
-    small = {g[:5]: g for g in queries.small_transfer_sites(run.store, min_bytes)}
-    big = queries.top_transfer_sites(run.store, min_bytes, top)
-    listed = [site(t, small.pop(t[:5], None)) for t in big]
-    rest = [site(t._replace(count=0, bytes=0), t) for t in small.values()]
-    if len(big) == top:  # groups below the top may hold bytes of both sizes: not "only small"
-        known = {t[:5] for t in queries.top_transfer_sites(run.store, min_bytes, 1 << 62)}
-        rest = [r for r, t in zip(rest, small.values()) if t[:5] not in known]
-    return listed, rest[:top]
+    groups = queries.transfer_site_groups(run.store, min_bytes)
+    big = sorted((g for g in groups if g[0].count), key=lambda g: (-g[0].bytes, -g[0].count))[:top]
+    only_small = sorted((g for g in groups if not g[0].count and g[1].count),
+                        key=lambda g: (-g[1].bytes, -g[1].count))[:top]
+    return [site(b, s) for b, s in big], [site(s._replace(count=0, bytes=0), s) for _, s in only_small]
 
 
 def unlisted_devices(run: RunData, seen: list[str]) -> list[str]:

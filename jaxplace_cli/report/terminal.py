@@ -66,8 +66,11 @@ def _see_it(result: AuditResult, console: Console) -> None:
     where = safe.plain(result.path)
     trace = getattr(result.manifest, "trace", None)
     window = trace is not None and bool(trace.files)
+    steps = getattr(trace, "steps", None) if window else None
+    steps = steps if isinstance(steps, list) and len(steps) == 2 else None  # a hand-edited run.json
+    covers = (f", steps {steps[0]}-{steps[1]}" if steps[0] != steps[1] else f", step {steps[0]}") if steps else ""
     console.print(Text(f"see it: jaxplace report {where} -o report.html"
-                       + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
+                       + (f"   (its jax.profiler window{covers}: jaxplace view {where})" if window else ""),
                        style="dim"))
 
 

@@ -206,28 +206,21 @@ def transfer_endpoints(store) -> set[str]:
     return {d for row in store.conn.execute("SELECT DISTINCT src, dst FROM transfers") for d in row}
 
 
-def top_transfer_sites(store, min_bytes: int, limit: int) -> list[SiteTotal]:
-    """The ``limit`` (site, kind, api, implicit, blocking) groups of transfers of at least
-    ``min_bytes`` that moved most bytes (then most transfers)."""
+def transfer_site_groups(store, min_bytes: int) -> list[tuple[SiteTotal, SiteTotal]]:
+    """Every (site, kind, api, implicit, blocking) group of transfers of known size, in one
+    scan: (its transfers of at least ``min_bytes``, its smaller ones), each a SiteTotal with
+    its own routes (count 0 when it has none). The audit lists the top ones of both (issue
+    26: a site of 64-byte bounces was left out of every view)."""
     rows = store.conn.execute(
-        "SELECT site, kind, api, implicit, blocking, COUNT(*) AS n, SUM(bytes) AS b, "
-        "GROUP_CONCAT(DISTINCT src || '>' || dst) FROM transfers WHERE bytes >= ? "
-        "GROUP BY site, kind, api, implicit, blocking ORDER BY b DESC, n DESC LIMIT ?",
-        (min_bytes, limit)).fetchall()
-    return [SiteTotal(sid, kind, api, bool(implicit), bool(blocking), n, b, sorted((routes or "").split(",")))
-            for sid, kind, api, implicit, blocking, n, b, routes in rows]
-
-
-def small_transfer_sites(store, min_bytes: int) -> list[SiteTotal]:
-    """Every (site, kind, api, implicit, blocking) group of transfers below ``min_bytes`` (of
-    known size), most bytes first: what ``top_transfer_sites`` leaves out, so the human views
-    can show a 9,000-bounce ping-pong of 64-byte arrays instead of "d2d 0" (issue 26)."""
-    rows = store.conn.execute(
-        "SELECT site, kind, api, implicit, blocking, COUNT(*) AS n, SUM(bytes) AS b, "
-        "GROUP_CONCAT(DISTINCT src || '>' || dst) FROM transfers WHERE bytes >= 0 AND bytes < ? "
-        "GROUP BY site, kind, api, implicit, blocking ORDER BY b DESC, n DESC", (min_bytes,)).fetchall()
-    return [SiteTotal(sid, kind, api, bool(implicit), bool(blocking), n, b, sorted((routes or "").split(",")))
-            for sid, kind, api, implicit, blocking, n, b, routes in rows]
+        "SELECT site, kind, api, implicit, blocking, SUM(bytes >= ?), SUM(CASE WHEN bytes >= ? THEN bytes ELSE 0 END),"
+        " SUM(bytes < ?), SUM(CASE WHEN bytes < ? THEN bytes ELSE 0 END),"
+        " GROUP_CONCAT(DISTINCT CASE WHEN bytes >= ? THEN src || '>' || dst END),"
+        " GROUP_CONCAT(DISTINCT CASE WHEN bytes < ? THEN src || '>' || dst END)"
+        " FROM transfers WHERE bytes >= 0 GROUP BY site, kind, api, implicit, blocking",
+        (min_bytes,) * 6).fetchall()
+    return [(SiteTotal(sid, kind, api, bool(implicit), bool(blocking), n, b, sorted((r or "").split(","))),
+             SiteTotal(sid, kind, api, bool(implicit), bool(blocking), sn, sb, sorted((sr or "").split(","))))
+            for sid, kind, api, implicit, blocking, n, b, sn, sb, r, sr in rows]
 
 
 def policy_moves(store) -> tuple[int, int]:
