@@ -175,6 +175,7 @@ class TraceWindow:
             self._reopened = True  # closed in the set-up, before any step: place it on the steps
             self._remove_new_sessions()
             self.state, self.cut, self._ops = "pending", "", 0
+            active.on_dispatch = self._on_dispatch
         if self.state == "open" and self._due:
             self.close(cut=self._due)
         elif self.state == "pending" and self._marked > WARMUP_STEPS:
@@ -285,6 +286,9 @@ class TraceWindow:
 
         @functools.wraps(original)
         def start_trace(*args, **kwargs):
+            self._reopened = True  # the script traces itself: the window is never placed again
+            if self.state == "closed" and active.on_dispatch == self._after_close:
+                active.on_dispatch = None
             if self.state == "open":
                 self.close("jaxplace's trace window was closed early because the script started its own trace",
                            cut="own trace")
