@@ -47,7 +47,7 @@ def step(x):
     return x * 0.5 + 1.0
 
 for _ in range(100):
-    a = step(a)  # the first call compiles right after the window closed: placed again
+    a = step(a)  # the first call compiles after the window closed; placed again after the third
 print(float(a.sum()))
 """
 
@@ -95,7 +95,7 @@ def test_marked_steps_window_covers_whole_steps_after_the_first_two(marked):
 def test_unmarked_window_is_placed_again_after_a_short_set_up(tmp_path):
     trace, path = _record(tmp_path, "unmarked", UNMARKED)
     # the set-up's window (multiplies 3-5) was discarded when step compiled; placed again on
-    # step's second call: 3 calls of step, no marked step
+    # step's third call (two calls without a compile after its first): calls 4-6 traced, no marked step
     assert (trace["state"], trace["cut"], trace["traced_ops"], trace["steps"]) == ("closed", "ops", 3, None)
     names, _ = _events(path)
     assert names["PjitFunction(step)"]

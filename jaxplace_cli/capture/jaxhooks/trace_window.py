@@ -28,8 +28,9 @@ Steady state (issue 26: a window that opened and closed inside parameter init sh
   after parameter init) starts its count again, so it holds ``max_ops`` dispatches (or
   ``seconds``) after the last compile; at most 8x ``max_ops`` dispatches and 4x ``seconds``
   in all. When a dispatch compiles soon after the window closed (within 8x ``max_ops``
-  dispatches: a set-up longer than the window), the window is discarded and placed again,
-  once. ``steps`` is then null.
+  dispatches) and two dispatches that compile nothing follow it (a loop after a set-up longer
+  than the window, not a final reduction and its read), the window is discarded and placed
+  again there, once. ``steps`` is then null.
 
 If the user's script starts its own trace, jaxplace closes its window first (saving what it
 has) so the user's ``start_trace`` succeeds, and says so in the manifest.
@@ -57,6 +58,9 @@ TRACE_SECONDS = 1.0
 TRACE_OPS = 25
 WARMUP_STEPS = 2  # marked steps left out before the window opens (analysis/steps.py: warm-up)
 EXTEND_OPS, EXTEND_SECONDS = 8, 4  # a window still compiling holds at most this many times its limits
+# a closed window is placed again after a compile followed by this many dispatches that compiled
+# nothing (a loop after a long set-up), not after one (a final reduction and its read)
+REPLACE_AFTER = 2
 
 
 class TraceWindow:
@@ -87,6 +91,7 @@ class TraceWindow:
         self._sessions: set[Path] = set()  # profile session dirs before the window opened
         self._reopened = False  # a window closed in the set-up was placed again (once at most)
         self._watch = 0  # dispatches still watched after such a close
+        self._after: int | None = None  # dispatches without a compile since one compiled, so watched
 
     @property
     def steps(self) -> list[int] | None:
@@ -149,12 +154,20 @@ class TraceWindow:
         n = COMPILES[0]
         compiled, self._compiles = n != self._compiles, n
         self._watch -= 1
-        if compiled and self.state == "closed" and not self._marked:
-            self._reopened = True
-            self._remove_new_sessions()
-            self.state, self.cut, self._ops = "pending", "", 0
-            active.on_dispatch = self._on_dispatch
-        elif self._watch <= 0 or self.state != "closed":
+        if self.state != "closed" or self._marked:
+            active.on_dispatch = None
+        elif compiled:
+            self._after = 0  # a new warm-up: is a steady state coming after it?
+        elif self._after is not None:
+            self._after += 1
+            if self._after >= REPLACE_AFTER:  # it is: the closed window held the set-up only
+                self._reopened = True
+                self._remove_new_sessions()
+                self.state, self.cut, self._ops = "pending", "", 0
+                active.on_dispatch = self._on_dispatch
+                self._open()
+                return
+        if self._watch <= 0 and self.state == "closed":
             active.on_dispatch = None
 
     def step_begin(self, num) -> None:
