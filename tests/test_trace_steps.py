@@ -94,7 +94,7 @@ def test_marked_steps_window_covers_whole_steps_after_the_first_two(marked):
 
 def test_unmarked_window_is_placed_again_after_a_short_set_up(tmp_path):
     trace, path = _record(tmp_path, "unmarked", UNMARKED)
-    # the set-up's window (multiplies 3-5) was discarded when step compiled; placed again on
+    # the set-up's window (multiplies 3-5) was discarded when step compiled; placed again after
     # step's third call (two calls without a compile after its first): calls 4-6 traced, no marked step
     assert (trace["state"], trace["cut"], trace["traced_ops"], trace["steps"]) == ("closed", "ops", 3, None)
     names, _ = _events(path)

@@ -98,8 +98,9 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     totals = {k: KindTotal() for k in TRANSFER_KINDS}
     small = {k: KindTotal() for k in TRANSFER_KINDS}
     unknown = {k: 0 for k in TRANSFER_KINDS}
-    # one scan of the transfers gives both the routes and the kind totals (bench P8)
-    routes = _sorted_routes(RouteTotal(*g) for g in queries.transfer_route_groups(run.store, min_bytes))
+    # one scan of the transfers gives the routes, the kind totals and the sites (bench P8)
+    groups = queries.transfer_groups(run.store, min_bytes)
+    routes = _routes(groups)
     for r in routes:
         if r.kind in totals:
             totals[r.kind].count += r.count
@@ -107,7 +108,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
             small[r.kind].count += r.small_count
             small[r.kind].bytes += r.small_bytes
             unknown[r.kind] += r.unknown_size
-    tsites, small_sites = _sites(run, sites, min_bytes, top_sites)
+    tsites, small_sites = _sites(groups, sites, top_sites)
     by_dev = []
     for d in queries.ops_per_devices(run.store):
         top = queries.top_op_names(run.store, d.devices, top_ops)
@@ -122,20 +123,44 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
                    devices + seen, routes, small_sites=small_sites)
 
 
-def _sites(run: RunData, sites: dict, min_bytes: int, top: int) -> tuple[list, list]:
-    """(the ``top`` groups of transfers of at least ``min_bytes``, each with the small
-    transfers of its group; the ``top`` groups with only small ones)."""
-    def site(t, small=None) -> TransferSite:
-        s = sites.get(t.site)
-        return TransferSite(t.kind, s.file if s else "?", s.line if s else 0, s.function if s else "?",
-                            t.api, t.implicit, t.blocking, t.count, t.bytes, t.routes,
-                            small.count if small else 0, small.bytes if small else 0)
+def _routes(groups) -> list[RouteTotal]:
+    """``queries.transfer_groups`` rows folded per (kind, src, dst)."""
+    out: dict[tuple, RouteTotal] = {}
+    for kind, src, dst, _site, _api, _implicit, blocking, n, b, sn, sb, unknown in groups:
+        r = out.get((kind, src, dst))
+        if r is None:
+            r = out[(kind, src, dst)] = RouteTotal(kind, src, dst)
+        r.count, r.bytes, r.small_count, r.small_bytes = r.count + n, r.bytes + b, r.small_count + sn, r.small_bytes + sb
+        r.unknown_size += unknown
+        r.blocking += (n + sn + unknown) if blocking else 0
+    return _sorted_routes(out.values())
 
-    groups = queries.transfer_site_groups(run.store, min_bytes)
-    big = sorted((g for g in groups if g[0].count), key=lambda g: (-g[0].bytes, -g[0].count))[:top]
-    only_small = sorted((g for g in groups if not g[0].count and g[1].count),
-                        key=lambda g: (-g[1].bytes, -g[1].count))[:top]
-    return [site(b, s) for b, s in big], [site(s._replace(count=0, bytes=0), s) for _, s in only_small]
+
+def _sites(groups, sites: dict, top: int) -> tuple[list, list]:
+    """(the ``top`` sites by bytes of at least ``min_bytes``, each with the small transfers of
+    its group; the ``top`` sites with only small ones) from ``queries.transfer_groups`` rows: a
+    site is (site id, kind, api, implicit, blocking), its routes those of its transfers of the
+    size listed. Equal bytes and counts keep the order of their keys."""
+    folded: dict[tuple, list] = {}
+    for kind, src, dst, site, api, implicit, blocking, n, b, sn, sb, _unknown in groups:
+        g = folded.setdefault((site, kind, api, bool(implicit), bool(blocking)), [0, 0, 0, 0, set(), set()])
+        g[0], g[1], g[2], g[3] = g[0] + n, g[1] + b, g[2] + sn, g[3] + sb
+        if n:
+            g[4].add(f"{src}>{dst}")
+        if sn:
+            g[5].add(f"{src}>{dst}")
+
+    def site(key, count, nbytes, small, small_bytes, routes) -> TransferSite:
+        s = sites.get(key[0])
+        return TransferSite(key[1], s.file if s else "?", s.line if s else 0, s.function if s else "?",
+                            key[2], key[3], key[4], count, nbytes, sorted(routes), small, small_bytes)
+
+    ordered = sorted(folded.items())
+    big = sorted((kv for kv in ordered if kv[1][0]), key=lambda kv: (-kv[1][1], -kv[1][0]))[:top]
+    only_small = sorted((kv for kv in ordered if not kv[1][0] and kv[1][2]),
+                        key=lambda kv: (-kv[1][3], -kv[1][2]))[:top]
+    return ([site(k, g[0], g[1], g[2], g[3], g[4]) for k, g in big],
+            [site(k, 0, 0, g[2], g[3], g[5]) for k, g in only_small])
 
 
 def unlisted_devices(run: RunData, seen: list[str]) -> list[str]:
