@@ -193,9 +193,10 @@ def kind_all(s: Summary, kind: str) -> KindTotal:
 
 def listed_sites(s: Summary, limit: int | None = None) -> list[TransferSite]:
     """The sites a human view lists: ``sites`` and ``small_sites`` together, by all their bytes
-    (then count), so a small-only site that moved most is listed first."""
+    (then count), so a small-only site that moved most is listed first; as many as the longer
+    of the two lists (each holds at most the audit's ``--top``), or ``limit``."""
     both = sorted(s.sites + s.small_sites, key=lambda t: (-t.all_bytes, -t.all_count))
-    return both if limit is None else both[:limit]
+    return both[:max(len(s.sites), len(s.small_sites)) if limit is None else limit]
 
 
 def route_totals(rows, min_bytes: int) -> list[RouteTotal]:

@@ -169,7 +169,7 @@ def _findings(result: AuditResult, tl, sources: dict) -> str:
 def _sites(result: AuditResult, tl, sources: dict) -> str:
     s = result.summary
     out = [f'<section id="sites"><h2>Top transfer sites (by bytes; small: under {esc(human_bytes(s.min_bytes))} each)</h2>']
-    listed = listed_sites(s, max(len(s.sites), 20))
+    listed = listed_sites(s)
     if not listed:
         return out[0] + '<p>No transfer was recorded at a site.</p></section>'
     out.append('<table class="sites"><thead><tr><th>site</th><th>kind</th><th>count</th><th>bytes</th>'

@@ -57,7 +57,7 @@ def _tables(result: AuditResult, cap: int | None) -> list[str]:
     for kind in s.totals:
         both = kind_all(s, kind)
         out.append(f"| {safe.markdown(kind)} | {both.count:,} | {human_bytes(both.bytes)} | {s.small[kind].count:,} |")
-    listed = listed_sites(s, max(len(s.sites), 20))
+    listed = listed_sites(s)
     if listed:
         out += ["", "| site | kind | count | bytes | how | api |", "|---|---|---:|---:|---|---|"]
         for t in listed if cap is None else listed[:cap]:

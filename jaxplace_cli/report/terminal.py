@@ -202,7 +202,7 @@ def _sites(console: Console, s) -> None:
     paths that would not leave room for the other columns are shown as file names."""
     narrow = console.width < 110  # routes are also in "Transfers per route"
     room = max(console.width - (46 if narrow else 60), 16)
-    listed = listed_sites(s, max(len(s.sites), 20))
+    listed = listed_sites(s)
     names = [site_text(x.file, x.line, room) for x in listed]
     st = _table(f"Top transfer sites (by bytes; small: under {human_bytes(s.min_bytes)} each)")
     st.add_column("site", no_wrap=True, min_width=max(len(n) for n in names))
