@@ -90,7 +90,8 @@ def merge_summaries(indexed: list[tuple[Summary, int]], top_sites: int, owner: d
                    sum(p.ops_total for p in parts), sorted(by_dev.values(), key=lambda d: group_order(d.device)),
                    sum(p.op_errors for p in parts), sorted(devices, key=device_order),
                    sorted(routes.values(), key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count, r.src, r.dst)),
-                   small_sites=sorted(small_sites.values(), key=lambda t: (-t.small_bytes, -t.small_count))[:top_sites])
+                   small_sites=sorted(small_sites.values(), key=lambda t: (-t.small_bytes, -t.small_count))[:top_sites],
+                   top_sites=top_sites)
 
 
 def merge_steps(ok: list, notes: list[str]):

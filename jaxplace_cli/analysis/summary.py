@@ -91,6 +91,7 @@ class Summary:
     # groups whose transfers are all below min_bytes (``sites`` holds the others, with their
     # small transfers in ``small_count``): the human views list them, marked small
     small_sites: list[TransferSite] = field(default_factory=list)
+    top_sites: int = 20  # the audit's --top: how many sites a view lists
 
 
 def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops: int = 5) -> Summary:
@@ -120,7 +121,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     if not devices:  # killed before it listed them (SIGKILL): every device its events name
         seen = unlisted_devices(run, seen)
     return Summary(min_bytes, totals, small, unknown, tsites, ops_total, by_dev, errors,
-                   devices + seen, routes, small_sites=small_sites)
+                   devices + seen, routes, small_sites=small_sites, top_sites=top_sites)
 
 
 def _routes(groups) -> list[RouteTotal]:
@@ -193,10 +194,10 @@ def kind_all(s: Summary, kind: str) -> KindTotal:
 
 def listed_sites(s: Summary, limit: int | None = None) -> list[TransferSite]:
     """The sites a human view lists: ``sites`` and ``small_sites`` together, by all their bytes
-    (then count), so a small-only site that moved most is listed first; as many as the longer
-    of the two lists (each holds at most the audit's ``--top``), or ``limit``."""
+    (then count), so a small-only site that moved most is listed first; the audit's ``--top``
+    of them, or ``limit``."""
     both = sorted(s.sites + s.small_sites, key=lambda t: (-t.all_bytes, -t.all_count))
-    return both[:max(len(s.sites), len(s.small_sites)) if limit is None else limit]
+    return both[:s.top_sites if limit is None else limit]
 
 
 def route_totals(rows, min_bytes: int) -> list[RouteTotal]:
