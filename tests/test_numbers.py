@@ -14,7 +14,6 @@ import re
 from conftest import cli
 from test_rules_unit import Rows
 
-from jaxplace_cli.analysis.budgets import budget_from_dict, judge_run
 from jaxplace_cli.model.events import D2D, D2H, H2D
 
 
@@ -168,18 +167,21 @@ def _annotated_steps(tmp_path, first: int | None):
     return r.open(tmp_path / "run")
 
 
+def _breaches(run) -> list[str]:
+    proc = cli("audit", run, "--max-d2h-per-step", "1", "--format", "json")
+    assert proc.returncode == 1, proc.stderr  # a breach
+    return [b["message"] for b in json.loads(proc.stdout)["budget"]["breaches"]]
+
+
 def test_budget_names_the_step_as_the_script_numbers_it(tmp_path):
-    budget = budget_from_dict({"d2h": {"count_per_step": 1}}, "budget.toml")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     # step_num 50..54: the fourth step is the script's step 53
-    result = judge_run(_annotated_steps(tmp_path / "a", 50), budget)
-    (b,) = result.budget.breaches
-    assert b.message == "d2h per step was limited to 1 but step 53 did 2 (train.py:20 float())"
+    assert _breaches(_annotated_steps(tmp_path / "a", 50).path) == [
+        "d2h per step was limited to 1 but step 53 did 2 (train.py:20 float())"]
     # no step_num: steps count from 1, the fourth is step 4
-    result = judge_run(_annotated_steps(tmp_path / "b", None), budget)
-    (b,) = result.budget.breaches
-    assert b.message == "d2h per step was limited to 1 but step 4 did 2 (train.py:20 float())"
+    assert _breaches(_annotated_steps(tmp_path / "b", None).path) == [
+        "d2h per step was limited to 1 but step 4 did 2 (train.py:20 float())"]
 
 
 def test_a_killed_run_lists_its_devices_and_says_it_was_killed(tmp_path):
