@@ -111,7 +111,10 @@ class TraceWindow:
         self._compiles = COMPILES[0]
         active.on_dispatch = self._on_dispatch
         self._patch_user_start_trace()
-        self._patch_step_annotation()
+        try:
+            self._patch_step_annotation()
+        except Exception as exc:  # the window then opens after warm-up, as without marked steps
+            self.note = f"steps not followed: {type(exc).__name__}: {exc}"
 
     def _on_dispatch(self) -> None:
         from jaxplace_cli.capture.jaxhooks.compiles import COMPILES  # not at import: cli/run imports this before JAX
