@@ -33,15 +33,15 @@ def test_breach_sentences(runs):
     assert proc.returncode == 1
     r = json.loads(proc.stdout)
     msgs = {b["rule"]: b for b in r["budget"]["breaches"]}
-    # 30 steps of jit(step); step 0 is warm-up. Each steady step uploads one 64x128 float32
+    # 30 steps of jit(step); step 1 (no StepTraceAnnotation: steps count from 1) is warm-up. Each steady step uploads one 64x128 float32
     # numpy batch (32 KiB >= 1 KiB; the 256 B target is below min_bytes) and reads float(loss).
     assert msgs["h2d.count_per_step"]["actual"] == 1
     assert msgs["h2d.count_per_step"]["message"] == (
-        "h2d per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:42 jit(step) (numpy argument))")
-    assert msgs["d2h.count_per_step"]["message"] == "d2h per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:43 float())"
+        "h2d per step was limited to 0 but step 2 did 1 (mlp_host_sync.py:42 jit(step) (numpy argument))")
+    assert msgs["d2h.count_per_step"]["message"] == "d2h per step was limited to 0 but step 2 did 1 (mlp_host_sync.py:43 float())"
     assert msgs["host_syncs_per_step"]["actual"] == 1 and msgs["host_syncs_per_step"]["line"] == 43
     # the sentences also reach stderr for any machine-readable format
-    assert "jaxplace: budget: d2h per step was limited to 0 but step 1 did 1" in proc.stderr
+    assert "jaxplace: budget: d2h per step was limited to 0 but step 2 did 1" in proc.stderr
 
 
 def test_flags_override_and_totals(runs):
@@ -117,7 +117,7 @@ def test_run_with_budget_end_to_end(tmp_path):
     assert proc.returncode == 2 and "count_per_stp" in proc.stderr and not (tmp_path / "r0").exists()
     proc = jaxplace("run", "-q", "--no-trace", "--budget", budget, "--out", tmp_path / "r1", SAMPLES / "mlp_host_sync.py")
     assert proc.returncode == 1
-    assert "d2h per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:43 float())" in proc.stderr
+    assert "d2h per step was limited to 0 but step 2 did 1 (mlp_host_sync.py:43 float())" in proc.stderr
     proc = jaxplace("run", "-q", "--no-trace", "--budget", AUDITS / "mlp_clean.toml", "--out", tmp_path / "r2",
                     SAMPLES / "mlp_clean.py")
     assert proc.returncode == 0 and "budget passed" in proc.stderr
@@ -180,7 +180,7 @@ def test_junit_read_by_a_real_consumer(runs, tmp_path):
     assert {"budget.d2h.count_per_step", "budget.h2d.count_per_step", "budget.host_syncs_per_step"} <= failed
     assert "budget.pingpong" in cases and "budget.pingpong" not in failed
     fail = [r for r in cases["budget.d2h.count_per_step"].result if isinstance(r, Failure)][0]
-    assert fail.message == "d2h per step was limited to 0 but step 1 did 1 (mlp_host_sync.py:43 float())"
+    assert fail.message == "d2h per step was limited to 0 but step 2 did 1 (mlp_host_sync.py:43 float())"
 
 
 def test_markdown_and_github_annotations(runs):

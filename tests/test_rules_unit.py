@@ -142,7 +142,7 @@ def test_pingpong_follows_the_data_and_ignores_a_one_way_move(tmp_path):
     # both legs returned once, line 11 more often in all: the finding points there
     assert (f.rule, f.severity, f.line, f.count, f.bytes, f.devices) == ("pingpong", "error", 11, 2, 8192, ["cpu:0", "cpu:1"])
     assert f.message == ("data bounced between cpu:0 and cpu:1: 2 round trips (8.0 KiB moved back to a device "
-                         "it had left) along the data flow of 1 array; legs: cpu:0->cpu:1 at train.py:11 x2, "
+                         "it had left) along the data flow of 1 array, in 3 transfers (12.0 KiB); legs: cpu:0->cpu:1 at train.py:11 x2, "
                          "cpu:1->cpu:0 at train.py:12 x1")
     assert [x["role"] for x in f.related] == ["leg cpu:0->cpu:1: 2 transfers, 8.0 KiB",
                                               "leg cpu:1->cpu:0: 1 transfers, 4.0 KiB"]

@@ -22,14 +22,17 @@ class DeviceLoad:
 
 def balance_findings(loads: dict[str, DeviceLoad], devices: list[str], cfg, time_kind: str,
                      sites: dict | None = None, select=("imbalance", "idle-device"),
-                     copying: set[str] | frozenset = frozenset()) -> list[Finding]:
+                     copying: set[str] | frozenset = frozenset(),
+                     table_ops: dict[str, int] | None = None) -> list[Finding]:
     """``imbalance``: among devices that ran ops, the busiest spent at least
     ``cfg.imbalance_ratio`` times the time of the least busy one (and ran at least
     ``cfg.imbalance_min_ops`` ops, so two stray ops are not a pattern). ``idle-device``:
     devices that exist but ran nothing while others did — info when the program used one
     device (a single-device program on a multi-device machine), warning when it spread work
     over several devices and still left some idle. ``copying``: devices that took part in
-    transfers, named as such among the idle ones (they moved data but computed nothing)."""
+    transfers, named as such among the idle ones (they moved data but computed nothing).
+    ``table_ops``: ops per device as the ops table counts them (a run's: transfers and
+    partitioned calls too), said beside the compute ops when they differ (issue 26)."""
     used = [d for d in devices if loads.get(d, DeviceLoad()).ops > 0]
     used += [d for d in loads if d not in used and loads[d].ops > 0]
     out = []
@@ -65,7 +68,7 @@ def balance_findings(loads: dict[str, DeviceLoad], devices: list[str], cfg, time
         out.append(Finding(
             "idle-device", INFO if n_used == 1 else WARNING,
             f"{len(idle)} of {len(devices)} devices ran no ops ({', '.join(idle)}) while "
-            f"{busy} ran {total_ops} ops{also}",
+            f"{busy} ran {ops_text(total_ops, table_ops, used)}{also}",
             count=len(idle),
             fix=("this program uses one device; to use the others, shard the data "
                  "(jax.sharding) or place independent work with --policy rr"
@@ -74,3 +77,12 @@ def balance_findings(loads: dict[str, DeviceLoad], devices: list[str], cfg, time
                  "run on fewer devices"),
             devices=idle))
     return out
+
+
+def ops_text(compute: int, table_ops: dict[str, int] | None, devices) -> str:
+    """``42 ops``, or ``42 compute ops (46 in the ops table, with device_put/device_get)`` when the
+    ops table of the same devices counts more: the finding's number and the table's agree."""
+    table = sum((table_ops or {}).get(d, 0) for d in devices)
+    if table_ops is None or table == compute:
+        return f"{compute:,} ops"
+    return f"{compute:,} compute ops ({table:,} in the ops table, with device_put/device_get)"

@@ -45,6 +45,6 @@ def total_breaches(parts, budget: Budget, default_min_bytes: int) -> list[Breach
                 if worst[field_] > limits[key]:
                     breaches.append(Breach(f"total.{kind}.{key}", limits[key], worst[field_],
                                            f"{kind if field_ == 0 else kind + ' bytes'} per step of the job were "
-                                           f"limited to {limit_text(key, limits[key])} but step {i} did "
+                                           f"limited to {limit_text(key, limits[key])} but step {i + 1} did "
                                            f"{limit_text(key, worst[field_])} over {len(parts)} processes"))
     return breaches

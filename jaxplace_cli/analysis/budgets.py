@@ -10,6 +10,7 @@ from jaxplace_cli.analysis.budget_file import Breach, Budget, BudgetError, budge
 from jaxplace_cli.analysis.budget_total import total_breaches
 from jaxplace_cli.analysis.rules.loss import RULE as LOSS_RULE
 from jaxplace_cli.analysis.rules.loss import loss_breaches
+from jaxplace_cli.analysis.steps import step_number
 from jaxplace_cli.model.budget_limits import limit_noun, limit_text
 from jaxplace_cli.model.events import D2H
 from jaxplace_cli.model.paths import file_name, site_name
@@ -118,7 +119,8 @@ def _kind_per_step(kind: str, limits: dict, mine: list, steps: _Steps, sites) ->
             what = kind if counting else f"{kind} bytes"
             out.append(Breach(f"{kind}.{key}", limits[key], worst[1],
                               f"{what} per step was limited to {limit_text(key, limits[key])} "
-                              f"but step {worst[0]} did {limit_text(key, worst[1])}{top[0]}", *top[1:]))
+                              f"but step {step_number(steps.info, worst[0])} did {limit_text(key, worst[1])}{top[0]}",
+                              *top[1:]))
     return out
 
 
@@ -172,7 +174,8 @@ def _host_syncs_per_step(rows, limit: int, steps: _Steps, sites) -> list[Breach]
         return []
     top = _top_site(list(calls.values()), sites)
     return [Breach("host_syncs_per_step", limit, len(calls),
-                   f"host syncs per step were limited to {limit} but step {i} did {len(calls)}{top[0]}",
+                   f"host syncs per step were limited to {limit} but step {step_number(steps.info, i)} did "
+                   f"{len(calls)}{top[0]}",
                    *top[1:])]
 
 

@@ -43,16 +43,23 @@ def merge_summaries(indexed: list[tuple[Summary, int]], top_sites: int, owner: d
              for k in TRANSFER_KINDS}
     unknown = {k: sum(p.unknown_size.get(k, 0) for p in parts) for k in TRANSFER_KINDS}
     sites: dict[tuple, TransferSite] = {}
+    small_sites: dict[tuple, TransferSite] = {}
     for p, index in indexed:
-        for t in p.sites:
-            key = (t.kind, t.file, t.line, t.function, t.api, t.implicit, t.blocking)
-            mine = {">".join(local_devices(x, index, owner) for x in r.split(">")) for r in t.routes}
-            m = sites.get(key)
-            if m is None:
-                sites[key] = replace(t, routes=sorted(mine))
-            else:
-                m.count, m.bytes = m.count + t.count, m.bytes + t.bytes
-                m.routes = sorted(set(m.routes) | mine)
+        for listed, into in ((p.sites, sites), (p.small_sites, small_sites)):
+            for t in listed:
+                key = (t.kind, t.file, t.line, t.function, t.api, t.implicit, t.blocking)
+                mine = {">".join(local_devices(x, index, owner) for x in r.split(">")) for r in t.routes}
+                m = into.get(key)
+                if m is None:
+                    into[key] = replace(t, routes=sorted(mine))
+                else:
+                    m.count, m.bytes = m.count + t.count, m.bytes + t.bytes
+                    m.small_count, m.small_bytes = m.small_count + t.small_count, m.small_bytes + t.small_bytes
+                    m.routes = sorted(set(m.routes) | mine)
+    for key in set(small_sites) & set(sites):  # small at one process, both sizes at another
+        t = small_sites.pop(key)
+        sites[key].small_count += t.small_count
+        sites[key].small_bytes += t.small_bytes
     routes: dict[tuple, object] = {}
     for p, index in indexed:
         for r in p.routes:
@@ -82,7 +89,9 @@ def merge_summaries(indexed: list[tuple[Summary, int]], top_sites: int, owner: d
                    sorted(sites.values(), key=lambda t: (-t.bytes, -t.count))[:top_sites],
                    sum(p.ops_total for p in parts), sorted(by_dev.values(), key=lambda d: group_order(d.device)),
                    sum(p.op_errors for p in parts), sorted(devices, key=device_order),
-                   sorted(routes.values(), key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count, r.src, r.dst)))
+                   sorted(routes.values(), key=lambda r: (order.get(r.kind, 9), -r.bytes, -r.count, r.src, r.dst)),
+                   small_sites=sorted(small_sites.values(), key=lambda t: (-t.small_bytes, -t.small_count))[:top_sites],
+                   top_sites=top_sites)
 
 
 def merge_steps(ok: list, notes: list[str]):

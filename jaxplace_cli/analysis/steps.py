@@ -52,10 +52,11 @@ ALIKE = 0.9  # more than this share of a candidate's intervals must have one sha
 
 @dataclass
 class Step:
-    index: int
+    index: int  # 0-based position in the run
     label: str
     start_seq: int
     end_seq: int  # exclusive
+    number: int = 0  # as the script numbers it: StepTraceAnnotation's step_num, else index + 1
 
 
 @dataclass
@@ -71,12 +72,14 @@ def detect_steps(run: RunData) -> StepInfo:
     end_seq = queries.last_seq(run.store) + 1
     if begins:
         steps = []
+        nums = [_step_num(v) for _, v in begins]
+        own = all(n is not None for n in nums)  # the script numbered every step: its numbers
         for i, (seq, value) in enumerate(begins):
             nxt = begins[i + 1][0] if i + 1 < len(begins) else end_seq
             j = bisect.bisect_left(ends, seq)
             stop = ends[j] if j < len(ends) and ends[j] < nxt else nxt
             name, _, num = value.partition("\t")
-            steps.append(Step(i, f"{name} {num}".strip(), seq, stop))
+            steps.append(Step(i, f"{name} {num}".strip(), seq, stop, nums[i] if own else i + 1))
         return StepInfo(ANNOTATION, begins[0][1].partition("\t")[0], steps)
     calls = queries.jit_calls(run.store)
     name = step_function([n for _, n in calls])
@@ -85,9 +88,26 @@ def detect_steps(run: RunData) -> StepInfo:
     seqs = _in_the_loop(run, name, [s for s, n in calls if n == name])
     spans = [b - a for a, b in zip(seqs, seqs[1:])]
     last_end = min(end_seq, seqs[-1] + int(statistics.median(spans))) if spans else end_seq
-    steps = [Step(i, f"{name} call {i}", s, seqs[i + 1] if i + 1 < len(seqs) else last_end)
+    steps = [Step(i, f"{name} call {i + 1}", s, seqs[i + 1] if i + 1 < len(seqs) else last_end, i + 1)
              for i, s in enumerate(seqs)]
     return StepInfo(REPEATED_JIT, name, steps)
+
+
+def _step_num(value: str) -> int | None:
+    """The ``step_num`` a StepTraceAnnotation marker carries (``name\tnum``), None without one."""
+    num = value.partition("\t")[2].strip()
+    try:
+        return int(num)
+    except ValueError:
+        return None
+
+
+def step_number(info: StepInfo | None, i: int) -> int:
+    """The number the script would print for the run's ``i``-th step (0-based): what budgets
+    and findings say, so "step 50" is the script's step 50 (issue 26)."""
+    if info is not None and 0 <= i < len(info.steps):
+        return info.steps[i].number or i + 1
+    return i + 1
 
 
 def _in_the_loop(run, name: str, seqs: list[int]) -> list[int]:

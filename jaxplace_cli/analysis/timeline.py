@@ -251,13 +251,18 @@ def _moment_groups(conn, result: AuditResult, sites: dict) -> dict[str, list[int
         ids = set().union(*(by_loc.get(loc, set()) for loc in locs if loc[0]))
         if not ids:
             groups[f"finding:{i}"] = []
-        elif f.rule in TRANSFER_RULES:
-            groups[f"finding:{i}"] = q.transfer_seqs_at_sites(conn, ids, min_bytes)
+        elif f.rule in TRANSFER_RULES:  # a finding about small transfers (a ping-pong of
+            # 64-byte arrays, float(loss) reads) links to them: the views count them (issue 26)
+            groups[f"finding:{i}"] = (q.transfer_seqs_at_sites(conn, ids, min_bytes)
+                                      or q.transfer_seqs_at_sites(conn, ids, 0))
         else:
             groups[f"finding:{i}"] = q.op_seqs_at_sites(conn, ids)
-    for i, t in enumerate(result.summary.sites):
+    listed = [(f"site:{i}", t) for i, t in enumerate(result.summary.sites)]
+    listed += [(f"site:s{i}", t) for i, t in enumerate(result.summary.small_sites)]  # all small
+    for key, t in listed:
         ids = {s.id for s in sites.values() if (s.file, s.line, s.function) == (t.file, t.line, t.function)}
-        groups[f"site:{i}"] = q.transfer_seqs_at_sites(conn, ids, min_bytes, t.kind, t.api, t.implicit,
+        # every transfer the site's row counts, its small ones too (``TransferSite.all_count``)
+        groups[key] = q.transfer_seqs_at_sites(conn, ids, 0, t.kind, t.api, t.implicit,
                                                        t.blocking) if ids else []
     return groups
 

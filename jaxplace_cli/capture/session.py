@@ -367,7 +367,7 @@ class Session:
                         self.opts.trace_seconds, self.opts.trace_ops,
                         self.trace.traced_ops if self.trace else 0,
                         self.trace.files() if self.trace else [], self.trace.note if self.trace else "",
-                        self.trace.cut if self.trace else "")
+                        self.trace.cut if self.trace else "", self.trace.steps if self.trace else None)
         section = {"devices": devices, "distributed": m.distributed}
         distributed.finish(section, self.job)  # process index/count, coordinator, devices
         m.distributed = section.get("distributed")

@@ -8,6 +8,13 @@ to ``127.0.0.1`` — the only socket it opens — without the route that makes t
 capture a profile from another address (``/capture_profile``). Ctrl-C stops it cleanly.
 
 ``--tensorboard`` runs TensorBoard instead (when installed), with ``--host 127.0.0.1``.
+
+Quiet (issue 26: 239 lines of XProf logs for four page loads): everything XProf and its C++
+converters write to stderr goes to ``xprof.log`` in the directory served (file descriptor 2
+is pointed there while XProf loads and serves; jaxplace's own lines go to the terminal's
+stderr, and an error restores it before it is said). The URL printed opens the trace viewer
+on the newest trace session, which works offline; XProf's other tools draw their charts with
+Google Charts from www.gstatic.com and show none without a network.
 """
 from __future__ import annotations
 
@@ -40,18 +47,82 @@ def view(
     logdir = profile_logdir(path)
     if tensorboard:
         raise typer.Exit(_tensorboard(logdir, port))
-    server = xprof_server(logdir, port)
-    actual = server.bind_addr[1]
-    print(f"jaxplace: XProf for {path} at http://{HOST}:{actual}/  (listening on {HOST} only; "
-          "Ctrl-C to stop)", file=sys.stderr, flush=True)
-    _stop_on_signals()
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    print("jaxplace: XProf stopped", file=sys.stderr)
+    with QuietStderr(logdir / LOG) as out:
+        server = xprof_server(logdir, port, out)
+        actual = server.bind_addr[1]
+        print(f"jaxplace: XProf for {path} at {trace_viewer_url(logdir, actual)}  (listening on {HOST} "
+              "only; Ctrl-C to stop)", file=out, flush=True)
+        print(f"jaxplace: {OFFLINE}; XProf's own messages go to {out.log}", file=out, flush=True)
+        _stop_on_signals()
+        try:
+            server.serve()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+        print("jaxplace: XProf stopped", file=out, flush=True)
+
+
+LOG = "xprof.log"
+OFFLINE = ("offline, the trace viewer works (served from the installed xprof); XProf's other tools "
+           "draw their charts with Google Charts from www.gstatic.com and show none without a network")
+
+
+class QuietStderr:
+    """File descriptor 2 pointed at ``log`` (XProf's Python loggers hold ``sys.stderr``; its
+    C++ converters write to the descriptor), the terminal's stderr kept as the stream this
+    yields. An unwritable ``log`` (a read-only run directory) becomes a temporary file."""
+
+    def __init__(self, log: Path):
+        self.log = log
+        self._saved = -1
+
+    def __enter__(self):
+        import os
+        import tempfile
+
+        try:
+            fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError:
+            fd, name = tempfile.mkstemp(prefix="jaxplace-xprof-", suffix=".log")
+            self.log = Path(name)
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._out = os.fdopen(os.dup(2), "w", buffering=1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return self
+
+    def write(self, text: str) -> int:
+        return self._out.write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def __exit__(self, *exc):
+        import os
+
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)  # before an error is said: it goes to the terminal
+        os.close(self._saved)
+        self._out.close()
+        return False
+
+
+def trace_viewer_url(logdir: Path, port: int) -> str:
+    """The URL of XProf's trace viewer on the newest session (XProf names a session below a
+    sub-directory, a launch job's ``proc-<i>``, ``proc-<i>/<session>``); the root without one."""
+    from urllib.parse import quote
+
+    sessions = sorted((p for p in logdir.glob("**/plugins/profile/*") if p.is_dir()),
+                      key=lambda p: (p.name, str(p)), reverse=True)
+    if not sessions:
+        return f"http://{HOST}:{port}/"
+    top = sessions[0].parent.parent.parent.relative_to(logdir)
+    run = sessions[0].name if str(top) == "." else f"{top.as_posix()}/{sessions[0].name}"
+    # a frontend route lives under the plugin's prefix (``make_app``); measured in Chromium:
+    # this URL opens the Trace Viewer tool on that session, "/" opens the Overview Page
+    return f"http://{HOST}:{port}{PREFIX}/trace_viewer?run={quote(run, safe='')}&tag=trace_viewer"
 
 
 def _stop_on_signals() -> None:
@@ -114,8 +185,9 @@ def make_app(plugin):
     return application
 
 
-def xprof_server(logdir: Path, port: int):
-    """A cheroot server bound (not yet serving) to 127.0.0.1:``port`` with XProf's plugin."""
+def xprof_server(logdir: Path, port: int, out=None):
+    """A cheroot server bound (not yet serving) to 127.0.0.1:``port`` with XProf's plugin;
+    ``out``: where jaxplace's own lines go (default stderr)."""
     import logging
 
     try:
@@ -132,14 +204,14 @@ def xprof_server(logdir: Path, port: int):
     context.src_prefix = None
     plugin = profile_plugin_loader.ProfilePluginLoader().load(context)
     if plugin is None:
-        raise UsageError("XProf's profile plugin could not be loaded (see the warning above)")
+        raise UsageError(f"XProf's profile plugin could not be loaded (see {getattr(out, 'log', 'the warning above')})")
     app = make_app(plugin)
     for p in dict.fromkeys((port, 0)):
         server = wsgi.Server((HOST, p), app)
         try:
             server.prepare()  # binds and listens
             if p != port:
-                print(f"jaxplace: port {port} is busy; using {server.bind_addr[1]}", file=sys.stderr)
+                print(f"jaxplace: port {port} is busy; using {server.bind_addr[1]}", file=out or sys.stderr)
             return server
         except OSError as exc:
             last = exc

@@ -89,6 +89,7 @@ class Trace:
     files: list[str] = field(default_factory=list)
     note: str = ""
     cut: str = ""  # why the window closed: ops | seconds | watchdog | own trace | end ("": not cut)
+    steps: list[int] | None = None  # [first, last] marked steps inside the window (None: no step marked)
 
 
 @dataclass

@@ -17,13 +17,14 @@ from importlib import resources
 
 from jaxplace_cli import __version__
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.summary import kind_all, listed_sites
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import below, site_name
 from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.html_data import esc, payload, script_json
 from jaxplace_cli.report.html_tables import matrix, ops, processes, run_metadata, steps
-from jaxplace_cli.report.verdict import cost_text
+from jaxplace_cli.report.verdict import cost_text, severity_counts, small_note
 
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
@@ -68,20 +69,23 @@ def _header(result: AuditResult) -> str:
 def verdict_text(result: AuditResult) -> tuple[str, str]:
     """(css class, sentence): a budget's verdict first, else the worst finding's severity."""
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
-    found = ", ".join(f"{n} {s}{'s' if n > 1 else ''}" for s, n in counts.items() if n)
+    found = severity_counts(result.findings) if result.findings else ""
     if result.budget is not None and not result.budget.passed:
-        return "bad", f"budget FAILED ({len(result.budget.breaches)} breaches)" + (f"; findings: {found}" if found else "")
+        n = len(result.budget.breaches)
+        return "bad", f"budget FAILED ({n} breach{'es' if n != 1 else ''})" + (f"; findings: {found}" if found else "")
     cls = "bad" if counts["error"] else "warn" if counts["warning"] else "good"
     head = "budget passed; " if result.budget is not None else ""
-    return cls, head + (f"{len(result.findings)} findings: {found}" if result.findings else "no findings")
+    n = len(result.findings)
+    return cls, head + (f"{n} finding{'s' if n != 1 else ''}: {found}" if result.findings else "no findings")
 
 
 def _verdict(result: AuditResult) -> str:
     cls, text = verdict_text(result)
     s = result.summary
-    moved = " · ".join(f"{k} {s.totals[k].count:,} ({human_bytes(s.totals[k].bytes)})" for k in TRANSFER_KINDS)
+    moved = " · ".join(f"{k} {kind_all(s, k).count:,} ({human_bytes(kind_all(s, k).bytes)}"
+                       f"{small_note(s.small[k].count, kind_all(s, k).count, s.min_bytes)})" for k in TRANSFER_KINDS)
     out = [f'<section id="verdict"><h2>Verdict</h2><p class="verdict {cls}" id="verdict-text">{esc(text)}</p>',
-           f'<p>transfers ≥ {esc(human_bytes(s.min_bytes))}: {esc(moved)} · {s.ops_total:,} ops on '
+           f'<p id="verdict-moved">transfers: {esc(moved)} · {s.ops_total:,} ops on '
            f'{len(s.devices)} devices</p>']
     if result.budget is not None:
         out += [f'<p class="breach">{esc(b.message)}</p>' for b in result.budget.breaches]
@@ -164,18 +168,25 @@ def _findings(result: AuditResult, tl, sources: dict) -> str:
 
 def _sites(result: AuditResult, tl, sources: dict) -> str:
     s = result.summary
-    out = [f'<section id="sites"><h2>Top transfer sites (≥ {esc(human_bytes(s.min_bytes))}, by bytes)</h2>']
-    if not s.sites:
-        return out[0] + '<p>No transfer of at least that size.</p></section>'
+    out = [f'<section id="sites"><h2>Top transfer sites (by bytes; small: under {esc(human_bytes(s.min_bytes))} each)</h2>']
+    listed = listed_sites(s)
+    if not listed:
+        return out[0] + '<p>No transfer was recorded at a site.</p></section>'
     out.append('<table class="sites"><thead><tr><th>site</th><th>kind</th><th>count</th><th>bytes</th>'
                '<th>how</th><th>api</th><th>routes</th><th>moments</th></tr></thead><tbody>')
-    for i, t in enumerate(s.sites):
+    # the timeline's moments are per site: "site:i" of ``sites``, "site:si" of ``small_sites``
+    index = {id(t): str(i) for i, t in enumerate(s.sites)} | {id(t): f"s{i}" for i, t in enumerate(s.small_sites)}
+    for t in listed:
+        i = index[id(t)]
+        key = f"site:{i}"
         how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
-        total = tl.moments.get(f"site:{i}", {}).get("total", 0) if tl is not None else 0
-        out.append(f'<tr class="site-row" id="site-{i}"{_moment_attr(tl, f"site:{i}")}>'
+        total = tl.moments.get(key, {}).get("total", 0) if tl is not None else 0
+        small = f' <span class="small">({"all" if not t.count else f"{t.small_count:,}"} small)</span>' if t.small_count else ""
+        out.append(f'<tr class="site-row" id="site-{i}"{_moment_attr(tl, key)}>'
                    f'<td><span class="site" title="{esc(t.file)}">{esc(below(t.file))}:{t.line}</span>'
                    f'{_source(sources, t.file, t.line)}</td><td class="k-{esc(t.kind)}">{esc(t.kind)}</td>'
-                   f'<td class="num">{t.count:,}</td><td class="num">{esc(human_bytes(t.bytes))}</td>'
+                   f'<td class="num" data-count="{t.all_count}" data-small-count="{t.small_count}">{t.all_count:,}{small}</td>'
+                   f'<td class="num">{esc(human_bytes(t.all_bytes))}</td>'
                    f'<td>{esc(how)}</td><td>{esc(t.api)}</td><td>{esc(", ".join(t.routes))}</td>'
                    f'<td class="num">{total:,}</td></tr>')
     return "\n".join(out) + "</tbody></table></section>"

@@ -52,13 +52,16 @@ def payload(result: AuditResult, tl) -> dict:
     stepchart = {"kinds": list(TRANSFER_KINDS),
                  "counts": {k: v.counts for k, v in result.step_transfers.items()},
                  "bytes": {k: v.bytes for k, v in result.step_transfers.items()},
-                 "warmup": info.warmup if info is not None else 0}
+                 "warmup": info.warmup if info is not None else 0,
+                 "numbers": [st.number for st in info.steps] if info is not None else []}  # the script's
     if tl is None:
         return {"timeline": None, "stepchart": stepchart}
     o, t = tl.ops, tl.transfers
     labels = {f"finding:{i}": f"{f.rule}" + (f" at {below(f.file)}:{f.line}" if f.file else "")
               for i, f in enumerate(result.findings)}
     labels.update({f"site:{i}": f"{s.kind} at {below(s.file)}:{s.line}" for i, s in enumerate(result.summary.sites)})
+    labels.update({f"site:s{i}": f"{s.kind} at {below(s.file)}:{s.line} (small)"
+                   for i, s in enumerate(result.summary.small_sites)})
     devices = {f"finding:{i}": list(f.devices) for i, f in enumerate(result.findings)}
     d = tl.detail
     return {

@@ -3,11 +3,13 @@
 The matrix is the audit's own route totals (``Summary.routes``) laid out source × destination,
 so its totals are the audit JSON's ``transfers.totals`` and ``transfers.small`` by
 construction; every cell carries its numbers as ``data-*`` attributes (the browser test reads
-them back).
+them back). A cell shows every transfer of known size, the small ones marked (issue 26: a
+route of 9,000 64-byte bounces read "0" when the cell showed only those of ``min_bytes``).
 """
 from __future__ import annotations
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.summary import kind_all
 from jaxplace_cli.model.events import HOST, TRANSFER_KINDS
 from jaxplace_cli.model.sizes import human_bytes, human_ns
 from jaxplace_cli.report.html_data import esc
@@ -32,8 +34,8 @@ def matrix(result: AuditResult) -> str:
         c[4] += r.small_bytes
         c[5] += r.unknown_size
     out = [f'<section id="matrix"><h2>Transfer matrix</h2><p>Rows: source, columns: destination. '
-           f'Each cell: transfers of at least {esc(human_bytes(s.min_bytes))} (count · bytes), then the '
-           'smaller ones and those of unknown size. Totals are the audit\'s.</p>']
+           'Each cell: every transfer of known size (count · bytes), how many of them were small '
+           f'(under {esc(human_bytes(s.min_bytes))} each), then those of unknown size. Totals are the audit\'s.</p>']
     if not ends:
         return out[0] + "<p>No transfers were recorded.</p></section>"
     out.append('<table class="matrix" id="matrix-table"><thead><tr><th>src \\ dst</th>'
@@ -46,20 +48,21 @@ def matrix(result: AuditResult) -> str:
                 row.append('<td class="empty"></td>')
                 continue
             kinds = ",".join(sorted(c[0]))
-            small = f'<div class="small">+{c[3]:,} small · {esc(human_bytes(c[4]))}</div>' if c[3] else ""
+            small = (f'<div class="small">{"all" if not c[1] else f"{c[3]:,}"} small · '
+                     f'{esc(human_bytes(c[4]))}</div>' if c[3] else "")
             unknown = f'<div class="small">+{c[5]:,} size unknown</div>' if c[5] else ""
             row.append(f'<td class="cell k-{esc(kinds)}" data-src="{esc(src)}" data-dst="{esc(dst)}" '
                        f'data-kind="{esc(kinds)}" data-count="{c[1]}" data-bytes="{c[2]}" '
                        f'data-small-count="{c[3]}" data-small-bytes="{c[4]}" data-unknown="{c[5]}">'
-                       f'<b>{c[1]:,}</b> · {esc(human_bytes(c[2]))}{small}{unknown}</td>')
+                       f'<b>{c[1] + c[3]:,}</b> · {esc(human_bytes(c[2] + c[4]))}{small}{unknown}</td>')
         out.append("".join(row) + "</tr>")
     out.append('</tbody></table><table class="totals" id="matrix-totals"><thead><tr><th>kind</th><th>count</th>'
-               '<th>bytes</th><th>small</th><th>small bytes</th><th>size unknown</th></tr></thead><tbody>')
+               '<th>bytes</th><th>of them small</th><th>small bytes</th><th>size unknown</th></tr></thead><tbody>')
     for k in TRANSFER_KINDS:
-        t, sm = s.totals[k], s.small[k]
+        t, sm, both = s.totals[k], s.small[k], kind_all(s, k)
         out.append(f'<tr data-kind="{k}" data-count="{t.count}" data-bytes="{t.bytes}" data-small-count="{sm.count}" '
-                   f'data-small-bytes="{sm.bytes}"><td class="k-{k}">{k}</td><td class="num">{t.count:,}</td>'
-                   f'<td class="num">{esc(human_bytes(t.bytes))} ({t.bytes:,} B)</td><td class="num">{sm.count:,}</td>'
+                   f'data-small-bytes="{sm.bytes}"><td class="k-{k}">{k}</td><td class="num">{both.count:,}</td>'
+                   f'<td class="num">{esc(human_bytes(both.bytes))} ({both.bytes:,} B)</td><td class="num">{sm.count:,}</td>'
                    f'<td class="num">{sm.bytes:,} B</td><td class="num">{s.unknown_size.get(k, 0):,}</td></tr>')
     return "\n".join(out) + "</tbody></table></section>"
 
@@ -107,6 +110,13 @@ def _list(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _steps_text(steps) -> str:
+    """``, steps 52-53``: the marked steps inside the trace window (run.json ``trace.steps``)."""
+    if not (isinstance(steps, list) and len(steps) == 2 and all(isinstance(x, int) for x in steps)):
+        return ""
+    return f", step {steps[0]}" if steps[0] == steps[1] else f", steps {steps[0]}-{steps[1]}"
+
+
 def run_metadata(result: AuditResult) -> str:
     """The manifest's facts; any field may be missing or of another type (a hand-edited run)."""
     m = result.manifest.to_dict() if hasattr(result.manifest, "to_dict") else result.manifest
@@ -121,7 +131,8 @@ def run_metadata(result: AuditResult) -> str:
         ("command", " ".join(map(str, _list(m.get("command"))))),
         ("script", " ".join(map(str, _list(m.get("argv"))))),
         ("working directory", m.get("cwd")),
-        ("status", f"{m.get('status')} (exit {m.get('exit_code')})" + (f": {m['error']}" if m.get("error") else "")),
+        ("status", ("killed before it finished (no exit code)" if m.get("status") == "running" and m.get("exit_code") is None
+                    else f"{m.get('status')} (exit {m.get('exit_code')})") + (f": {m['error']}" if m.get("error") else "")),
         ("started / ended", f"{m.get('started', '?')} / {m.get('ended', '?')}"),
         ("versions", f"jaxplace {m.get('tool_version', '?')}, python {m.get('python', '?')}, "
                      f"jax {m.get('jax_version', '?')}, jaxlib {m.get('jaxlib_version', '?')}"),
@@ -134,7 +145,8 @@ def run_metadata(result: AuditResult) -> str:
         ("hooks unavailable", ", ".join(map(str, _list(hooks.get("unavailable"))))),
         ("events", f"{ev.get('ops', '?')} ops, {ev.get('transfers', '?')} transfers, "
                    f"{ev.get('lost_rows', 0)} lost" if ev else ""),
-        ("jax.profiler trace", f"{trace.get('mode')} ({trace.get('state')}, {trace.get('traced_ops', 0)} ops): "
+        ("jax.profiler trace", f"{trace.get('mode')} ({trace.get('state')}, {trace.get('traced_ops', 0)} ops"
+                               f"{_steps_text(trace.get('steps'))}): "
                                f"open it with jaxplace view {result.path}" if trace.get("files") else
                                (f"{trace.get('mode')} ({trace.get('state')})" if trace else "")),
     ]

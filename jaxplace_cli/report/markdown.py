@@ -7,6 +7,7 @@ the tables last. Every input-derived string goes through model/safe.py.
 from __future__ import annotations
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.summary import kind_all, listed_sites
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import site_name
 from jaxplace_cli.model.sizes import human_bytes
@@ -52,15 +53,18 @@ def _findings(result: AuditResult, cap: int | None) -> list[str]:
 
 def _tables(result: AuditResult, cap: int | None) -> list[str]:
     s = result.summary
-    out = ["| kind | count | bytes | small (< min) |", "|---|---:|---:|---:|"]
-    for kind, tot in s.totals.items():
-        out.append(f"| {safe.markdown(kind)} | {tot.count:,} | {human_bytes(tot.bytes)} | {s.small[kind].count:,} |")
-    if s.sites:
+    out = [f"| kind | count | bytes | of them small (< {human_bytes(s.min_bytes)}) |", "|---|---:|---:|---:|"]
+    for kind in s.totals:
+        both = kind_all(s, kind)
+        out.append(f"| {safe.markdown(kind)} | {both.count:,} | {human_bytes(both.bytes)} | {s.small[kind].count:,} |")
+    listed = listed_sites(s)
+    if listed:
         out += ["", "| site | kind | count | bytes | how | api |", "|---|---|---:|---:|---|---|"]
-        for t in s.sites if cap is None else s.sites[:cap]:
+        for t in listed if cap is None else listed[:cap]:
             how = ("implicit" if t.implicit else "explicit") + (", blocking" if t.blocking else "")
-            out.append(f"| {safe.code_span(site_name(t.file, t.line), table=True)} | {safe.markdown(t.kind)} | {t.count:,} | "
-                       f"{human_bytes(t.bytes)} | {how} | {safe.code_span(t.api, table=True)} |")
+            small = f" ({'all' if not t.count else f'{t.small_count:,}'} small)" if t.small_count else ""
+            out.append(f"| {safe.code_span(site_name(t.file, t.line), table=True)} | {safe.markdown(t.kind)} | "
+                       f"{t.all_count:,}{small} | {human_bytes(t.all_bytes)} | {how} | {safe.code_span(t.api, table=True)} |")
     return out
 
 

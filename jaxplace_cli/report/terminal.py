@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.summary import kind_all, listed_sites
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import below, file_name
 from jaxplace_cli.model.sizes import human_bytes, human_ns
@@ -65,8 +66,11 @@ def _see_it(result: AuditResult, console: Console) -> None:
     where = safe.plain(result.path)
     trace = getattr(result.manifest, "trace", None)
     window = trace is not None and bool(trace.files)
+    steps = getattr(trace, "steps", None) if window else None
+    steps = steps if isinstance(steps, list) and len(steps) == 2 else None  # a hand-edited run.json
+    covers = (f", steps {steps[0]}-{steps[1]}" if steps[0] != steps[1] else f", step {steps[0]}") if steps else ""
     console.print(Text(f"see it: jaxplace report {where} -o report.html"
-                       + (f"   (its jax.profiler window: jaxplace view {where})" if window else ""),
+                       + (f"   (its jax.profiler window{covers}: jaxplace view {where})" if window else ""),
                        style="dim"))
 
 
@@ -75,12 +79,19 @@ def _header(result: AuditResult, console: Console) -> None:
     console.print(Text(f"jaxplace audit · {safe.plain(result.path)}", style="bold"))
     if result.source == "run":
         argv = safe.plain(" ".join(str(a) for a in m.argv))
-        console.print(Text(f"script: {argv}   status: {safe.plain(m.status)} (exit "
-                           f"{safe.plain(m.exit_code)})   policy: {safe.plain(m.policy)}   "
+        console.print(Text(f"script: {argv}   status: {status_text(m)}   policy: {safe.plain(m.policy)}   "
                            f"jax {safe.plain(m.jax_version or '?')}"))
     console.print(Text(f"devices: {safe.plain(', '.join(s.devices)) or 'none recorded'}"))
     for note in result.notes:
         console.print(_indented(Text(f"note: {safe.plain(note)}", style="dim"), 0))
+
+
+def status_text(m) -> str:
+    """``complete (exit 0)``; a run whose process died before jaxplace saved it (SIGKILL, the
+    OOM killer) has no exit code to show: ``killed before it finished (no exit code)``."""
+    if m.status == "running" and m.exit_code is None:
+        return "killed before it finished (no exit code)"
+    return f"{safe.plain(m.status)} (exit {safe.plain(m.exit_code)})"
 
 
 def _budget(result: AuditResult, console: Console) -> None:
@@ -167,17 +178,17 @@ def _table(title: str) -> Table:
 
 def _tables(result: AuditResult, console: Console, verbose: bool) -> None:
     s = result.summary
-    t = _table(f"Transfers (≥ {human_bytes(s.min_bytes)}; smaller counted apart)")
-    for col in ("kind", "count", "bytes", "small (<min)", "size unknown"):
+    t = _table(f"Transfers (small: under {human_bytes(s.min_bytes)} each)")
+    for col in ("kind", "count", "bytes", "of them small", "size unknown"):
         t.add_column(col, justify="left" if col == "kind" else "right", overflow="fold")
-    for kind, tot in s.totals.items():
-        sm = s.small[kind]
-        t.add_row(safe.plain(kind), f"{tot.count:,}", f"{human_bytes(tot.bytes)} ({tot.bytes:,} B)",
+    for kind in s.totals:
+        sm, both = s.small[kind], kind_all(s, kind)
+        t.add_row(safe.plain(kind), f"{both.count:,}", f"{human_bytes(both.bytes)} ({both.bytes:,} B)",
                   f"{sm.count:,} · {human_bytes(sm.bytes)}", f"{s.unknown_size.get(kind, 0):,}")
     console.print(t)
     _offload(console, s)
     _routes(console, s)
-    if s.sites:
+    if s.sites or s.small_sites:
         _sites(console, s)
     _ops_table(console, s, "Ops per device")
     _steps(console, result)
@@ -191,15 +202,18 @@ def _sites(console: Console, s) -> None:
     paths that would not leave room for the other columns are shown as file names."""
     narrow = console.width < 110  # routes are also in "Transfers per route"
     room = max(console.width - (46 if narrow else 60), 16)
-    names = [site_text(x.file, x.line, room) for x in s.sites]
-    st = _table("Top transfer sites (by bytes)")
+    listed = listed_sites(s)
+    names = [site_text(x.file, x.line, room) for x in listed]
+    st = _table(f"Top transfer sites (by bytes; small: under {human_bytes(s.min_bytes)} each)")
     st.add_column("site", no_wrap=True, min_width=max(len(n) for n in names))
     for col in ("kind", "count", "bytes", "how", "api") + (() if narrow else ("route",)):
         st.add_column(col, justify="right" if col in ("count", "bytes") else "left",
                       no_wrap=col in ("kind", "count", "bytes"), overflow="fold")
-    for name, site in zip(names, s.sites):
+    for name, site in zip(names, listed):
         how = ("implicit" if site.implicit else "explicit") + (", blocking" if site.blocking else "")
-        st.add_row(name, safe.plain(site.kind), f"{site.count:,}", human_bytes(site.bytes), how, safe.plain(site.api),
+        count = f"{site.all_count:,}" + (f" ({'all' if not site.count else f'{site.small_count:,}'} small)"
+                                         if site.small_count else "")
+        st.add_row(name, safe.plain(site.kind), count, human_bytes(site.all_bytes), how, safe.plain(site.api),
                    *(() if narrow else (safe.plain(", ".join(site.routes)),)))
     console.print(st)
 
@@ -240,11 +254,12 @@ def _routes(console: Console, s) -> None:
     if not s.routes or (len(s.routes) < 2 and not any(r.unknown_size for r in s.routes)):
         return
     rt = _table("Transfers per route")
-    for col in ("kind", "route", "count", "bytes", "small (<min)", "size unknown", "blocking"):
+    for col in ("kind", "route", "count", "bytes", "of them small", "size unknown", "blocking"):
         rt.add_column(col, justify="left" if col in ("kind", "route") else "right", overflow="fold",
                       no_wrap=col != "size unknown")
     for r in s.routes:
-        rt.add_row(safe.plain(r.kind), safe.plain(f"{r.src} → {r.dst}"), f"{r.count:,}", human_bytes(r.bytes),
+        rt.add_row(safe.plain(r.kind), safe.plain(f"{r.src} → {r.dst}"), f"{r.count + r.small_count:,}",
+                   human_bytes(r.bytes + r.small_bytes),
                    f"{r.small_count:,} · {human_bytes(r.small_bytes)}", f"{r.unknown_size:,}",
                    f"{r.blocking:,}")
     console.print(rt)

@@ -3,6 +3,7 @@ they say the same thing in the same order."""
 from __future__ import annotations
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.summary import kind_all, listed_sites
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import site_name
 from jaxplace_cli.model.severity import SEVERITIES
@@ -31,14 +32,25 @@ def verdict_parts(result: AuditResult) -> list[str]:
     counts = severity_counts(result.findings)
     parts.append(counts if counts == "no findings" else f"findings: {counts}")
     s = result.summary
-    if s.sites:
-        top = max(s.sites, key=lambda x: (x.bytes, x.count))
+    listed = listed_sites(s, 1)
+    if listed:
+        top = listed[0]
         how = "implicit" if top.implicit else "explicit"
-        parts.append(f"biggest transfer cost: {human_bytes(top.bytes)} {safe.plain(top.kind)} at "
-                     f"{safe.plain(site_name(top.file, top.line))} ({top.count:,}×, {how})")
+        parts.append(f"biggest transfer cost: {human_bytes(top.all_bytes)} {safe.plain(top.kind)} at "
+                     f"{safe.plain(site_name(top.file, top.line))} ({top.all_count:,}×, {how}"
+                     f"{small_note(top.small_count, top.all_count, s.min_bytes)})")
+    elif any(kind_all(s, k).count for k in s.totals) or any(s.unknown_size.values()):
+        parts.append("no transfer site recorded")  # a foreign trace: kinds, no sites
     else:
-        parts.append(f"no transfer site of {human_bytes(s.min_bytes)} or more")
+        parts.append("no transfers")
     return parts
+
+
+def small_note(small: int, total: int, min_bytes: int) -> str:
+    """``, all < 1.0 KiB`` / ``, 200 of them < 1.0 KiB`` / "": small transfers marked, never dropped."""
+    if not small:
+        return ""
+    return f", {'all' if small == total else f'{small:,} of them'} < {human_bytes(min_bytes)}"
 
 
 def by_rule(findings) -> list[tuple[str, list]]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from collections import defaultdict
 
-from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
+from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings, ops_text
 from jaxplace_cli.analysis.rules.base import INFO, Finding, container_seqs, ids
 from jaxplace_cli.model.events import OP_JIT
 from jaxplace_cli.store import queries
@@ -116,7 +116,7 @@ def idle_device(run, cfg):
     if len(used) >= 2:  # the script itself spread its work over devices and skipped some
         copying = queries.transfer_endpoints(run.store)
         return balance_findings(loads, devices, cfg, TIME_KIND, select=("idle-device",),
-                                copying=copying)
+                                copying=copying, table_ops=table_ops(run))
     if _committed(run):
         return []  # the script chose its one device (device_put(x, device))
     chains = independent_chains(run)
@@ -127,7 +127,7 @@ def idle_device(run, cfg):
     return [Finding(
         "idle-device", INFO,
         f"{len(idle)} of {len(devices)} devices ran no ops ({', '.join(idle)}) while {used[0]} "
-        f"ran all {loads[used[0]].ops} ops: nothing chose a device, so JAX put everything on its "
+        f"ran all {ops_text(loads[used[0]].ops, table_ops(run), used)}: nothing chose a device, so JAX put everything on its "
         f"default device, yet the {calls} calls of {name} form {n_chains} independent chains "
         f"(no call reads another chain's results) that could run side by side",
         file, line, count=len(idle),
@@ -135,6 +135,17 @@ def idle_device(run, cfg):
             "stays on the device of its first op), or `with jaxplace_cli.device_placement(\"rr\"):` "
             "around the loop; or shard the data (jax.sharding)",
         devices=idle)]
+
+
+def table_ops(run) -> dict[str, int]:
+    """Ops per device as the audit's ops table counts them (``summary.summarize``'s query: an
+    op on several devices counts on each)."""
+    out: dict[str, int] = defaultdict(int)
+    for d in queries.ops_per_devices(run.store):
+        for dev in d.devices.split(","):
+            if dev:
+                out[dev] += d.count
+    return out
 
 
 def _committed(run) -> bool:

@@ -36,6 +36,13 @@ def _extend(node, dev, bit):
     return (dev, node[1] + 1, node[2] | bit, node)
 
 
+def _small(chains, min_bytes: int) -> str:
+    """``, all under 1.0 KiB`` / ``, 200 under 1.0 KiB`` / "": the small moves are counted, and said."""
+    n = sum(1 for c in chains for m in c.moves if m[2] < min_bytes)
+    total = sum(len(c.moves) for c in chains)
+    return "" if not n else f", {'all' if n == total else f'{n:,}'} under {human_bytes(min_bytes)}"
+
+
 def pingpong(run, cfg) -> list[Finding]:
     # long: one pass over the data flow, then the findings; split, the pass's state would be threaded through
     """Data that leaves a device and comes back (A -> B -> A), along buffer lineage.
@@ -119,13 +126,15 @@ def pingpong(run, cfg) -> list[Finding]:
     out = []
     for devs, group in by_devices.items():
         legs = defaultdict(lambda: [0, 0, 0])  # (src, dst, site) -> count, bytes, returns
-        n_ret = ret_bytes = 0
+        n_ret = ret_bytes = n_all = all_bytes = 0
         for c in group:
             for src, dst, nbytes, sid, returning in c.moves:
                 leg = legs[(src, dst, sid)]
                 leg[0] += 1
                 leg[1] += nbytes
                 leg[2] += returning
+                n_all += 1
+                all_bytes += nbytes
                 if returning:
                     n_ret += 1
                     ret_bytes += nbytes
@@ -138,14 +147,17 @@ def pingpong(run, cfg) -> list[Finding]:
         for (src, dst, sid), (n, b, _r) in legs.items():  # in the order the data took them
             f, ln, _ = site_of(sites, sid)
             rel.append({"file": f, "line": ln,
-                        "role": f"leg {src}->{dst}: {n} transfers, {human_bytes(b)}"})
-            parts.append(f"{src}->{dst} at {short(f, ln)} x{n}")
+                        "role": f"leg {src}->{dst}: {n:,} transfers, {human_bytes(b)}"})
+            parts.append(f"{src}->{dst} at {short(f, ln)} x{n:,}")
         arrays = "1 array" if len(group) == 1 else f"{len(group)} arrays"
+        # the legs add up to the transfers; the round trips are those of them that returned
+        # (the cost, and what --max-pingpong limits): one set of numbers (issue 26)
         out.append(Finding(
             "pingpong", ERROR,
-            f"data bounced between {' and '.join(devs)}: {n_ret} round trips "
+            f"data bounced between {' and '.join(devs)}: {n_ret:,} round trip{'s' if n_ret != 1 else ''} "
             f"({human_bytes(ret_bytes)} moved back to a device it had left) along the data "
-            f"flow of {arrays}; legs: " + ", ".join(parts),
+            f"flow of {arrays}, in {n_all:,} transfers ({human_bytes(all_bytes)}"
+            f"{_small(group, cfg.min_bytes)}); legs: " + ", ".join(parts),
             file, line, n_ret, ret_bytes,
             fix="keep the chain on one device (pin the ops with --policy pin:DEVICE or a rules "
                 "file), or move the data once and leave it there",

@@ -238,7 +238,7 @@
       var t = T(mx), tol = 5 * (view.v1 - view.v0) / (W() - LABEL_W);
       if (my < TOP && my >= 14 && nSteps) {
         for (var s = 0; s < nSteps; s++) if (stepStart[s] <= t && t <= stepEnd[s]) {
-          return ['step ' + s + (TL.steps.labels[s] ? ': ' + TL.steps.labels[s] : '') + (s < TL.steps.warmup ? ' (warm-up)' : ''),
+          return [(TL.steps.labels[s] || 'step ' + (s + 1)) + (s < TL.steps.warmup ? ' (warm-up)' : ''),
             fmtNs(stepStart[s]) + ' \u2013 ' + fmtNs(stepEnd[s]) + ' (' + fmtNs(stepEnd[s] - stepStart[s]) + ')'];
         }
         return null;
@@ -401,7 +401,7 @@
     canvas.addEventListener('mousemove', function (e) {
       var rect = canvas.getBoundingClientRect(), i = stepAt(e.clientX - rect.left);
       if (i < 0) { tip.hidden = true; return; }
-      var lines = ['step ' + i + (i < S.warmup ? ' (warm-up)' : '')];
+      var lines = ['step ' + (S.numbers && S.numbers[i] != null ? S.numbers[i] : i + 1) + (i < S.warmup ? ' (warm-up)' : '')];
       kinds.forEach(function (k) { lines.push(k + ': ' + ((S.counts[k] || [])[i] || 0) + ' (' + fmtBytes((S.bytes[k] || [])[i] || 0) + ')'); });
       showTip(tip, box, lines, e.clientX - rect.left, e.clientY - rect.top);
     });
