@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, jaxplace
+from conftest import SCRIPTS, child_env, cli, jaxplace
 
 STEPS = SCRIPTS / "faults" / "steps.py"
 
@@ -50,7 +50,7 @@ def run_cmd(out, *args, **popen) -> subprocess.Popen:
 
 
 def loss_finding(run_dir) -> dict | None:
-    proc = jaxplace("audit", run_dir, "--format", "json")
+    proc = cli("audit", run_dir, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     found = [f for f in json.loads(proc.stdout)["findings"] if f["rule"] == "recording-incomplete"]
     assert len(found) <= 1
@@ -60,22 +60,22 @@ def loss_finding(run_dir) -> dict | None:
 def assert_every_command_says_it(run_dir, lost: int, scratch: Path) -> None:
     """audit, a budget gate, diff (and its gate), report, export and suggest name the loss;
     the gates fail."""
-    text = jaxplace("audit", run_dir, "--format", "text")
+    text = cli("audit", run_dir, "--format", "text")
     assert text.returncode == 0 and "recording-incomplete" in text.stdout, text.stderr
     assert f"lost {lost:,} of" in " ".join(text.stdout.split())
-    gate = jaxplace("audit", run_dir, "--max-h2d", 10**9, "--format", "text")
+    gate = cli("audit", run_dir, "--max-h2d", 10**9, "--format", "text")
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "Budget FAILED" in gate.stdout and f"lost {lost:,} of" in " ".join(gate.stdout.split())
-    diff = jaxplace("diff", run_dir, run_dir, "--fail-on-increase", 50)
+    diff = cli("diff", run_dir, run_dir, "--fail-on-increase", 50)
     assert diff.returncode == 1 and f"lost {lost:,} of" in diff.stderr, diff.stdout + diff.stderr
     assert f"lost {lost:,} of" in " ".join(diff.stdout.split())
     html = scratch / "report.html"
-    report = jaxplace("report", run_dir, "-o", html)
+    report = cli("report", run_dir, "-o", html)
     assert report.returncode == 0 and f"lost {lost:,} of" in html.read_text(), report.stderr
     trace = scratch / "trace.json"
-    export = jaxplace("export", run_dir, "--perfetto", trace)
+    export = cli("export", run_dir, "--perfetto", trace)
     assert export.returncode == 0 and f"lost {lost:,} of" in trace.read_text(), export.stderr
-    suggest = jaxplace("suggest", run_dir)
+    suggest = cli("suggest", run_dir)
     assert f"lost {lost:,} of" in " ".join(suggest.stdout.split()), suggest.stdout + suggest.stderr
 
 
@@ -224,7 +224,7 @@ def test_writer_killed_loss_is_exact(tmp_path):
     assert ev["lost_rows"] == ops + transfers - s_ops - s_transfers > 0
     f = loss_finding(out)
     assert f["count"] == ev["lost_rows"] and "writer process died" in f["message"]
-    gate = jaxplace("audit", out, "--max-d2h", 10**9)
+    gate = cli("audit", out, "--max-d2h", 10**9)
     assert gate.returncode == 1, gate.stdout + gate.stderr
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, jaxplace
+from conftest import SCRIPTS, child_env, cli
 
 # XLA compiles are most of these children's CPU; nothing here depends on them (conftest.py)
 pytestmark = pytest.mark.compile_cache
@@ -74,7 +74,7 @@ def test_signal_ends_the_run_like_python_with_nothing_lost(tmp_path, name):
     # at any bytecode, inside a hook too, so the last step may be cut anywhere
     assert abs(2 * ev["transfers"] - 3 * (ev["ops"] - 1)) <= 8, ev
     if name == "SIGHUP":  # what used to lose its tail: the audit finds nothing lost
-        doc = json.loads(jaxplace("audit", run, "--format", "json").stdout)
+        doc = json.loads(cli("audit", run, "--format", "json").stdout)
         assert not [f for f in doc["findings"] if f["rule"] == "recording-incomplete"]
 
 
@@ -152,7 +152,7 @@ def test_sigkill_loses_at_most_the_promised_last_quarter_second(tmp_path):
         for (proc, clock, out), (t_kill, writers) in zip(trials, kills):
             losses.append(round(_lost_seconds(proc, t_kill, writers, clock, out), 3))
     # the killed run says it is incomplete (its writer's own counts: nothing handed on was lost)
-    doc = json.loads(jaxplace("audit", trials[0][2], "--format", "json").stdout)
+    doc = json.loads(cli("audit", trials[0][2], "--format", "json").stdout)
     (f,) = [f for f in doc["findings"] if f["rule"] == "recording-incomplete"]
     assert "without finalising" in f["message"] and f["count"] == 0
     print("SIGKILL losses (s):", sorted(losses))

@@ -130,6 +130,9 @@ def test_walkthrough_audit_names_the_mask_and_not_the_loader(walkthrough):
     out = " ".join(proc.stdout.split())  # the text report wraps its lines
     assert "argument `mask` of jit(step): the same float32[64,64] host array" in out
     assert "argument `batch`" not in out and "new host data at every call" in out
+    # the loader's info is a group of its own, never under the mask's warning heading
+    headings = [ln for ln in proc.stdout.splitlines() if ln.startswith(("warning implicit", "info implicit"))]
+    assert headings == ["warning implicit-h2d-in-loop · 1 site", "info implicit-h2d-in-loop · 1 site"], headings
 
 
 def test_clean_twin_the_mask_put_once_gets_no_warning(tmp_path):

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import audit_json, child_env, jaxplace, python
+from conftest import audit_json, child_env, cli, jaxplace, python
 
 from jaxplace_cli.capture.jaxhooks import dispatch
 from jaxplace_cli.capture.jaxhooks.state import CallSpec, active, tls
@@ -190,5 +190,5 @@ def test_under_jaxplace_run_the_program_prints_what_python_prints(tmp_path, capt
     report = audit_json(tmp_path / "run")
     lost = [f for f in report["findings"] if f["rule"] == "recording-incomplete"]
     assert lost and lost[0]["severity"] == "error" and "calls not recorded" in lost[0]["message"]
-    code = jaxplace("audit", tmp_path / "run", "--max-d2d", "1000").returncode
+    code = cli("audit", tmp_path / "run", "--max-d2d", "1000").returncode
     assert code == 1

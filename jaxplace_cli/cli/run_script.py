@@ -111,18 +111,22 @@ def _end(session, outcome, gate, quiet: bool) -> None:
 
 def _placer(policy, device_spec, on_policy_error, granularity, n_devices):
     """The placement engine, checked before the run directory exists: `--devices two`,
-    `--devices gpu` on a CPU-only machine and `pin:cpu:7` with 4 devices are one line, and
-    nothing is created."""
-    from jaxplace_cli.integrations.placement import make_placer
+    `--devices gpu` on a CPU-only machine, `pin:cpu:7` with 4 devices and a typo in a rules
+    file are one line, and nothing is created. The checks import no JAX (the engine does:
+    1.5 s of CPU here), so a typo costs what starting Python costs."""
     from jaxplace_cli.placement import PolicyLoadError
-    from jaxplace_cli.placement.policies import check_before_run
+    from jaxplace_cli.placement.devices import parse_device_spec
+    from jaxplace_cli.placement.policies import check_before_run, load_policy
 
     try:
-        placer = make_placer(policy, device_spec, on_policy_error, granularity)
-        check_before_run(placer.policy, placer.device_names, n_devices, on_policy_error)
+        loaded = load_policy(policy)
+        names = parse_device_spec(device_spec) if device_spec else None
+        check_before_run(loaded, names, n_devices, on_policy_error)
+        from jaxplace_cli.integrations.placement import make_placer
+
+        return make_placer(loaded, names, on_policy_error, granularity)
     except (PolicyLoadError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    return placer
 
 
 def _check_budget(run_dir, gate, script_code: int) -> int:

@@ -54,16 +54,19 @@ def small_note(small: int, total: int, min_bytes: int) -> str:
 
 
 def by_rule(findings) -> list[tuple[str, list]]:
-    """Findings grouped by rule: the rule with the worst severity (then most bytes, most
-    count) first; within a rule, worst and most costly first."""
+    """Findings grouped by rule and severity (a rule that warns on one site and only informs
+    on another, as implicit-h2d-in-loop does for a re-uploaded array and a data loader, is two
+    groups: a heading never calls an info a warning): the worst severity (then most bytes, most
+    count) first; within a group, most costly first."""
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    groups: dict[str, list] = {}
+    groups: dict[tuple[str, str], list] = {}
     for f in findings:
-        groups.setdefault(f.rule, []).append(f)
+        groups.setdefault((f.rule, f.severity), []).append(f)
     for g in groups.values():
-        g.sort(key=lambda f: (order.get(f.severity, 9), -f.bytes, -f.count))
-    return sorted(groups.items(), key=lambda kv: (order.get(kv[1][0].severity, 9),
-                                                  -sum(f.bytes for f in kv[1]), -sum(f.count for f in kv[1]), kv[0]))
+        g.sort(key=lambda f: (-f.bytes, -f.count))
+    ranked = sorted(groups.items(), key=lambda kv: (order.get(kv[0][1], 9), -sum(f.bytes for f in kv[1]),
+                                                    -sum(f.count for f in kv[1]), kv[0][0]))
+    return [(rule, group) for (rule, _), group in ranked]
 
 
 def cost_text(f) -> str:
