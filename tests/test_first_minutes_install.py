@@ -6,7 +6,9 @@ installed package: its console script, its C extensions, its package data (the H
 script and style in report/assets). The fresh environment first has none of jaxplace's
 dependencies: `python -m jaxplace_cli` there is one line saying how to install, not an internal
 error. Then a .pth file makes this (dev) environment's site-packages visible to it, so nothing
-is downloaded, and the installed jaxplace records a sample, audits it and writes the HTML page.
+is downloaded, and the installed jaxplace records the new-user walkthrough's training script
+(a NumPy loader and a constant mask: `run`'s verdict names the mask, not the loader), audits it
+and writes the HTML page.
 
 The wheel is built without build isolation when this environment has setuptools >= 77 (what
 pyproject.toml asks for; `make install` puts it there), else pip builds it in an isolated
@@ -22,7 +24,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from conftest import REPO, SAMPLES
+from conftest import REPO
+from test_loader_uploads import TRAIN
 
 
 def _setuptools_ok() -> bool:
@@ -93,17 +96,23 @@ def test_a_wheel_from_the_checkout_installs_records_audits_and_renders(tmp_path)
     native = bool(list((REPO / "jaxplace_cli" / "capture").glob("_native*.so")))
     assert bool(list(package.glob("capture/_native*.so")) and list(package.glob("model/_packed*.so"))) == native
 
-    shutil.copy2(SAMPLES / "pingpong_eager.py", work / "train.py")
-    run = _in(exe, "run", "--devices", "2", "--no-trace", "--out", "run", "train.py", cwd=work)
+    # the walkthrough (issue 26's acceptance): a training script with a NumPy loader and a
+    # constant mask; the verdict `run` ends with names the mask's re-upload, never the loader
+    (work / "train.py").write_text(TRAIN.format(prepare="", what="the same array again"))
+    run = _in(exe, "run", "--no-trace", "--out", "run", "train.py", cwd=work)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.startswith("value 16 on")  # 1 x 2**4: the script's own line
-    assert "jaxplace:   error train.py:25 pingpong: data bounced between cpu:0 and cpu:1" in run.stderr
+    plain = _in(py, "train.py", cwd=work)
+    assert (run.stdout, run.returncode) == (plain.stdout, plain.returncode)
+    verdict = [ln for ln in run.stderr.splitlines() if ln.startswith("jaxplace:   ")]
+    assert len(verdict) == 1 and "warning train.py:21 implicit-h2d-in-loop" in verdict[0], run.stderr
+    assert "`mask`" in verdict[0] and "batch" not in run.stderr, run.stderr
     manifest = json.loads((work / "run" / "run.json").read_text())
     assert manifest["status"] == "complete" and manifest["capture"] == ("native" if native else "python")
 
     audit = _in(exe, "audit", "run", "--format", "json", cwd=work)
     assert audit.returncode == 0, audit.stderr
-    assert [f["rule"] for f in json.loads(audit.stdout)["findings"] if f["severity"] == "error"] == ["pingpong"]
+    warned = [(f["rule"], f["line"]) for f in json.loads(audit.stdout)["findings"] if f["severity"] != "info"]
+    assert warned == [("implicit-h2d-in-loop", 21)]
 
     page = _in(exe, "report", "run", "-o", "run.html", cwd=work)
     assert page.returncode == 0, page.stderr
