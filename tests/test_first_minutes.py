@@ -139,9 +139,11 @@ def test_run_ends_with_the_audit_verdict_and_each_finding(tmp_path, sample_run):
     assert proc.returncode == 0, proc.stderr
     quiet = sample_run("pingpong_eager", devices=2)  # the same, with -q
     assert proc.stdout == quiet.stdout and "jaxplace" not in proc.stdout  # stdout is the script's alone
-    first = cli("audit", out, "--format", "text").stdout.splitlines()[0]
+    # wide enough that the text report cannot wrap its first line (its width is the terminal's)
+    first = cli("audit", out, "--format", "text", env={"COLUMNS": "400"}).stdout.splitlines()[0]
     assert first.startswith("findings: 1 error · biggest transfer cost: 8.0 MiB d2d at pingpong_eager.py:25")
     lines = proc.stderr.splitlines()
+    assert f"jaxplace: {first}" in lines, (first, proc.stderr)
     i = lines.index(f"jaxplace: {first}")
     error = lines[i + 1]
     assert error.startswith(f"jaxplace:   error {SAMPLES / 'pingpong_eager.py'}:25 pingpong: data bounced "

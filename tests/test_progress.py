@@ -79,9 +79,9 @@ def test_no_status_with_quiet(tmp_path):
     assert code == 0
     assert b"\x1b" not in out and b"jaxplace \xc2\xb7" not in out
     text, script = out.decode().replace("\r\n", "\n"), "".join(f"line {i}\n" for i in range(LINES)) + "done 31.0\n"
-    # after the script, -q allows one line: the verdict, as the upload in the loop is a warning (issue 26)
-    assert text.startswith(script) and text[len(script):].startswith("jaxplace: findings: 1 warning")
-    assert text[len(script):].count("\n") == 1
+    # after the script, -q prints the verdict only when it has a warning or an error (issue 26);
+    # this script's one finding is an info (its jitted step gets new host data each call: a loader)
+    assert text == script
 
 
 def _pty(argv) -> tuple[int, bytes]:

@@ -180,8 +180,10 @@ def test_policy_file_is_valid_deterministic_and_keyed_on_sites(chain_run, tmp_pa
     assert rules.default is not None and rules.default.devices == ["cpu:0"] and not rules.rules
     # a balanced split must place some ops elsewhere: rules name op (and file:line when needed) and device
     rs = parse_rules(a)
-    # issue 19: the shortest exact form, here by op family (each op name goes to one device)
-    assert rs.rules and all(r.devices and (r.ops or r.site_file == "chain.py") for r in rs.rules)
+    # issue 19: each rule names what it places (an op family, a site or a function) and where.
+    # Which form is shortest depends on the split, and the balanced split weighs measured op
+    # times (it changed under load): test_suggest_suite checks the forms on fixed programs.
+    assert rs.rules and all(r.devices and (r.ops or r.site_file or r.function) for r in rs.rules), rs.rules
 
 
 @pytest.mark.parametrize("objective", ["makespan", "total"])
