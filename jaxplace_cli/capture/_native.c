@@ -236,7 +236,7 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
-    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed;
+    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_track, *S_mem_state;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
@@ -340,6 +340,47 @@ static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
         return Py_NewRef(Py_None);
     }
     return Py_NewRef(b);
+}
+
+/* Follow a new buffer until it is freed (capture/memory.py, Tracker.track inlined): with
+   rec.mem_state = (refs, bufs, callback) set, refs[b] = weakref(arr, callback) and
+   bufs[id(weakref)] = b | site << 40; an array over several devices (its shards) goes through
+   rec.track in Python. rec.mem_state None: not tracking. */
+static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyObject *dev) {
+    if (has_comma(dev)) {
+        PyObject *r = PyObject_CallMethodObjArgs(rec, S_track, arr, b, site, dev, NULL);
+        if (!r) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    PyObject *st = PyObject_GetAttr(rec, S_mem_state);
+    if (!st) return -1;
+    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3) {
+        Py_DECREF(st);
+        return 0;
+    }
+    int rc = -1;
+    PyObject *wr = PyWeakref_NewRef(arr, PyTuple_GET_ITEM(st, 2));
+    if (!wr) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) { /* not weak-referenceable: untracked */
+            PyErr_Clear();
+            rc = 0;
+        }
+        Py_DECREF(st);
+        return rc;
+    }
+    long long bv = PyLong_AsLongLong(b), sv = PyLong_AsLongLong(site);
+    PyObject *key = NULL, *val = NULL;
+    if (!PyErr_Occurred() && (key = PyLong_FromVoidPtr(wr)) &&
+        (val = PyLong_FromLongLong(bv | (sv << 40))) &&
+        PyDict_SetItem(PyTuple_GET_ITEM(st, 0), b, wr) == 0 &&
+        PyDict_SetItem(PyTuple_GET_ITEM(st, 1), key, val) == 0)
+        rc = 0;
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    Py_DECREF(wr);
+    Py_DECREF(st);
+    return rc;
 }
 
 static PyObject *committed_of(PyObject *arr) {
@@ -577,7 +618,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             PyObject *shape = NULL, *dname = NULL, *cm = NULL;
             b = PyIter_Next(bufids);
             if (b && PyDict_SetItem(od, G.buf_attr, b) == 0 && PyObject_SetItem(tail, dev, b) == 0 &&
-                aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
+                track_(c->rec, outs[0], b, c->site, dev) == 0 && aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
                 row = row_(PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
                                         G.empty, c->backward, c->placed, shape, dname, cm));
             }
@@ -610,7 +651,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 b = odev ? PyIter_Next(bufids) : NULL;
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
-                     aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
+                     track_(c->rec, o, b, c->site, odev) == 0 && aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
                      append_steal(bappend, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
@@ -927,6 +968,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_static_argnums, "static_argnums");
     INTERN(S_static_argnames, "static_argnames");
     INTERN(S_buffer_id, "buffer_id");
+    INTERN(S_track, "track");
+    INTERN(S_mem_state, "mem_state");
     INTERN(S_backlog_wait, "wait_for_writer");
     INTERN(S_limit, "backlog_limit");
     INTERN(S_recording_failed, "recording_failed");

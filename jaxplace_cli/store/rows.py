@@ -56,6 +56,8 @@ def finish_rows(batch: dict[str, list]) -> dict[str, list]:
         "transfers": batch["transfers"],
         "buffers": buffers,
         "markers": batch["markers"],
+        "frees": batch.get("frees") or [],
+        "shards": batch.get("shards") or [],
     }
 
 

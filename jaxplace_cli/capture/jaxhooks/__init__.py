@@ -234,6 +234,8 @@ def _install_jit(report: HookReport) -> None:
 
     _patch(jax, "jit", make_jit(jax.jit))
     report.installed.append("jax.jit")
+    from jaxplace_cli.capture.jaxhooks import memory  # frees by .delete() (issue 27)
+    memory.install(_patch, report)
 
 
 def _install_transfers(report: HookReport) -> None:
