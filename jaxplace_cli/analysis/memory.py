@@ -6,7 +6,8 @@ and bytes) and free rows (``frees``), per shard for an array over several device
 jax.Arrays and are not counted; where the backend has ``memory_stats()`` (GPU/TPU) its own
 figures are reported beside (``source: tracked+memory_stats``). The peak of a device is the
 first moment (seq) its live bytes reach their maximum, evaluated after every buffer made by
-one call (a jit call's results share its seq).
+one call (a jit call's results share its seq); a buffer donated to a call is freed at the
+call's seq, before its results are counted (they may reuse its memory).
 """
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep pe
     stats = q.memory_stats(store)
     devices = []
     for dev in sorted(events, key=_device_key):
-        ev = sorted(events[dev], key=lambda e: (e[0], -e[1], e[2]))
+        ev = sorted(events[dev], key=lambda e: (e[0], e[1] >= 0, e[2]))  # a donated free first
         events[dev] = ev
         series: list[tuple[int, int]] = []
         cur = peak = 0

@@ -66,14 +66,15 @@ class Tracker:
             self._refs.pop(b, None)
             self.frees.append((b, next(self._seqs), "gc"))
 
-    def released(self, arr, how: str) -> None:
-        """``arr`` gave its memory back while the object lives on (``delete``, ``donated``)."""
+    def released(self, arr, how: str, seq: int | None = None) -> None:
+        """``arr`` gave its memory back while the object lives on (``delete``, ``donated``);
+        ``seq``: the donating call's own (None: a new one)."""
         d = getattr(arr, "__dict__", None)
         b = d.get(BUF_ATTR) if d is not None else None
         wr = self._refs.pop(b, None) if b else None
         if wr is not None and wr() is arr:
             self._bufs.pop(id(wr), None)  # the weakref dies here: its callback will not run
-            self.frees.append((b, next(self._seqs), how))
+            self.frees.append((b, next(self._seqs) if seq is None else seq, how))
 
     def _add_shards(self, arr, b: int) -> None:
         """Each device of a multi-device array holds one shard of ``shard_shape``."""

@@ -19,7 +19,7 @@ from jaxplace_cli.capture.jaxhooks.dispatch import (
     record_call,
 )
 from jaxplace_cli.capture.jaxhooks.legs import inner_call
-from jaxplace_cli.capture.jaxhooks.memory import donated, donates
+from jaxplace_cli.capture.jaxhooks.memory import donates, donating_call
 from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.model.events import OP_JIT
 
@@ -57,10 +57,9 @@ class JitFunction(JitProxy):
             if tls.depth:  # called inside another recorded op: its host arguments are legs of it
                 spec = self._spec
                 return inner_call(self._jitted, args, kwargs, spec.static_argnums, spec.static_argnames)
-            out = record_call(self._spec, self._jitted, args, kwargs)
-            if self._donates:
-                donated(args, kwargs)
-            return out
+            if self._donates:  # the donated arguments are freed by the call (issue 27)
+                return donating_call(record_call, self._spec, self._jitted, args, kwargs)
+            return record_call(self._spec, self._jitted, args, kwargs)
         except Exception as exc:
             frames.drop_own(exc)
             raise

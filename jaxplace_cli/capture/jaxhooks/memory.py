@@ -37,14 +37,28 @@ def donates(jitted) -> bool:
         return False
 
 
-def donated(args, kwargs) -> None:
-    """After a donating jit call: the argument arrays JAX deleted are freed now."""
+def donating_call(record_call, spec, jitted, args, kwargs):
+    """A recorded call of a donating jit function: the argument arrays JAX deleted are freed
+    at the call's own seq (its results may reuse their memory: analysis/memory.py counts such
+    a free before the call's allocations)."""
+    rec = active.rec
+    seq = _next_seq(rec)
+    out = record_call(spec, jitted, args, kwargs)
     rec = active.rec
     if rec is None:
-        return
+        return out
     try:
         for leaf in tree_leaves((args, kwargs)):
             if type(leaf) is ArrayImpl and leaf.is_deleted():
-                rec.memory.released(leaf, "donated")
+                rec.memory.released(leaf, "donated", seq)
     except Exception as exc:
         rec.recording_failed(exc)
+    return out
+
+
+def _next_seq(rec) -> int | None:
+    """The seq the next event will draw (the call's), without drawing it: ``count(N)``."""
+    try:
+        return int(repr(rec.seqs)[6:-1])
+    except Exception:
+        return None
