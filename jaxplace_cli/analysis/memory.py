@@ -61,6 +61,7 @@ class MemoryReport:
     events: dict = field(default_factory=dict, repr=False)
     origin: dict = field(default_factory=dict, repr=False)
     replicated: list = field(default_factory=list, repr=False)  # (buf, site, devices, bytes)
+    sites: dict = field(default_factory=dict, repr=False)
 
     def live_at(self, device: str, seq: int) -> int:
         """Live bytes on ``device`` after every event up to and including ``seq``."""
@@ -146,7 +147,7 @@ def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep pe
         s = sites.get(f.site)
         failed.append(Failed(s.file if s else "?", s.line if s else 0, f.device, f.bytes, f.error))
     source = "tracked+memory_stats" if stats else "tracked"
-    return MemoryReport(source, devices, failed, events, origin, replicated)
+    return MemoryReport(source, devices, failed, events, origin, replicated, sites)
 
 
 def _aliases(store, device: dict) -> dict[int, int]:
@@ -199,20 +200,45 @@ def _device_key(label: str):
     return (platform, int(num)) if num.isdigit() else (label, -1)
 
 
-def growth(report: MemoryReport, steps) -> dict[str, tuple[float, list[int]]]:
-    """device -> (bytes gained per steady-state step, live bytes at each steady step's end),
-    for devices whose live bytes grew at every steady step (at least 3 of them)."""
-    out = {}
-    if steps is None:
-        return out
-    steady = [s for s in steps.steps if s.index >= steps.warmup]
-    if len(steady) < 3:
+def step_ends(report: MemoryReport, steps, least: int = 2) -> dict[str, tuple[float, list[int]]]:
+    """device -> (bytes gained per steady-state step, live bytes at each steady step's end):
+    the change from the first steady step's end to the last's, over the steps between (at
+    least ``least`` steady steps; none without)."""
+    out: dict = {}
+    steady = [s for s in steps.steps if s.index >= steps.warmup] if steps is not None else []
+    if len(steady) < least:
         return out
     for dm in report.devices:
         ends = [report.live_at(dm.device, s.end_seq - 1) for s in steady]
-        if all(b > a for a, b in zip(ends, ends[1:])):
-            out[dm.device] = ((ends[-1] - ends[0]) / (len(ends) - 1), ends)
+        out[dm.device] = ((ends[-1] - ends[0]) / (len(ends) - 1), ends)
     return out
+
+
+def growth(report: MemoryReport, steps) -> dict[str, tuple[float, list[int]]]:
+    """``step_ends`` of the devices whose live bytes grew at every steady-state step (at least
+    3 of them): what the memory-growth rule calls a leak."""
+    return {dev: v for dev, v in step_ends(report, steps, 3).items()
+            if all(b > a for a, b in zip(v[1], v[1][1:]))}
+
+
+def total_peak(report: MemoryReport) -> tuple[int, int, list[Holder]]:
+    """(bytes, seq, holders) of the moment the devices together held the most."""
+    merged = sorted((e for ev in report.events.values() for e in ev), key=lambda e: (e[0], e[1] >= 0, e[2]))
+    cur = peak = peak_seq = 0
+    for i, (seq, delta, _b) in enumerate(merged):
+        cur += delta
+        if i + 1 < len(merged) and merged[i + 1][0] == seq:
+            continue
+        if cur > peak:
+            peak, peak_seq = cur, seq
+    live: dict[int, int] = {}
+    for seq, delta, b in merged:
+        if seq > peak_seq:
+            break
+        live[b] = live.get(b, 0) + delta
+        if live[b] <= 0:
+            live.pop(b)
+    return peak, peak_seq, _holders(live, report.origin, report.sites)
 
 
 def as_dict(report: MemoryReport) -> dict:

@@ -231,7 +231,7 @@ static struct {
     int ready;
 } G;
 
-static PyObject *ZERO, *ONE;
+static PyObject *ZERO, *ONE, *SITE_SHIFT;
 static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
@@ -344,7 +344,7 @@ static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
 
 /* Follow a new buffer until it is freed (capture/memory.py, Tracker.track inlined): with
    rec.mem_state = (refs, bufs, callback) set, refs[b] = weakref(arr, callback) and
-   bufs[id(weakref)] = b | site << 40; an array over several devices (its shards) goes through
+   bufs[id(weakref)] = b | site << 64 (ids may be >= 2**40: integrations/budget.py); an array over several devices (its shards) goes through
    rec.track in Python. rec.mem_state None: not tracking. */
 static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyObject *dev) {
     if (has_comma(dev)) {
@@ -369,14 +369,14 @@ static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyO
         Py_DECREF(st);
         return rc;
     }
-    long long bv = PyLong_AsLongLong(b), sv = PyLong_AsLongLong(site);
-    PyObject *key = NULL, *val = NULL;
-    if (!PyErr_Occurred() && (key = PyLong_FromVoidPtr(wr)) &&
-        (val = PyLong_FromLongLong(bv | (sv << 40))) &&
+    PyObject *key = NULL, *val = NULL, *hi = NULL;
+    if ((key = PyLong_FromVoidPtr(wr)) && (hi = PyNumber_Lshift(site, SITE_SHIFT)) &&
+        (val = PyNumber_Or(b, hi)) &&
         PyDict_SetItem(PyTuple_GET_ITEM(st, 0), b, wr) == 0 &&
         PyDict_SetItem(PyTuple_GET_ITEM(st, 1), key, val) == 0)
         rc = 0;
     Py_XDECREF(key);
+    Py_XDECREF(hi);
     Py_XDECREF(val);
     Py_DECREF(wr);
     Py_DECREF(st);
@@ -974,7 +974,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_limit, "backlog_limit");
     INTERN(S_recording_failed, "recording_failed");
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
-    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
+    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1)) || !(SITE_SHIFT = PyLong_FromLong(64))) return NULL;
     if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;
     if (PyType_Ready(&SiteCacheType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);

@@ -26,7 +26,7 @@ from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, device_la
 from jaxplace_cli.model.sizes import human_bytes
 
 _ref = weakref.ref
-_SITE_SHIFT = 40  # _bufs packs (buf, site) in one int: buf | site << 40 (no tuple per array)
+_SITE_SHIFT = 64  # _bufs packs (buf, site) in one int: buf | site << 64 (no tuple per array)
 _BUF_MASK = (1 << _SITE_SHIFT) - 1
 BUF_ATTR = "_jaxplace_buf"  # capture/recorder.py's, repeated: the recorder imports this module
 
