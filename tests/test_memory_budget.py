@@ -11,6 +11,7 @@ from jaxplace_cli.integrations.budget import limits_to_budget
 pytest_plugins = ["pytester"]
 
 EXAMPLE = REPO / "tests" / "scripts" / "memory" / "example.py"
+OOM = REPO / "tests" / "scripts" / "memory" / "oom.py"
 GOLDEN = REPO / "tests" / "data" / "golden_runs" / "mlp_clean"
 MiB = 1 << 20
 
@@ -114,3 +115,32 @@ def test_the_memory_budget_marker(pytester):
     result = pytester.runpytest_inprocess("--jaxplace", "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*device memory was limited to 1.0 MiB per device but cpu:0 peaked at 4.0 MiB*"])
+
+
+def test_the_terminal_audit_has_a_device_memory_section(example_run):
+    proc = cli("audit", example_run, "--format", "text", env={"COLUMNS": "160"})
+    text = proc.stdout
+    assert "Device memory (live jax.Arrays by line; XLA temporaries not counted)" in text
+    rows = [x for x in text.splitlines() if x.startswith("│ cpu:")][-2:]
+    assert [x.split("│")[1:5] for x in rows] == [
+        [" cpu:0  ", " 2.0 MiB ", " seq " + rows[0].split("seq ")[1].split("│")[0], " 1.0 MiB "],
+        [" cpu:1  ", " 5.0 MiB ", " seq " + rows[1].split("seq ")[1].split("│")[0], " 1.0 MiB "]]
+    assert "memory/example.py:8 1.0 MiB, " in rows[0]
+    assert "memory/example.py:12 4.0 MiB, tests/scripts/memory/example.py:11 1.0 MiB" in rows[1]
+
+
+def test_out_of_memory_under_jaxplace_run(sample_run):
+    """The script fails as under python (its traceback, exit 1); jaxplace adds its report to
+    stderr and the audit names the line, device and requested bytes."""
+    rec = sample_run(OOM, devices=1)
+    assert rec.returncode == 1
+    assert "RESOURCE_EXHAUSTED: Out of memory allocating 4398046511104 bytes." in rec.stderr
+    assert f"jaxplace: out of memory at {OOM}:5 on cpu:0: requested 4.0 TiB" in rec.stderr
+    assert f"1.0 MiB  cpu:0    {OOM}:4  float32[1024,256]" in rec.stderr
+    _, doc = audit(rec.run)
+    assert doc["memory"]["failed_allocations"] == [{
+        "file": str(OOM), "line": 5, "device": "cpu:0", "bytes": 4 << 40,
+        "error": "RESOURCE_EXHAUSTED: Out of memory allocating 4398046511104 bytes."}]
+    text = cli("audit", rec.run, "--format", "text", env={"COLUMNS": "200"}).stdout
+    assert "memory/oom.py:5 on cpu:0: requested 4.0 TiB" in text.replace("\n", "")
+    assert "out of memory at " in text
