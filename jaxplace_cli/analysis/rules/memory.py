@@ -2,7 +2,8 @@
 
 Each is silent on a run recorded before memory tracking, and on the sample scripts' clean
 twins (tests/test_memory_rules.py): growth needs live bytes rising at *every* steady-state
-step (at least 3), replication at least ``REPLICATED_MIN_BYTES`` held twice or more, imbalance
+step (at least 3), by at least ``min_bytes`` a step and ``GROWTH_MIN_BYTES`` in all (a list of
+4-byte losses, ``mlp_clean.py``, is not a leak worth a warning), replication at least ``REPLICATED_MIN_BYTES`` held twice or more, imbalance
 two devices holding memory with the larger peak ``IMBALANCE_RATIO`` times the smaller and at
 least ``IMBALANCE_MIN_BYTES`` apart.
 """
@@ -13,6 +14,7 @@ from jaxplace_cli.analysis.rules.base import INFO, WARNING, Finding, short, site
 from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
 
+GROWTH_MIN_BYTES = 1 << 20  # growth over the steady steps worth a warning: 1 MiB
 REPLICATED_MIN_BYTES = 1 << 20  # extra copies worth naming: 1 MiB
 IMBALANCE_RATIO = 4.0
 IMBALANCE_MIN_BYTES = 16 << 20
@@ -37,6 +39,8 @@ def memory_growth(run, cfg) -> list[Finding]:
     out = []
     steady_start = next((s.start_seq for s in steps.steps if s.index >= steps.warmup), 0)
     for dev, (per_step, ends) in growth(report, steps).items():
+        if per_step < cfg.min_bytes or ends[-1] - ends[0] < GROWTH_MIN_BYTES:
+            continue
         last_end = steps.steps[-1].end_seq - 1
         by_site: dict[int, int] = {}
         live: dict[int, int] = {}
