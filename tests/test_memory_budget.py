@@ -144,3 +144,10 @@ def test_out_of_memory_under_jaxplace_run(sample_run):
     text = cli("audit", rec.run, "--format", "text", env={"COLUMNS": "200"}).stdout
     assert "memory/oom.py:5 on cpu:0: requested 4.0 TiB" in text.replace("\n", "")
     assert "out of memory at " in text
+
+
+def test_the_memory_object_follows_the_documented_schema(example_run):
+    import jsonschema
+
+    _, doc = audit(example_run)
+    jsonschema.validate(doc, json.loads((REPO / "docs" / "audit-json-schema.json").read_text()))

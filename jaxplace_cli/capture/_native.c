@@ -369,6 +369,10 @@ static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyO
         Py_DECREF(st);
         return rc;
     }
+    /* out of the cycle collector's lists, as rows are (row_): one tracked object fewer per op.
+       Its only cycle (tracker -> refs -> weakref -> callback -> tracker) is broken by
+       Tracker.stop, which drops every weakref. */
+    PyObject_GC_UnTrack(wr);
     PyObject *key = NULL, *val = NULL, *hi = NULL;
     if ((key = PyLong_FromVoidPtr(wr)) && (hi = PyNumber_Lshift(site, SITE_SHIFT)) &&
         (val = PyNumber_Or(b, hi)) &&
@@ -922,7 +926,58 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
 
 /* ---------------------------------------------------------------- module */
 
+/* The weakref callback of a tracked buffer (capture/memory.py, Tracker._freed in C): state =
+   (bufs, refs, frees, seqs); bufs[id(weakref)] = buf | site << 64 is popped, refs[buf] dropped,
+   and (buf, next(seqs), 0 = "gc") appended to the frees bytearray as three int64. Runs inside a
+   deallocation, on any thread: never raises. */
+static PyObject *freed_cb(PyObject *st, PyObject *wr) {
+    PyObject *bufs = PyTuple_GET_ITEM(st, 0), *refs = PyTuple_GET_ITEM(st, 1);
+    PyObject *frees = PyTuple_GET_ITEM(st, 2), *seqs = PyTuple_GET_ITEM(st, 3);
+    PyObject *et, *ev, *etb; /* an exception in flight where the buffer died stays as it was */
+    PyErr_Fetch(&et, &ev, &etb);
+    Py_INCREF(wr);
+    PyObject *key = PyLong_FromVoidPtr(wr), *v = NULL, *bo = NULL, *s = NULL;
+    if (key && (v = PyDict_GetItemWithError(bufs, key))) {
+        Py_INCREF(v);
+        unsigned long long b = PyLong_AsUnsignedLongLongMask(v);
+        if (PyDict_DelItem(bufs, key) == 0 && (bo = PyLong_FromUnsignedLongLong(b))) {
+            if (PyDict_DelItem(refs, bo) < 0) PyErr_Clear();
+            s = PyIter_Next(seqs);
+            long long sv = s ? PyLong_AsLongLong(s) : -1;
+            Py_ssize_t n = PyByteArray_GET_SIZE(frees);
+            if (s && PyByteArray_Resize(frees, n + 24) == 0) {
+                int64_t row[3] = {(int64_t)b, (int64_t)sv, 0};
+                memcpy(PyByteArray_AS_STRING(frees) + n, row, sizeof row);
+            }
+        }
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(v);
+    Py_XDECREF(bo);
+    Py_XDECREF(s);
+    Py_DECREF(wr);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, etb);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef freed_def = {"freed", (PyCFunction)freed_cb, METH_O, "a tracked buffer was freed"};
+
+static PyObject *make_free_callback(PyObject *mod, PyObject *args) {
+    PyObject *bufs, *refs, *frees, *seqs;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyDict_Type, &bufs, &PyDict_Type, &refs, &PyByteArray_Type,
+                          &frees, &seqs))
+        return NULL;
+    PyObject *st = PyTuple_Pack(4, bufs, refs, frees, seqs);
+    if (!st) return NULL;
+    PyObject *f = PyCFunction_New(&freed_def, st);
+    Py_DECREF(st);
+    return f;
+}
+
 static PyMethodDef methods[] = {
+    {"make_free_callback", make_free_callback, METH_VARARGS,
+     "make_free_callback(bufs, refs, frees, seqs): the weakref callback of capture/memory.py's Tracker"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**objects): the Python objects record_call reads (dispatch.py calls it once)."},
     {"record_call", (PyCFunction)(void (*)(void))record_call, METH_FASTCALL | METH_KEYWORDS,

@@ -23,6 +23,8 @@ import weakref
 from collections import deque
 
 from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, device_label
+from jaxplace_cli.model.raw import FREE_HOW
+from jaxplace_cli.model.raw import FREE_ROW as _ROW
 from jaxplace_cli.model.sizes import human_bytes
 
 _ref = weakref.ref
@@ -35,15 +37,23 @@ class Tracker:
     """The live buffers of one recorder: ``track`` on a new buffer, frees appended as rows."""
 
     def __init__(self, seqs, maxlen: int | None = None):
-        self.frees: deque = deque(maxlen=maxlen)  # (buf, seq, how)
+        # (buf, seq, how code) as three native int64 a free (model/raw.py): no object the cycle
+        # collector tracks (a tuple per free brings JAX's gc callback closer, bench P2)
+        self.frees = bytearray()
         self.shards: deque = deque(maxlen=maxlen)  # (buf, device, bytes)
         self._seqs = seqs  # the recorder's sequence: a free is ordered among ops and transfers
         self._refs: dict = {}  # buf -> weakref (keeps the weakref, hence its callback, alive)
         self._bufs: dict = {}  # id(weakref) -> buf | site << 40
-        self.on = True
-        self._freed_cb = self._freed
+        # a bounded recorder (``maxlen``: no writer reads it, device_placement outside a run)
+        # does not track: its frees would only pile up
+        self.on = maxlen is None
+        from jaxplace_cli.capture import native
+
+        mod = native.module()  # the callback in C where the extension is built (capture/_native.c)
+        self._freed_cb = (mod.make_free_callback(self._bufs, self._refs, self.frees, seqs)
+                          if mod is not None else self._freed)
         # what the C hot path reads to inline ``track`` (capture/_native.c, track_): None = off
-        self.state = (self._refs, self._bufs, self._freed_cb)
+        self.state = (self._refs, self._bufs, self._freed_cb) if self.on else None
 
     def track(self, arr, b: int, site: int, device: str) -> None:
         """Follow ``arr`` (buffer id ``b``, made at ``site`` on ``device``) until it is freed."""
@@ -60,11 +70,14 @@ class Tracker:
 
     def _freed(self, wr) -> None:
         # runs wherever the last reference went (any thread, inside a collection): no raise
-        v = self._bufs.pop(id(wr), None)
-        if v is not None:
-            b = v & _BUF_MASK
-            self._refs.pop(b, None)
-            self.frees.append((b, next(self._seqs), "gc"))
+        try:
+            v = self._bufs.pop(id(wr), None)
+            if v is not None:
+                b = v & _BUF_MASK
+                self._refs.pop(b, None)
+                self.frees += _ROW.pack(b, next(self._seqs), 0)
+        except Exception:
+            pass
 
     def released(self, arr, how: str, seq: int | None = None) -> None:
         """``arr`` gave its memory back while the object lives on (``delete``, ``donated``);
@@ -74,7 +87,7 @@ class Tracker:
         wr = self._refs.pop(b, None) if b else None
         if wr is not None and wr() is arr:
             self._bufs.pop(id(wr), None)  # the weakref dies here: its callback will not run
-            self.frees.append((b, next(self._seqs) if seq is None else seq, how))
+            self.frees += _ROW.pack(b, next(self._seqs) if seq is None else seq, FREE_HOW.index(how))
 
     def _add_shards(self, arr, b: int) -> None:
         """Each device of a multi-device array holds one shard of ``shard_shape``."""
@@ -111,8 +124,14 @@ class Tracker:
         self._bufs.clear()
         self._refs.clear()
 
-    def take(self) -> tuple[list, list]:
-        return _pop_all(self.frees), _pop_all(self.shards)
+    def take(self) -> tuple[bytes, list]:
+        """(frees packed, shard rows): ``model.raw.frees_rows`` makes the rows, in the writer."""
+        frees = self.frees
+        n = len(frees)
+        n -= n % _ROW.size  # whole rows (each append is one C call under the GIL)
+        out = bytes(frees[:n])
+        del frees[:n]  # a free appended meanwhile stays for the next take
+        return out, _pop_all(self.shards)
 
 
 def _pop_all(dq: deque) -> list:
