@@ -151,3 +151,25 @@ def test_the_memory_object_follows_the_documented_schema(example_run):
 
     _, doc = audit(example_run)
     jsonschema.validate(doc, json.loads((REPO / "docs" / "audit-json-schema.json").read_text()))
+
+
+def test_the_html_report_charts_live_bytes_per_device(example_run, tmp_path):
+    from browser import Browser, find_chromium
+
+    exe, why = find_chromium()
+    if exe is None:
+        pytest.skip(f"no headless Chromium: {why}")
+    out = tmp_path / "report.html"
+    proc = cli("report", example_run, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    with Browser(exe) as chromium:
+        page = chromium.open(out.resolve().as_uri())
+        assert page.problems() == []
+        series = page.eval("[...document.querySelectorAll('#memory .mem-series')].map(s => "
+                           "[s.dataset.device, +s.dataset.peak, +s.dataset.end, s.getBoundingClientRect().height > 0])")
+        assert series == [["cpu:0", 2 * MiB, MiB, True], ["cpu:1", 5 * MiB, MiB, True]]
+        peaks = page.eval("[...document.querySelectorAll('#memory .mem-peak')].map(c => [c.dataset.device, "
+                          "+c.dataset.bytes, c.getBoundingClientRect().top, c.textContent])")
+        assert [(d, b) for d, b, _, _ in peaks] == [("cpu:0", 2 * MiB), ("cpu:1", 5 * MiB)]
+        assert peaks[1][2] < peaks[0][2]  # the larger peak is drawn higher
+        assert peaks[1][3].endswith("example.py:12 4.0 MiB; example.py:11 1.0 MiB")
