@@ -173,3 +173,21 @@ def test_the_html_report_charts_live_bytes_per_device(example_run, tmp_path):
         assert [(d, b) for d, b, _, _ in peaks] == [("cpu:0", 2 * MiB), ("cpu:1", 5 * MiB)]
         assert peaks[1][2] < peaks[0][2]  # the larger peak is drawn higher
         assert peaks[1][3].endswith("example.py:12 4.0 MiB; example.py:11 1.0 MiB")
+
+
+def test_perfetto_export_has_a_memory_counter_per_device(example_run, tmp_path):
+    from test_export_perfetto import check_chrome_trace
+
+    out = tmp_path / "trace.json"
+    proc = cli("export", example_run, "--perfetto", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert check_chrome_trace(doc) == []
+    ev = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    counters = {}
+    for e in ev:
+        if e["ph"] == "C":
+            counters.setdefault(procs[e["pid"]], []).append(e["args"]["bytes"])
+    # cpu:0: P, then Q, then P gone; cpu:1: R, then S, then S gone
+    assert counters == {"cpu:0": [MiB, 2 * MiB, MiB], "cpu:1": [MiB, 5 * MiB, MiB]}
