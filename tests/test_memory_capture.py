@@ -204,3 +204,18 @@ def test_a_store_without_memory_tables_has_no_report(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_a_placement_policy_keeps_the_count(tmp_path, jax_devices):
+    """A policy that moves committed data re-makes each result as an uncommitted Array over
+    the same memory (capture/jaxhooks/engine.py): the buffer follows the new object, so what
+    is live at the end is the three arrays the block keeps, each counted once."""
+    from jaxplace_cli import device_placement
+
+    with recorded_memory(tmp_path) as m:
+        a = jax.device_put(jnp.ones((256, 256)), jax_devices[0])  # 256 KiB each, committed
+        with device_placement("rr-strict"):
+            c = a * 2
+            d = c + 1
+    assert sum(d_["end_bytes"] for d_ in m.doc["devices"]) == 3 * 256 * 1024
+    del a, c, d

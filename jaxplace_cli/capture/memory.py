@@ -89,6 +89,21 @@ class Tracker:
             self._bufs.pop(id(wr), None)  # the weakref dies here: its callback will not run
             self.frees += _ROW.pack(b, next(self._seqs) if seq is None else seq, FREE_HOW.index(how))
 
+    def retarget(self, b: int, arr) -> None:
+        """Buffer ``b`` now belongs to ``arr`` (a placement re-made the Array over the same
+        memory, capture/jaxhooks/engine.py): the old object's end is no free."""
+        wr = self._refs.get(b)
+        v = self._bufs.pop(id(wr), None) if wr is not None else None
+        if v is None or not self.on:
+            return
+        try:
+            new = _ref(arr, self._freed_cb)
+        except TypeError:
+            self._refs.pop(b, None)
+            return
+        self._refs[b] = new
+        self._bufs[id(new)] = v
+
     def _add_shards(self, arr, b: int) -> None:
         """Each device of a multi-device array holds one shard of ``shard_shape``."""
         try:
