@@ -43,7 +43,7 @@ class Tracker:
         self.shards: deque = deque(maxlen=maxlen)  # (buf, device, bytes)
         self._seqs = seqs  # the recorder's sequence: a free is ordered among ops and transfers
         self._refs: dict = {}  # buf -> weakref (keeps the weakref, hence its callback, alive)
-        self._bufs: dict = {}  # id(weakref) -> buf | site << 40
+        self._bufs: dict = {}  # id(weakref) -> buf | site << 64
         # a bounded recorder (``maxlen``: no writer reads it, device_placement outside a run)
         # does not track: its frees would only pile up
         self.on = maxlen is None
@@ -84,9 +84,10 @@ class Tracker:
         ``seq``: the donating call's own (None: a new one)."""
         d = getattr(arr, "__dict__", None)
         b = d.get(BUF_ATTR) if d is not None else None
-        wr = self._refs.pop(b, None) if b else None
+        wr = self._refs.get(b) if b else None
         if wr is not None and wr() is arr:
-            self._bufs.pop(id(wr), None)  # the weakref dies here: its callback will not run
+            del self._refs[b]  # the weakref dies here: its callback will not run
+            self._bufs.pop(id(wr), None)
             self.frees += _ROW.pack(b, next(self._seqs) if seq is None else seq, FREE_HOW.index(how))
 
     def retarget(self, b: int, arr) -> None:
