@@ -3,6 +3,7 @@ simulated CPU devices, stored and analysed as ``jaxplace audit`` does (analysis/
 
 Each block names its lines with a ``# L-x`` tag; the expected numbers are written out in
 bytes beside the code that makes them (float32: 4 bytes an element)."""
+import gc
 import re
 import runpy
 import sys
@@ -170,27 +171,32 @@ def test_out_of_memory_is_recorded_reported_and_raised_unchanged(tmp_path, jax_d
     del keep
 
 
+def _live() -> int:
+    gc.collect()  # what another test left in a reference cycle is gone before each count
+    return len(jax.live_arrays())
+
+
 def _live_counts(marks: list):
     """A block of array work; ``marks`` gets ``len(jax.live_arrays())`` at three points."""
     a = jnp.ones((64, 64))
     b = a * 2
-    marks.append(len(jax.live_arrays()))
+    marks.append(_live())
     del a
     c = jax.jit(lambda v: v + 1)(b)
-    marks.append(len(jax.live_arrays()))
+    marks.append(_live())
     del b, c
-    marks.append(len(jax.live_arrays()))
+    marks.append(_live())
 
 
 def test_the_recorder_never_extends_a_lifetime(tmp_path):
     _live_counts([])  # compiled once: JAX's caches keep constants of a first compile alive
     plain: list = []
     _live_counts(plain)
-    base = len(jax.live_arrays())
+    base = _live()
     with recorded_memory(tmp_path):
         recorded: list = []
         _live_counts(recorded)
-        after = len(jax.live_arrays())
+        after = _live()
     assert [n - plain[-1] for n in plain] == [n - recorded[-1] for n in recorded]
     assert after == base == plain[-1]
 
