@@ -112,7 +112,7 @@ def test_the_memory_budget_marker(pytester):
         def test_under():
             x = jnp.ones((1024, 512))
     """)
-    result = pytester.runpytest_inprocess("--jaxplace", "-p", "no:cacheprovider", "-q")
+    result = pytester.runpytest_subprocess("--jaxplace", "-p", "no:cacheprovider", "-q")  # in-process, its hooks would stay
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*device memory was limited to 1.0 MiB per device but cpu:0 peaked at 4.0 MiB*"])
 

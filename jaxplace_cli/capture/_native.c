@@ -926,9 +926,52 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
 
 /* ---------------------------------------------------------------- module */
 
+/* The seq the recorder's itertools.count will give next, without drawing it: a free is not an
+   event of its own (the seqs of ops, transfers and markers stay as they were); it happened
+   before the event that draws this seq. Read from count's struct (CPython 3.8-3.13 layout:
+   cnt, long_cnt, long_step), checked once at import against a known count (count_ok), else
+   parsed from its repr "count(N)". -1 when neither works. */
+typedef struct {
+    PyObject_HEAD Py_ssize_t cnt;
+    PyObject *long_cnt;
+    PyObject *long_step;
+} count_layout;
+static PyTypeObject *count_type;
+static int count_ok;
+
+static long long count_peek(PyObject *c) {
+    if (count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt != PY_SSIZE_T_MAX &&
+        ((count_layout *)c)->long_cnt == NULL)
+        return ((count_layout *)c)->cnt;
+    PyObject *r = PyObject_Repr(c);
+    const char *t = r ? PyUnicode_AsUTF8(r) : NULL;
+    long long v = t && strncmp(t, "count(", 6) == 0 ? strtoll(t + 6, NULL, 10) : -1;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    return v;
+}
+
+static void count_check(void) {
+    PyObject *it = PyImport_ImportModule("itertools");
+    PyObject *c = it ? PyObject_CallMethod(it, "count", "n", (Py_ssize_t)12345) : NULL;
+    if (c) {
+        count_type = Py_TYPE(c);
+        Py_INCREF(count_type);
+        count_ok = ((count_layout *)c)->cnt == 12345 && ((count_layout *)c)->long_cnt == NULL;
+        PyObject *n = count_ok ? PyIter_Next(c) : NULL;
+        count_ok = count_ok && n && ((count_layout *)c)->cnt == 12346;
+        Py_XDECREF(n);
+    }
+    Py_XDECREF(c);
+    Py_XDECREF(it);
+    PyErr_Clear();
+}
+
+static PyObject *peek_seq(PyObject *mod, PyObject *c) { return PyLong_FromLongLong(count_peek(c)); }
+
 /* The weakref callback of a tracked buffer (capture/memory.py, Tracker._freed in C): state =
    (bufs, refs, frees, seqs); bufs[id(weakref)] = buf | site << 64 is popped, refs[buf] dropped,
-   and (buf, next(seqs), 0 = "gc") appended to the frees bytearray as three int64. Runs inside a
+   and (buf, the next seq (count_peek), 0 = "gc") appended to the frees bytearray as three int64. Runs inside a
    deallocation, on any thread: never raises. */
 static PyObject *freed_cb(PyObject *st, PyObject *wr) {
     PyObject *bufs = PyTuple_GET_ITEM(st, 0), *refs = PyTuple_GET_ITEM(st, 1);
@@ -936,16 +979,15 @@ static PyObject *freed_cb(PyObject *st, PyObject *wr) {
     PyObject *et, *ev, *etb; /* an exception in flight where the buffer died stays as it was */
     PyErr_Fetch(&et, &ev, &etb);
     Py_INCREF(wr);
-    PyObject *key = PyLong_FromVoidPtr(wr), *v = NULL, *bo = NULL, *s = NULL;
+    PyObject *key = PyLong_FromVoidPtr(wr), *v = NULL, *bo = NULL;
     if (key && (v = PyDict_GetItemWithError(bufs, key))) {
         Py_INCREF(v);
         unsigned long long b = PyLong_AsUnsignedLongLongMask(v);
         if (PyDict_DelItem(bufs, key) == 0 && (bo = PyLong_FromUnsignedLongLong(b))) {
             if (PyDict_DelItem(refs, bo) < 0) PyErr_Clear();
-            s = PyIter_Next(seqs);
-            long long sv = s ? PyLong_AsLongLong(s) : -1;
+            long long sv = count_peek(seqs);
             Py_ssize_t n = PyByteArray_GET_SIZE(frees);
-            if (s && PyByteArray_Resize(frees, n + 24) == 0) {
+            if (sv >= 0 && PyByteArray_Resize(frees, n + 24) == 0) {
                 int64_t row[3] = {(int64_t)b, (int64_t)sv, 0};
                 memcpy(PyByteArray_AS_STRING(frees) + n, row, sizeof row);
             }
@@ -954,7 +996,6 @@ static PyObject *freed_cb(PyObject *st, PyObject *wr) {
     Py_XDECREF(key);
     Py_XDECREF(v);
     Py_XDECREF(bo);
-    Py_XDECREF(s);
     Py_DECREF(wr);
     PyErr_Clear();
     PyErr_Restore(et, ev, etb);
@@ -976,6 +1017,7 @@ static PyObject *make_free_callback(PyObject *mod, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"peek_seq", peek_seq, METH_O, "peek_seq(count): the value next(count) would give, not drawn"},
     {"make_free_callback", make_free_callback, METH_VARARGS,
      "make_free_callback(bufs, refs, frees, seqs): the weakref callback of capture/memory.py's Tracker"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
@@ -992,6 +1034,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native",
     if (!(var = PyUnicode_InternFromString(text))) return NULL
 
 PyMODINIT_FUNC PyInit__native(void) {
+    count_check();
     INTERN(S_rec, "rec");
     INTERN(S_placing, "placing");
     INTERN(S_depth, "depth");

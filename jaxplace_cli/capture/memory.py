@@ -41,7 +41,7 @@ class Tracker:
         # collector tracks (a tuple per free brings JAX's gc callback closer, bench P2)
         self.frees = bytearray()
         self.shards: deque = deque(maxlen=maxlen)  # (buf, device, bytes)
-        self._seqs = seqs  # the recorder's sequence: a free is ordered among ops and transfers
+        self._seqs = seqs  # the recorder's sequence, peeked: a free is ordered among ops and transfers
         self._refs: dict = {}  # buf -> weakref (keeps the weakref, hence its callback, alive)
         self._bufs: dict = {}  # id(weakref) -> buf | site << 64
         # a bounded recorder (``maxlen``: no writer reads it, device_placement outside a run)
@@ -52,6 +52,7 @@ class Tracker:
         mod = native.module()  # the callback in C where the extension is built (capture/_native.c)
         self._freed_cb = (mod.make_free_callback(self._bufs, self._refs, self.frees, seqs)
                           if mod is not None else self._freed)
+        self.peek = mod.peek_seq if mod is not None else peek_seq
         # what the C hot path reads to inline ``track`` (capture/_native.c, track_): None = off
         self.state = (self._refs, self._bufs, self._freed_cb) if self.on else None
 
@@ -75,20 +76,20 @@ class Tracker:
             if v is not None:
                 b = v & _BUF_MASK
                 self._refs.pop(b, None)
-                self.frees += _ROW.pack(b, next(self._seqs), 0)
+                self.frees += _ROW.pack(b, peek_seq(self._seqs), 0)
         except Exception:
             pass
 
     def released(self, arr, how: str, seq: int | None = None) -> None:
         """``arr`` gave its memory back while the object lives on (``delete``, ``donated``);
-        ``seq``: the donating call's own (None: a new one)."""
+        ``seq``: the donating call's own (None: the next event's)."""
         d = getattr(arr, "__dict__", None)
         b = d.get(BUF_ATTR) if d is not None else None
         wr = self._refs.get(b) if b else None
         if wr is not None and wr() is arr:
             del self._refs[b]  # the weakref dies here: its callback will not run
             self._bufs.pop(id(wr), None)
-            self.frees += _ROW.pack(b, next(self._seqs) if seq is None else seq, FREE_HOW.index(how))
+            self.frees += _ROW.pack(b, self.peek(self._seqs) if seq is None else seq, FREE_HOW.index(how))
 
     def retarget(self, b: int, arr) -> None:
         """Buffer ``b`` now belongs to ``arr`` (a placement re-made the Array over the same
@@ -148,6 +149,15 @@ class Tracker:
         out = bytes(frees[:n])
         del frees[:n]  # a free appended meanwhile stays for the next take
         return out, _pop_all(self.shards)
+
+
+def peek_seq(seqs) -> int:
+    """The seq ``next(seqs)`` would give, not drawn (``count(N)``): a free is no event of its
+    own, it happened before the event that draws this seq (capture/_native.c, count_peek)."""
+    try:
+        return int(repr(seqs)[6:-1])
+    except Exception:
+        return -1
 
 
 def _pop_all(dq: deque) -> list:

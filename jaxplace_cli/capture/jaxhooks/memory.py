@@ -42,7 +42,7 @@ def donating_call(record_call, spec, jitted, args, kwargs):
     at the call's own seq (its results may reuse their memory: analysis/memory.py counts such
     a free before the call's allocations)."""
     rec = active.rec
-    seq = _next_seq(rec)
+    seq = rec.memory.peek(rec.seqs) if rec is not None else None  # the seq the call will draw
     out = record_call(spec, jitted, args, kwargs)
     rec = active.rec
     if rec is None:
@@ -54,11 +54,3 @@ def donating_call(record_call, spec, jitted, args, kwargs):
     except Exception as exc:
         rec.recording_failed(exc)
     return out
-
-
-def _next_seq(rec) -> int | None:
-    """The seq the next event will draw (the call's), without drawing it: ``count(N)``."""
-    try:
-        return int(repr(rec.seqs)[6:-1])
-    except Exception:
-        return None
