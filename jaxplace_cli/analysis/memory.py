@@ -6,8 +6,9 @@ and bytes) and free rows (``frees``), per shard for an array over several device
 jax.Arrays and are not counted; where the backend has ``memory_stats()`` (GPU/TPU) its own
 figures are reported beside (``source: tracked+memory_stats``). The peak of a device is the
 first moment (seq) its live bytes reach their maximum, evaluated after every buffer made by
-one call (a jit call's results share its seq); a buffer donated to a call is freed at the
-call's seq, before its results are counted (they may reuse its memory).
+one call (a jit call's results share its seq). A free carries the seq of the event after it
+and counts before that event's allocations; a buffer donated to a call is freed at the call's
+seq, so before its results (they may reuse its memory).
 """
 from __future__ import annotations
 

@@ -111,8 +111,9 @@ class BufferEvent(NamedTuple):
 class FreeEvent(NamedTuple):
     """A tracked buffer released (issue 27): its ``BufferEvent`` is the allocation, this row the
     end of its life. ``how``: ``gc`` (the last reference went), ``delete`` (``Array.delete()``),
-    ``donated`` (consumed by a jit call's ``donate_argnums``). A buffer without one was still
-    live when the script ended (or freed after recording stopped)."""
+    ``donated`` (consumed by a jit call's ``donate_argnums``). ``seq`` is the next event's (a
+    free draws none): the free came before that event. A buffer without one was still live when
+    the script ended (or freed after recording stopped)."""
 
     buf: int
     seq: int
