@@ -39,6 +39,12 @@ SPELLINGS = [
     ("--max-host-syncs-per-step", "N", "Limit: blocking reads in any steady-state step.", "host_syncs_per_step",
      "host_syncs_per_step"),
     ("--max-recompiles", "N", "Limit: recompiles found by the recompile rule.", "recompiles", "recompiles"),
+    ("--max-peak-memory", "SIZE", "Limit: live device memory of any one device at its peak, e.g. 9MiB.",
+     "memory.peak", "memory_peak"),
+    ("--max-peak-memory-total", "SIZE", "Limit: live device memory of all devices together at its peak.",
+     "memory.peak_total", "memory_peak_total"),
+    ("--max-memory-growth-per-step", "SIZE", "Limit: growth of live device memory per steady-state step on any device.",
+     "memory.growth_per_step", "memory_growth_per_step"),
     ("--fail-on", "SEVERITY", "Fail (exit 1) on any finding of this severity or worse: error, warning, info.",
      "fail_on", "fail_on"),
 ]
@@ -84,7 +90,7 @@ def test_the_keys_a_budget_file_may_hold():
     with pytest.raises(BudgetError) as err:
         budget_from_dict({"pingpnog": 0}, "b.toml")
     assert str(err.value) == ("b.toml: unknown key 'pingpnog' (known: version, min_bytes, fail_on, allow, pingpong, "
-                              "host_syncs_per_step, recompiles, h2d, d2h, d2d, total)")
+                              "host_syncs_per_step, recompiles, h2d, d2h, d2d, total, memory)")
     with pytest.raises(BudgetError) as err:
         budget_from_dict({"d2h": {"cnt": 0}}, "b.toml")
     assert str(err.value) == "b.toml: unknown key d2h.'cnt' (known: count, bytes, count_per_step, bytes_per_step)"
@@ -96,8 +102,8 @@ def test_the_keywords_a_marker_may_use():
     assert str(err.value) == (
         "marker: unknown keyword 'zzz' (known: h2d, d2h, d2d, h2d_count, h2d_bytes, h2d_per_step, "
         "h2d_bytes_per_step, d2h_count, d2h_bytes, d2h_per_step, d2h_bytes_per_step, d2d_count, d2d_bytes, "
-        "d2d_per_step, d2d_bytes_per_step, pingpong, host_syncs_per_step, recompiles, fail_on, min_bytes, allow, "
-        "host_syncs)")
+        "d2d_per_step, d2d_bytes_per_step, pingpong, host_syncs_per_step, recompiles, memory_peak, "
+        "memory_peak_total, memory_growth_per_step, fail_on, min_bytes, allow, host_syncs)")
     # a bare kind: an int is its count, a size its bytes; host_syncs is the early spelling
     b = limits_to_budget({"h2d": 3, "d2h": "1 KiB", "host_syncs": 0, "min_bytes": "4KiB", "allow": "x.py"}, "m")
     assert (b.kinds, b.host_syncs_per_step, b.min_bytes, b.allow) == ({"h2d": {"count": 3}, "d2h": {"bytes": 1024}},

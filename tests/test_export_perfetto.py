@@ -33,7 +33,7 @@ def check_chrome_trace(doc: dict) -> list[str]:
     flows = defaultdict(list)
     for i, e in enumerate(events):
         ph = e.get("ph")
-        if ph not in ("M", "X", "i", "s", "f", "t"):
+        if ph not in ("M", "X", "i", "s", "f", "t", "C"):
             problems.append(f"event {i}: phase {ph!r}")
             continue
         if not isinstance(e.get("pid"), int) or not isinstance(e.get("tid"), int) or not isinstance(e.get("name"), str):
@@ -47,6 +47,9 @@ def check_chrome_trace(doc: dict) -> list[str]:
             slices[(e["pid"], e["tid"])].append((a, a + round(e["dur"] * 1000)))
         elif ph in ("s", "f", "t"):
             flows[e.get("id")].append(e)
+        elif ph == "C" and not (isinstance(e.get("args"), dict) and e["args"]
+                                and all(isinstance(v, (int, float)) for v in e["args"].values())):
+            problems.append(f"event {i}: a counter without numeric args")  # device memory (issue 27)
         elif ph == "i" and e.get("s") not in ("g", "p", "t"):
             problems.append(f"event {i}: instant scope {e.get('s')!r}")
     for key, spans in slices.items():  # slices on one thread nest or follow each other

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jaxplace_cli.analysis.findings import Finding, RuleConfig, run_rules, selected
+from jaxplace_cli.analysis.findings import MEMORY_RULES, Finding, RuleConfig, run_rules, selected
+from jaxplace_cli.analysis.rules.memory import report_of
 from jaxplace_cli.analysis.rules.placement import placement_notes
 from jaxplace_cli.analysis.rules.window import trace_window_notes
 from jaxplace_cli.analysis.run import RunData
-from jaxplace_cli.analysis.steps import KindStepStats, StepInfo, detect_steps, per_step_transfers
+from jaxplace_cli.analysis.steps import KindStepStats, StepInfo, per_step_transfers
 from jaxplace_cli.analysis.summary import Summary, summarize
 from jaxplace_cli.model.manifest import Manifest
 from jaxplace_cli.store.site_text import site_texts
@@ -63,6 +64,7 @@ class AuditResult:
     suggestion: object | None = None  # suggest.top.Suggestion: the best transfer-saving change
     distributed: object | None = None  # distributed.JobView: a jax.distributed job's processes
     site_texts: dict = field(default_factory=dict)  # (file, line) -> source text (diff's identity)
+    memory: object | None = None  # memory.MemoryReport; None for a run recorded before issue 27
 
 
 @dataclass
@@ -101,14 +103,14 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     notes.extend(child_run_notes(run))
     summary = summarize(run, cfg.min_bytes, top_sites=top_sites)
     findings = run_rules(run, cfg, select, ignore)
-    steps = detect_steps(run)
+    memory, steps = report_of(run)  # the steps, computed once for the memory rules and here
     step_transfers = per_step_transfers(run, steps, cfg.min_bytes)
-    chosen = selected(select, ignore)
+    chosen = [r for r in selected(select, ignore) if memory is not None or r not in MEMORY_RULES]
     return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
                        step_transfers,
                        rules_checked=[r for r in chosen if r not in NEEDS_TRACE],
                        rules_unsupported={r: w for r, w in NEEDS_TRACE.items() if r in chosen},
-                       site_texts=site_texts(run.store))
+                       site_texts=site_texts(run.store), memory=memory)
 
 
 def child_run_notes(run: RunData) -> list[str]:

@@ -12,7 +12,18 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jaxplace_cli.model.budget_limits import BY_KEY, FAIL_ON, KIND_KEYS, RUN_LIMITS, SEVERITY, SIZE, SIZE_KEYS, TOP_KEYS
+from jaxplace_cli.model.budget_limits import (
+    BY_KEY,
+    FAIL_ON,
+    KIND_KEYS,
+    MEMORY,
+    MEMORY_KEYS,
+    RUN_LIMITS,
+    SEVERITY,
+    SIZE,
+    SIZE_KEYS,
+    TOP_KEYS,
+)
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.severity import SEVERITIES
@@ -30,7 +41,7 @@ class Budget:
     min_bytes: int | None = None  # None: the audit's --min-bytes
     fail_on: str | None = None  # a finding of this severity or worse fails the budget
     allow: list[str] = field(default_factory=list)  # "file:line" globs not counted
-    kinds: dict[str, dict[str, int]] = field(default_factory=dict)  # "h2d" -> {"count": 3}
+    kinds: dict[str, dict[str, int]] = field(default_factory=dict)  # "h2d" -> {"count": 3}; "memory" -> {"peak": n}
     pingpong: int | None = None
     host_syncs_per_step: int | None = None
     recompiles: int | None = None
@@ -131,6 +142,14 @@ def budget_from_dict(data: dict, where: str) -> Budget:
         if bad:
             raise BudgetError(f"{where}: unknown key {kind}.{bad[0]!r} (known: {', '.join(KIND_KEYS)})")
         b.kinds[kind] = {k: _int(v, f"{kind}.{k}", where, size=k in SIZE_KEYS) for k, v in table.items()}
+    if MEMORY in data:  # [memory]: sizes of live device memory (issue 27, analysis/budgets.py)
+        table = data[MEMORY]
+        if not isinstance(table, dict):
+            raise BudgetError(f"{where}: [{MEMORY}] must be a table with {', '.join(MEMORY_KEYS)}")
+        bad = sorted(set(table) - set(MEMORY_KEYS))
+        if bad:
+            raise BudgetError(f"{where}: unknown key {MEMORY}.{bad[0]!r} (known: {', '.join(MEMORY_KEYS)})")
+        b.kinds[MEMORY] = {k: _int(v, f"{MEMORY}.{k}", where, size=True) for k, v in table.items()}
     if "total" in data:  # the same kind tables, for all processes of a job together
         table = data["total"]
         if not isinstance(table, dict) or set(table) - set(TRANSFER_KINDS):

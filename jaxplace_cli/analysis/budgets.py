@@ -11,7 +11,7 @@ from jaxplace_cli.analysis.budget_total import total_breaches
 from jaxplace_cli.analysis.rules.loss import RULE as LOSS_RULE
 from jaxplace_cli.analysis.rules.loss import loss_breaches
 from jaxplace_cli.analysis.steps import step_number
-from jaxplace_cli.model.budget_limits import limit_noun, limit_text
+from jaxplace_cli.model.budget_limits import MEMORY, limit_noun, limit_text
 from jaxplace_cli.model.events import D2H
 from jaxplace_cli.model.paths import file_name, site_name
 from jaxplace_cli.model.severity import SEVERITIES
@@ -61,6 +61,9 @@ def check(result, run, budget: Budget, default_min_bytes: int) -> list[Breach]:
     steps = _Steps(result.steps)
     breaches: list[Breach] = loss_breaches(result)  # data lost: never a pass (rules/loss.py)
     for kind, limits in budget.kinds.items():
+        if kind == MEMORY:
+            breaches += _memory(result, limits, steps)
+            continue
         # Small h2d are mostly Python scalar operands; a small d2h is still a host
         # sync (float(loss)), so d2h limits count every read unless the budget sets min_bytes.
         floor = min_bytes if kind != D2H or budget.min_bytes is not None else 0
@@ -122,6 +125,59 @@ def _kind_per_step(kind: str, limits: dict, mine: list, steps: _Steps, sites) ->
                               f"but step {step_number(steps.info, worst[0])} did {limit_text(key, worst[1])}{top[0]}",
                               *top[1:]))
     return out
+
+
+def _memory(result, limits: dict, steps: _Steps) -> list[Breach]:
+    """``[memory]``: the peak of any one device, of all together, and the growth per steady
+    step; each breach names the device, its figure and the line holding most at its peak."""
+    from jaxplace_cli.analysis.memory import step_ends, total_peak
+
+    report = result.memory
+    out = []
+    if report is None:
+        return [Breach(f"{MEMORY}.{key}", limit, -1, f"device memory ({key}) limited but the run has no "
+                                                     "memory rows (recorded before jaxplace tracked frees); "
+                                                     "record it again") for key, limit in limits.items()]
+    if "peak" in limits and report.devices:
+        d = max(report.devices, key=lambda d: (d.peak_bytes, [-x for x in _dev_order(d.device)]))
+        if d.peak_bytes > limits["peak"]:
+            out.append(_peak_breach("peak", limits["peak"], d.peak_bytes, f"{d.device} peaked at", d.at_peak,
+                                    "per device"))
+    if "peak_total" in limits:
+        nbytes, _seq, holders = total_peak(report)
+        if nbytes > limits["peak_total"]:
+            out.append(_peak_breach("peak_total", limits["peak_total"], nbytes, "all devices together peaked at",
+                                    holders, "over all devices"))
+    if "growth_per_step" in limits:
+        limit = limits["growth_per_step"]
+        if not steps.steps:
+            out.append(steps.missing(f"{MEMORY}.growth_per_step", limit, "device memory growth per step was"))
+        else:
+            grown = step_ends(report, steps.info)
+            worst = max(grown.items(), key=lambda kv: kv[1][0], default=None)
+            if worst is not None and worst[1][0] > limit:
+                dev, (per, ends) = worst
+                dm = next(d for d in report.devices if d.device == dev)
+                top = dm.at_peak[0] if dm.at_peak else None
+                where = f" (most held at its peak: {site_name(top.file, top.line)})" if top else ""
+                out.append(Breach(f"{MEMORY}.growth_per_step", limit, int(per),
+                                  f"device memory growth per step was limited to {limit_text('peak', limit)} but "
+                                  f"{dev} grew {limit_text('peak', int(per))} per step over {len(ends)} steady "
+                                  f"steps{where}", top.file if top else "", top.line if top else 0))
+    return out
+
+
+def _dev_order(label: str) -> tuple:
+    platform, _, num = label.rpartition(":")
+    return (int(num),) if num.isdigit() else (0,)
+
+
+def _peak_breach(key: str, limit: int, actual: int, what: str, holders, scope: str) -> Breach:
+    top = holders[0] if holders else None
+    where = f"; most held by {site_name(top.file, top.line)} ({limit_text(key, top.bytes)})" if top else ""
+    return Breach(f"{MEMORY}.{key}", limit, actual,
+                  f"device memory was limited to {limit_text(key, limit)} {scope} but {what} "
+                  f"{limit_text(key, actual)}{where}", top.file if top else "", top.line if top else 0)
 
 
 def _pingpong(findings, limit: int) -> list[Breach]:

@@ -61,6 +61,7 @@ def to_dict(result: AuditResult) -> dict:
         "hosts": [_host(h) for h in result.hosts],
         "suggestion": _suggestion(result.suggestion),
         **_distributed(result),
+        **_memory(result),
     }
 
 
@@ -69,6 +70,15 @@ def _source(result: AuditResult, t) -> dict:
     older runs, traces): ``diff`` matches sites by it."""
     text = result.site_texts.get((t.file, t.line))
     return {"source": text} if text else {}
+
+
+def _memory(result: AuditResult) -> dict:
+    """Device memory (issue 27); absent from the audit of a run recorded before it."""
+    if result.memory is None:
+        return {}
+    from jaxplace_cli.analysis.memory import as_dict
+
+    return {"memory": as_dict(result.memory)}
 
 
 def _distributed(result: AuditResult) -> dict:

@@ -12,6 +12,7 @@ from jaxplace_cli.analysis.rules.base import ERROR, INFO, SEVERITIES, WARNING, F
 from jaxplace_cli.analysis.rules.fwd_bwd import fwd_bwd_split
 from jaxplace_cli.analysis.rules.incompatible import incompatible_devices
 from jaxplace_cli.analysis.rules.loss import loss_findings
+from jaxplace_cli.analysis.rules.memory import memory_growth, memory_imbalance, replicated
 from jaxplace_cli.analysis.rules.pingpong import pingpong
 from jaxplace_cli.analysis.rules.placement import policy_fallback
 from jaxplace_cli.analysis.rules.recompile import recompile
@@ -37,7 +38,13 @@ RULES = {
     "idle-device": idle_device,
     "host-offload": host_offload,
     "policy-fallback": policy_fallback,
+    "memory-growth": memory_growth,
+    "replicated": replicated,
+    "memory-imbalance": memory_imbalance,
 }
+# Rules over the memory rows (issue 27): a run recorded before them neither checks nor lists
+# them (its audit stays as it was: tests/test_golden_runs.py).
+MEMORY_RULES = ("memory-growth", "replicated", "memory-imbalance")
 
 # rule -> (short description, full description): SARIF's rule metadata, the docs' index
 # (docs/rules.md has one section per rule, anchored by its id).
@@ -72,6 +79,14 @@ RULE_DOCS = {
     "host-offload": ("XLA host-offload copies",
                      "Copies between device and host memory compiled into the program (profiler "
                      "traces only)."),
+    "memory-growth": ("Device memory grows every step",
+                      "Live device memory on a device rose at every steady-state step: arrays made "
+                      "at the named line stay referenced (a leak)."),
+    "replicated": ("Same array held whole on several devices",
+                   "An array replicated over several devices: every copy past the first costs its "
+                   "bytes of device memory."),
+    "memory-imbalance": ("Device memory unevenly used",
+                         "One device's peak of live arrays is several times another's."),
     "recording-incomplete": ("The recording lost events",
                              "Events the recorder made are not in the store (the process was killed, "
                              "the disk was full, the writer died): totals and findings are lower "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from jaxplace_cli.analysis import AuditResult, HostSummary, TraceInput
 from jaxplace_cli.analysis.balance import DeviceLoad, balance_findings
-from jaxplace_cli.analysis.findings import INFO, NEEDS_RUN, Finding, RuleConfig, selected, sort_findings
+from jaxplace_cli.analysis.findings import INFO, MEMORY_RULES, NEEDS_RUN, Finding, RuleConfig, selected, sort_findings
 from jaxplace_cli.analysis.run import InputError
 from jaxplace_cli.analysis.summary import DeviceOps, Summary, kind_totals, route_totals
 from jaxplace_cli.model.events import HOST
@@ -109,7 +109,7 @@ def audit_trace(path, cfg: RuleConfig, top_sites: int = 20, run: str | None = No
     offload_devs = sorted({_label(p, x.src if x.src != HOST else x.dst)
                            for t, p in parts for x in t.offload_transfers})
 
-    rules = selected(select, ignore)
+    rules = [r for r in selected(select, ignore) if r not in MEMORY_RULES]  # a run's rows only
     findings = []
     if "host-offload" in rules:
         findings += host_offload(merged, offload_devs)

@@ -231,12 +231,13 @@ static struct {
     int ready;
 } G;
 
-static PyObject *ZERO, *ONE;
+static PyObject *ZERO, *ONE, *SITE_SHIFT;
 static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
-    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api;
+    *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
+    *S_mem_state;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
@@ -340,6 +341,51 @@ static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
         return Py_NewRef(Py_None);
     }
     return Py_NewRef(b);
+}
+
+/* Follow a new buffer until it is freed (capture/memory.py, Tracker.track inlined): with
+   rec.mem_state = (refs, bufs, callback) set, refs[b] = weakref(arr, callback) and
+   bufs[id(weakref)] = b | site << 64 (ids may be >= 2**40: integrations/budget.py); an array over several devices (its shards) goes through
+   rec.track in Python. rec.mem_state None: not tracking. */
+static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyObject *dev) {
+    if (has_comma(dev)) {
+        PyObject *r = PyObject_CallMethodObjArgs(rec, S_track, arr, b, site, dev, NULL);
+        if (!r) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    PyObject *st = PyObject_GetAttr(rec, S_mem_state);
+    if (!st) return -1;
+    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3) {
+        Py_DECREF(st);
+        return 0;
+    }
+    int rc = -1;
+    PyObject *wr = PyWeakref_NewRef(arr, PyTuple_GET_ITEM(st, 2));
+    if (!wr) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) { /* not weak-referenceable: untracked */
+            PyErr_Clear();
+            rc = 0;
+        }
+        Py_DECREF(st);
+        return rc;
+    }
+    /* out of the cycle collector's lists, as rows are (row_): one tracked object fewer per op.
+       Its only cycle (tracker -> refs -> weakref -> callback -> tracker) is broken by
+       Tracker.stop, which drops every weakref. */
+    PyObject_GC_UnTrack(wr);
+    PyObject *key = NULL, *val = NULL, *hi = NULL;
+    if ((key = PyLong_FromVoidPtr(wr)) && (hi = PyNumber_Lshift(site, SITE_SHIFT)) &&
+        (val = PyNumber_Or(b, hi)) &&
+        PyDict_SetItem(PyTuple_GET_ITEM(st, 0), b, wr) == 0 &&
+        PyDict_SetItem(PyTuple_GET_ITEM(st, 1), key, val) == 0)
+        rc = 0;
+    Py_XDECREF(key);
+    Py_XDECREF(hi);
+    Py_XDECREF(val);
+    Py_DECREF(wr);
+    Py_DECREF(st);
+    return rc;
 }
 
 static PyObject *committed_of(PyObject *arr) {
@@ -577,7 +623,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             PyObject *shape = NULL, *dname = NULL, *cm = NULL;
             b = PyIter_Next(bufids);
             if (b && PyDict_SetItem(od, G.buf_attr, b) == 0 && PyObject_SetItem(tail, dev, b) == 0 &&
-                aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
+                track_(c->rec, outs[0], b, c->site, dev) == 0 && aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
                 row = row_(PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
                                         G.empty, c->backward, c->placed, shape, dname, cm));
             }
@@ -610,7 +656,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 b = odev ? PyIter_Next(bufids) : NULL;
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
-                     aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
+                     track_(c->rec, o, b, c->site, odev) == 0 && aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
                      append_steal(bappend, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
@@ -887,7 +933,100 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
 
 /* ---------------------------------------------------------------- module */
 
+/* The seq the recorder's itertools.count will give next, without drawing it: a free is not an
+   event of its own (the seqs of ops, transfers and markers stay as they were); it happened
+   before the event that draws this seq. Read from count's struct (CPython 3.8-3.13 layout:
+   cnt, long_cnt, long_step), checked once at import against a known count (count_ok), else
+   parsed from its repr "count(N)". -1 when neither works. */
+typedef struct {
+    PyObject_HEAD Py_ssize_t cnt;
+    PyObject *long_cnt;
+    PyObject *long_step;
+} count_layout;
+static PyTypeObject *count_type;
+static int count_ok;
+
+static long long count_peek(PyObject *c) {
+    if (count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt != PY_SSIZE_T_MAX &&
+        ((count_layout *)c)->long_cnt == NULL)
+        return ((count_layout *)c)->cnt;
+    PyObject *r = PyObject_Repr(c);
+    const char *t = r ? PyUnicode_AsUTF8(r) : NULL;
+    long long v = t && strncmp(t, "count(", 6) == 0 ? strtoll(t + 6, NULL, 10) : -1;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    return v;
+}
+
+static void count_check(void) {
+    PyObject *it = PyImport_ImportModule("itertools");
+    PyObject *c = it ? PyObject_CallMethod(it, "count", "n", (Py_ssize_t)12345) : NULL;
+    if (c) {
+        count_type = Py_TYPE(c);
+        Py_INCREF(count_type);
+        count_ok = ((count_layout *)c)->cnt == 12345 && ((count_layout *)c)->long_cnt == NULL;
+        PyObject *n = count_ok ? PyIter_Next(c) : NULL;
+        count_ok = count_ok && n && ((count_layout *)c)->cnt == 12346;
+        Py_XDECREF(n);
+    }
+    Py_XDECREF(c);
+    Py_XDECREF(it);
+    PyErr_Clear();
+}
+
+static PyObject *peek_seq(PyObject *mod, PyObject *c) { return PyLong_FromLongLong(count_peek(c)); }
+
+/* The weakref callback of a tracked buffer (capture/memory.py, Tracker._freed in C): state =
+   (bufs, refs, frees, seqs); bufs[id(weakref)] = buf | site << 64 is popped, refs[buf] dropped,
+   and (buf, the next seq (count_peek), 0 = "gc") appended to the frees bytearray as three int64. Runs inside a
+   deallocation, on any thread: never raises. */
+static PyObject *freed_cb(PyObject *st, PyObject *wr) {
+    PyObject *bufs = PyTuple_GET_ITEM(st, 0), *refs = PyTuple_GET_ITEM(st, 1);
+    PyObject *frees = PyTuple_GET_ITEM(st, 2), *seqs = PyTuple_GET_ITEM(st, 3);
+    PyObject *et, *ev, *etb; /* an exception in flight where the buffer died stays as it was */
+    PyErr_Fetch(&et, &ev, &etb);
+    Py_INCREF(wr);
+    PyObject *key = PyLong_FromVoidPtr(wr), *v = NULL, *bo = NULL;
+    if (key && (v = PyDict_GetItemWithError(bufs, key))) {
+        Py_INCREF(v);
+        unsigned long long b = PyLong_AsUnsignedLongLongMask(v);
+        if (PyDict_DelItem(bufs, key) == 0 && (bo = PyLong_FromUnsignedLongLong(b))) {
+            if (PyDict_DelItem(refs, bo) < 0) PyErr_Clear();
+            long long sv = count_peek(seqs);
+            Py_ssize_t n = PyByteArray_GET_SIZE(frees);
+            if (sv >= 0 && PyByteArray_Resize(frees, n + 24) == 0) {
+                int64_t row[3] = {(int64_t)b, (int64_t)sv, 0};
+                memcpy(PyByteArray_AS_STRING(frees) + n, row, sizeof row);
+            }
+        }
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(v);
+    Py_XDECREF(bo);
+    Py_DECREF(wr);
+    PyErr_Clear();
+    PyErr_Restore(et, ev, etb);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef freed_def = {"freed", (PyCFunction)freed_cb, METH_O, "a tracked buffer was freed"};
+
+static PyObject *make_free_callback(PyObject *mod, PyObject *args) {
+    PyObject *bufs, *refs, *frees, *seqs;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyDict_Type, &bufs, &PyDict_Type, &refs, &PyByteArray_Type,
+                          &frees, &seqs))
+        return NULL;
+    PyObject *st = PyTuple_Pack(4, bufs, refs, frees, seqs);
+    if (!st) return NULL;
+    PyObject *f = PyCFunction_New(&freed_def, st);
+    Py_DECREF(st);
+    return f;
+}
+
 static PyMethodDef methods[] = {
+    {"peek_seq", peek_seq, METH_O, "peek_seq(count): the value next(count) would give, not drawn"},
+    {"make_free_callback", make_free_callback, METH_VARARGS,
+     "make_free_callback(bufs, refs, frees, seqs): the weakref callback of capture/memory.py's Tracker"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**objects): the Python objects record_call reads (dispatch.py calls it once)."},
     {"record_call", (PyCFunction)(void (*)(void))record_call, METH_FASTCALL | METH_KEYWORDS,
@@ -902,6 +1041,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_native",
     if (!(var = PyUnicode_InternFromString(text))) return NULL
 
 PyMODINIT_FUNC PyInit__native(void) {
+    count_check();
     INTERN(S_rec, "rec");
     INTERN(S_placing, "placing");
     INTERN(S_depth, "depth");
@@ -934,11 +1074,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_static_argnums, "static_argnums");
     INTERN(S_static_argnames, "static_argnames");
     INTERN(S_buffer_id, "buffer_id");
+    INTERN(S_track, "track");
+    INTERN(S_mem_state, "mem_state");
     INTERN(S_backlog_wait, "wait_for_writer");
     INTERN(S_limit, "backlog_limit");
     INTERN(S_recording_failed, "recording_failed");
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
-    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
+    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1)) || !(SITE_SHIFT = PyLong_FromLong(64))) return NULL;
     if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;
     if (PyType_Ready(&SiteCacheType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);

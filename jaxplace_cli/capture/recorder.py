@@ -102,6 +102,12 @@ class Recorder:
         self.recording_errors = 0
         self.first_recording_error = ""
         self._decoder = None  # unpacks them for an in-process writer (drain)
+        # Device memory (issue 27, capture/memory.py): frees of the buffers rows name
+        from jaxplace_cli.capture.memory import Tracker
+
+        self.memory = Tracker(self.seqs, maxlen)
+        self.track = self.memory.track  # the hot paths call it on every new buffer
+        self.mem_state = self.memory.state  # the C path's inlined track (capture/_native.c)
         self._drained = threading.Condition()
         self._drains = 0
         from jaxplace_cli.capture import native
@@ -217,6 +223,7 @@ class Recorder:
             dtype = aval.dtype
             name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
             self.buffers.append((b, seq, device, aval.shape, name, committed, site))
+            self.track(arr, b, site, device)
         return b
 
     # -- events -----------------------------------------------------------------------------
@@ -231,6 +238,18 @@ class Recorder:
 
     def marker(self, kind: str, value: str) -> None:
         self.markers.append(Marker(next(self.seqs), perf_counter_ns() - self.t0, kind, value))
+
+    def end_memory(self) -> None:
+        """The recording ends: sample the devices' own memory statistics (where they exist) and
+        stop following buffers, so what is live now is the run's end state."""
+        from jaxplace_cli.capture.memory import sample_memory_stats
+
+        if self.memory.on:
+            try:
+                sample_memory_stats(self)
+            finally:
+                self.memory.stop()
+                self.mem_state = None
 
     def recording_failed(self, exc: BaseException) -> None:
         """A hook failed to record a call that itself went as it would under plain python:
@@ -303,6 +322,7 @@ class Recorder:
             "buffers": _pop_all(buffers),
             "markers": _pop_all(self.markers),
         }
+        batch["frees"], batch["shards"] = self.memory.take()
         self.counts["ops"] += len(batch["ops"])
         self.counts["transfers"] += len(batch["transfers"])
         if self.packed is not None and self.packed.pending:

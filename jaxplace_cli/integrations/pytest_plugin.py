@@ -6,7 +6,8 @@
 An int limits the number of transfers of that kind, a size string its bytes; also
 ``h2d_count``, ``h2d_bytes``, ``h2d_per_step``, ``h2d_bytes_per_step`` (and d2h, d2d),
 ``pingpong``, ``host_syncs_per_step``, ``recompiles``, ``fail_on``, ``min_bytes``, ``allow``
-(docs/budgets.md). An unknown keyword fails the test with one line naming it. A global default comes from the ini option
+(docs/budgets.md). Device memory has its own marker, ``@pytest.mark.memory_budget(peak="9 MiB")``
+(also ``peak_total``, ``growth_per_step``: the ``[memory]`` table). An unknown keyword fails the test with one line naming it. A global default comes from the ini option
 ``transfer_budget`` (``"d2h=0 h2d=1MB"``); a marker overrides it key by key.
 
 Opt-in, like pytest-memray's ``--memray``: registered through the ``pytest11`` entry point, it
@@ -31,6 +32,7 @@ from jaxplace_cli.report.budget import failure_text
 __all__ = ["BudgetExceeded", "budget"]
 
 MARKER = "transfer_budget"
+MEMORY_MARKER = "memory_budget"  # memory_budget(peak="9 MiB", peak_total=..., growth_per_step=...): [memory]
 ENABLE = "jaxplace"
 _SESSION_HOOKS: list = []  # the inert capture.recording.Recording held for the process's sessions
 
@@ -53,6 +55,9 @@ def enabled(config) -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(**limits): fail the test when its JAX code "
                                        "exceeds these transfer limits (jaxplace; needs --jaxplace)")
+    config.addinivalue_line("markers", f"{MEMORY_MARKER}(peak=, peak_total=, growth_per_step=): fail the "
+                                       "test when its jax.Arrays' live device memory exceeds these sizes "
+                                       "(jaxplace; needs --jaxplace)")
     ini = config.getini(MARKER)
     if ini:
         from jaxplace_cli.analysis.budgets import BudgetError
@@ -134,8 +139,9 @@ def _parse_ini(text: str) -> dict:
 
 def _check_budget(item):
     marker = item.get_closest_marker(MARKER)
+    memory = item.get_closest_marker(MEMORY_MARKER)
     ini = item.config.getini(MARKER)
-    if marker is None and not ini:
+    if marker is None and memory is None and not ini:
         yield
         return
     from jaxplace_cli.analysis.budgets import BudgetError
@@ -143,6 +149,8 @@ def _check_budget(item):
     limits = _parse_ini(ini)
     if marker is not None:
         limits.update(marker.kwargs)
+    if memory is not None:  # its keys are the [memory] table's: the memory_* keywords
+        limits.update({f"memory_{k}": v for k, v in memory.kwargs.items()})
     try:
         test_budget = limits_to_budget(limits, f"{item.nodeid}: transfer_budget")
     except BudgetError as exc:  # the test still runs, then fails with the one line

@@ -55,6 +55,15 @@ _KIND_LIMITS = (
     ("bytes_per_step", "-bytes-per-step", "_bytes_per_step", SIZE, "{kind} bytes in any steady-state step"),
 )
 _HELP_NOTES = {"h2d.bytes": ", e.g. 10MB", "d2h.count": " (every read, any size)"}
+# The [memory] table (issue 27): live device memory of the jax.Arrays a run held (analysis/memory.py).
+MEMORY = "memory"
+_MEMORY_LIMITS = (
+    ("peak", "--max-peak-memory", "memory_peak", "live device memory of any one device at its peak, e.g. 9MiB"),
+    ("peak_total", "--max-peak-memory-total", "memory_peak_total", "live device memory of all devices together at its peak"),
+    ("growth_per_step", "--max-memory-growth-per-step", "memory_growth_per_step",
+     "growth of live device memory per steady-state step on any device"),
+)
+MEMORY_KEYS = tuple(key for key, *_ in _MEMORY_LIMITS)
 
 
 def _limit(what: str) -> str:
@@ -69,6 +78,7 @@ LIMITS: tuple[Limit, ...] = (
     Limit("host_syncs_per_step", "--max-host-syncs-per-step", "host_syncs_per_step", COUNT,
           _limit("blocking reads in any steady-state step")),
     Limit("recompiles", "--max-recompiles", "recompiles", COUNT, _limit("recompiles found by the recompile rule")),
+    *(Limit(f"{MEMORY}.{key}", flag, keyword, SIZE, _limit(what)) for key, flag, keyword, what in _MEMORY_LIMITS),
     Limit(FAIL_ON, "--fail-on", FAIL_ON, SEVERITY,
           f"Fail (exit 1) on any finding of this severity or worse: {', '.join(SEVERITIES)}."),
 )
@@ -81,7 +91,7 @@ RUN_LIMITS = tuple(lim.key for lim in LIMITS if not lim.table and lim.unit == CO
 MIN_BYTES, ALLOW = "min_bytes", "allow"
 SETTINGS = (MIN_BYTES, ALLOW)  # keys of a budget that are not limits (also keywords)
 # every top-level key, in the order an "unknown key" error lists them
-TOP_KEYS = ("version", MIN_BYTES, FAIL_ON, ALLOW, *RUN_LIMITS, *TRANSFER_KINDS, "total")
+TOP_KEYS = ("version", MIN_BYTES, FAIL_ON, ALLOW, *RUN_LIMITS, *TRANSFER_KINDS, "total", MEMORY)
 
 # -- the keywords of the pytest marker and jaxplace_cli.budget() -------------------------------
 # keyword -> budget key; a bare kind (h2d=3, h2d="1 MB") is a shorthand integrations/budget.py reads
@@ -93,7 +103,7 @@ KEYWORDS["host_syncs"] = "host_syncs_per_step"  # kept: an early spelling
 def limit_text(key: str, value: int) -> str:
     """A limit's value as a breach says it: ``10.0 MiB`` for a size, ``3`` for a count
     (``key``: a kind's key such as ``bytes_per_step``)."""
-    return human_bytes(value) if key in SIZE_KEYS else str(value)
+    return human_bytes(value) if key in SIZE_KEYS or key in MEMORY_KEYS else str(value)
 
 
 def limit_noun(key: str) -> str:

@@ -108,6 +108,27 @@ class BufferEvent(NamedTuple):
     site: int
 
 
+class FreeEvent(NamedTuple):
+    """A tracked buffer released (issue 27): its ``BufferEvent`` is the allocation, this row the
+    end of its life. ``how``: ``gc`` (the last reference went), ``delete`` (``Array.delete()``),
+    ``donated`` (consumed by a jit call's ``donate_argnums``). ``seq`` is the next event's (a
+    free draws none): the free came before that event. A buffer without one was still live when
+    the script ended (or freed after recording stopped)."""
+
+    buf: int
+    seq: int
+    how: str
+
+
+class ShardEvent(NamedTuple):
+    """One device's part of a buffer that spans several devices (a sharded or replicated
+    array): ``bytes`` is what that device holds, so device memory is counted per shard."""
+
+    buf: int
+    device: str
+    bytes: int
+
+
 class Marker(NamedTuple):
     """Out-of-band facts: step boundaries, hook fallbacks, notes. ``value`` is free text."""
 
@@ -119,6 +140,8 @@ class Marker(NamedTuple):
 
 # Marker kinds with a structured value.
 MARKER_COMPILE = "compile"  # value: JSON written by capture/jaxhooks/compiles.py
+MARKER_OOM = "oom"  # value: JSON {site, device, bytes, error} of an allocation that failed (capture/memory.py)
+MARKER_MEMORY_STATS = "memory_stats"  # value: JSON {device: [bytes_in_use, peak_bytes_in_use]}
 
 # Host data uploaded again (issue 26): value is JSON written by capture/jaxhooks/host_data.py,
 # {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its h2d transfers.

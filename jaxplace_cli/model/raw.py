@@ -11,10 +11,13 @@ description of those tuples: capture writes them, the store reads them, by these
   committed flag; the store turns them into that buffer's ``BufferEvent`` (one tuple per op,
   not three: GC-tracked objects per eager op 4.7 -> 1.7).
 - A buffer row is ``(buf, seq, device, shape tuple, (dtype name, itemsize), committed, site)``.
+- Frees (issue 27, capture/memory.py) come as ``bytes``: ``buf, seq, how code`` as three native
+  int64 a free (no object per free for the cycle collector); ``frees_rows`` makes the rows.
 """
 from __future__ import annotations
 
 import operator
+import struct
 
 from jaxplace_cli.model.events import OpEvent
 
@@ -34,7 +37,8 @@ PACKED_TABLES = ("ops", "transfers", "buffers")
 
 def batch_rows(batch: dict) -> int:
     """Rows a batch carries, packed ones included."""
-    n = sum(len(v) for k, v in batch.items() if k != PACKED)
+    n = sum(len(v) // FREE_ROW.size if isinstance(v, (bytes, bytearray)) else len(v)
+            for k, v in batch.items() if k != PACKED)
     return n + (batch[PACKED][1] if PACKED in batch else 0)
 
 
@@ -61,3 +65,14 @@ def packed_module():
     except ImportError:
         return None
     return _packed
+
+
+FREE_HOW = ("gc", "delete", "donated")  # FreeEvent.how by its code
+FREE_ROW = struct.Struct("=qqq")  # buf, seq, how code (native int64, as capture/_native.c writes them)
+
+
+def frees_rows(packed) -> list[tuple[int, int, str]]:
+    """The recorder's packed frees (or rows already made, or None) -> ``FreeEvent`` rows."""
+    if not isinstance(packed, (bytes, bytearray)):
+        return list(packed or ())
+    return [(b, seq, FREE_HOW[how]) for b, seq, how in FREE_ROW.iter_unpack(packed)]

@@ -21,6 +21,7 @@ first event (the processes' clocks are not aligned by jaxplace).
 """
 from __future__ import annotations
 
+import bisect
 import json
 
 from jaxplace_cli.analysis import AuditResult
@@ -59,6 +60,7 @@ def events(result: AuditResult, tl, label: str = "", base: int = 1, flow0: int =
     yield from _steps(tl, base)
     yield from _compiles(tl, base)
     yield from _findings(result, tl, tids, base)
+    yield from _memory(result, tl, base)
 
 
 _j = json.JSONEncoder(ensure_ascii=True).encode
@@ -142,6 +144,25 @@ def _findings(result: AuditResult, tl, tids: dict, base: int):
         for j in m["transfers"]:
             yield {"ph": "i", "s": "t", "name": name, "cat": "finding", "pid": t["dst"][j] + base,
                    "tid": TID_TRANSFERS, "ts": _us(t["ts"][j]), "args": args}
+
+
+def _memory(result: AuditResult, tl, base: int):
+    """A "device memory" counter track per device (issue 27): live bytes of the run's
+    jax.Arrays, each change at the time of the last op or transfer drawn at or before it."""
+    mem = getattr(result, "memory", None)
+    if mem is None:
+        return
+    times = sorted(zip(list(tl.ops["seq"]) + list(tl.transfers["seq"]), list(tl.ops["ts"]) + list(tl.transfers["ts"])))
+    seqs = [s for s, _ in times]
+    lanes = {lane: i for i, lane in enumerate(tl.lanes)}
+    for d in mem.devices:
+        if d.device not in lanes:
+            continue
+        for seq, nbytes in d.series:
+            i = bisect.bisect_right(seqs, seq) - 1
+            ts = times[i][1] if i >= 0 else 0
+            yield {"ph": "C", "name": "device memory", "pid": lanes[d.device] + base, "tid": 0, "ts": ts / 1000,
+                   "args": {"bytes": nbytes}}
 
 
 def write(path: str, parts, fh) -> int:

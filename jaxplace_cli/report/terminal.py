@@ -192,6 +192,7 @@ def _tables(result: AuditResult, console: Console, verbose: bool) -> None:
         _sites(console, s)
     _ops_table(console, s, "Ops per device")
     _steps(console, result)
+    _memory(console, result)
     if len(result.hosts) > 1:
         _hosts(console, result)
     render_job(console, result)  # a jax.distributed job: per process (report/distributed.py)
@@ -233,6 +234,33 @@ def _steps(console: Console, result: AuditResult) -> None:
         console.print(stt)
     elif info is not None:
         console.print(Text(f"steps: none detected ({safe.plain(info.detail)})", style="dim"))
+
+
+def _memory(console: Console, result: AuditResult) -> None:
+    """Device memory (issue 27): each device's peak of live jax.Arrays, when, what is left at
+    exit, and the lines holding most at the peak; allocations that failed."""
+    mem = result.memory
+    if mem is None or not (mem.devices or mem.failed_allocations):
+        return
+    stats = mem.source != "tracked"
+    mt = _table("Device memory (live jax.Arrays by line; XLA temporaries not counted)")
+    for col in ("device", "peak", "at", "at exit") + (("memory_stats peak",) if stats else ()) + ("held at the peak",):
+        mt.add_column(col, justify="right" if col in ("peak", "at exit", "memory_stats peak") else "left",
+                      overflow="fold")
+    room = max(console.width - 60, 16)
+    for d in mem.devices:
+        when = f"step {d.peak_step}" if d.peak_step is not None else f"seq {d.peak_seq}"
+        top = ", ".join(f"{site_text(h.file, h.line, room)} {human_bytes(h.bytes)}"
+                        + (f" ({h.arrays} arrays)" if h.arrays > 1 else "") for h in d.at_peak[:3])
+        extra = (human_bytes(d.stats[1]) if d.stats else "-",) if stats else ()
+        mt.add_row(safe.plain(d.device), human_bytes(d.peak_bytes), when, human_bytes(d.end_bytes), *extra,
+                   Text(safe.plain(top)))
+    if mem.devices:
+        console.print(mt)
+    for f in mem.failed_allocations:
+        asked = human_bytes(f.bytes) if f.bytes >= 0 else "an unknown size"
+        console.print(Text(safe.plain(f"out of memory at {site_text(f.file, f.line)} on {f.device}: "
+                                      f"requested {asked}"), style="red"))
 
 
 def _ops_table(console: Console, s, title: str) -> None:

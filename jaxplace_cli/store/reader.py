@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 from jaxplace_cli.model.errors import JaxplaceError
-from jaxplace_cli.model.events import BufferEvent, Marker, OpEvent, Site, TransferEvent
-from jaxplace_cli.store.schema import MAGIC, SCHEMA_VERSION, TABLES, columns
+from jaxplace_cli.model.events import BufferEvent, FreeEvent, Marker, OpEvent, ShardEvent, Site, TransferEvent
+from jaxplace_cli.store.schema import MAGIC, MEMORY_TABLES, SCHEMA_VERSION, TABLES, columns
 
 MAX_CHECK_BYTES = 2 << 30  # stores checked with quick_check (JAXPLACE_MAX_CHECK_BYTES): ~7 s at 2 GiB
 
@@ -92,7 +92,10 @@ class StoreReader:
         not_tables = [t for t in TABLES if kinds.get(t) != "table"]
         if not_tables:
             raise StoreError(f"{self.path} is not a jaxplace events database (no table {not_tables[0]!r})")
-        for name, cls in TABLES.items():
+        # the memory tables (issue 27) are checked where they exist: older runs lack them
+        self.has_memory = all(kinds.get(t) == "table" for t in MEMORY_TABLES)
+        self._tables = {**TABLES, **(MEMORY_TABLES if self.has_memory else {})}
+        for name, cls in self._tables.items():
             try:
                 cols = [(r[1], r[2].upper()) for r in self.conn.execute(f"PRAGMA table_info({name})")]
             except sqlite3.DatabaseError as exc:
@@ -125,7 +128,7 @@ class StoreReader:
         stores any type in any column). A full scan: called only to explain a failure, so a
         healthy audit does not pay for it."""
         problems = []
-        for name, cls in TABLES.items():
+        for name, cls in self._tables.items():
             for col, sql_type in columns(cls):
                 want = "integer" if sql_type == "INTEGER" else "text"
                 try:
@@ -159,6 +162,13 @@ class StoreReader:
 
     def buffers(self) -> Iterator[BufferEvent]:
         return self._rows("buffers", BufferEvent)
+
+    def frees(self) -> Iterator[FreeEvent]:
+        """Buffers released (issue 27); none for a store written before the memory tables."""
+        return self._rows("frees", FreeEvent, "ORDER BY seq") if self.has_memory else iter(())
+
+    def shards(self) -> Iterator[ShardEvent]:
+        return self._rows("shards", ShardEvent) if self.has_memory else iter(())
 
     def markers(self) -> Iterator[Marker]:
         return self._rows("markers", Marker, "ORDER BY seq")

@@ -14,6 +14,7 @@ from jaxplace_cli.model.raw import (
     RESULT_COMMITTED,
     RESULT_DTYPE,
     RESULT_SHAPE,
+    frees_rows,
 )
 
 _SHAPE_FORMATS: dict = {}  # shape -> ("32x128", element count)
@@ -56,6 +57,8 @@ def finish_rows(batch: dict[str, list]) -> dict[str, list]:
         "transfers": batch["transfers"],
         "buffers": buffers,
         "markers": batch["markers"],
+        "frees": frees_rows(batch.get("frees")),
+        "shards": batch.get("shards") or [],
     }
 
 

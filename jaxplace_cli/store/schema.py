@@ -10,7 +10,7 @@ from __future__ import annotations
 import typing
 from typing import NamedTuple
 
-from jaxplace_cli.model.events import BufferEvent, Marker, OpEvent, Site, TransferEvent
+from jaxplace_cli.model.events import BufferEvent, FreeEvent, Marker, OpEvent, ShardEvent, Site, TransferEvent
 
 SCHEMA_VERSION = 1
 MAGIC = "jaxplace-events"
@@ -22,6 +22,12 @@ TABLES: dict[str, type[NamedTuple]] = {
     "transfers": TransferEvent,
     "buffers": BufferEvent,
     "markers": Marker,
+}
+# Tables a run written before issue 27 lacks: the writer creates them, the reader checks them
+# where they exist; a store without them has no memory data (and its audit no ``memory`` key).
+MEMORY_TABLES: dict[str, type[NamedTuple]] = {
+    "frees": FreeEvent,
+    "shards": ShardEvent,
 }
 _SQL_TYPES = {int: "INTEGER", str: "TEXT", bool: "INTEGER"}
 

@@ -14,7 +14,9 @@ import threading
 from pathlib import Path
 
 from jaxplace_cli.model.raw import batch_rows
-from jaxplace_cli.store.schema import MAGIC, SCHEMA_VERSION, TABLES, create_sql, insert_sql
+from jaxplace_cli.store.schema import MAGIC, MEMORY_TABLES, SCHEMA_VERSION, TABLES, create_sql, insert_sql
+
+_ALL_TABLES = {**TABLES, **MEMORY_TABLES}
 
 # Loss accounting (issue 25): per counted table, the rows the recorder had handed on
 # (``dispatched``: its running count when the batch was taken) and the rows committed, updated
@@ -55,7 +57,7 @@ class StoreWriter:
         self.conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=OFF")  # SIGKILL-safe (the OS has the pages); only an OS crash can lose the tail
-        for name, cls in TABLES.items():
+        for name, cls in _ALL_TABLES.items():
             self.conn.execute(create_sql(name, cls))
         self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.conn.executemany(
@@ -63,7 +65,7 @@ class StoreWriter:
             [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION))],
         )
         self.conn.execute(PROGRESS_SQL)
-        self._inserts = {name: insert_sql(name, cls) for name, cls in TABLES.items()}
+        self._inserts = {name: insert_sql(name, cls) for name, cls in _ALL_TABLES.items()}
         self.rows_written = 0
         self.committed = dict.fromkeys(COUNTED, 0)
         self.dispatched = dict.fromkeys(COUNTED, 0)

@@ -1,11 +1,9 @@
 """The only package that touches JAX internals.
 
-``install()`` patches each entry point it can and returns a ``HookReport`` naming what it
-installed and what this JAX version did not allow (with the reason); a hook that fails to
-install is skipped, never fatal — the user's program runs either way. ``uninstall()``
-restores every original object. Both are called from one place only,
-``capture/recording.py`` (``Recording``: reference counted, it also picks the recorder the
-hooks record into); ``tests/test_layout.py`` checks that.
+``install()`` patches each entry point it can and returns a ``HookReport`` naming what it installed
+and what this JAX version did not allow (why); a hook that fails to install is skipped, never
+fatal. ``uninstall()`` restores every original object. Both are called from one place only,
+``capture/recording.py`` (``Recording``, reference counted); ``tests/test_layout.py`` checks it.
 
 Entry points hooked (see dispatch.py for why these and not primitives alone):
 ``jax.jit`` (jit.py); public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.scipy``
@@ -14,7 +12,7 @@ Entry points hooked (see dispatch.py for why these and not primitives alone):
 eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.device_put`` and
 ``jax.make_array_from_*`` with their per-device legs (uploads.py); host callbacks
 (callbacks.py); ``jax.device_get``; ``Array._value`` (every host read),
-``Array.copy_to_host_async`` and ``Array.block_until_ready`` (transfers.py, syncs.py).
+``Array.copy_to_host_async``, ``Array.block_until_ready`` (transfers.py, syncs.py); ``Array.delete`` (memory.py).
 """
 from __future__ import annotations
 
@@ -237,6 +235,8 @@ def _install_jit(report: HookReport) -> None:
 
     _patch(jax, "jit", make_jit(jax.jit))
     report.installed.append("jax.jit")
+    from jaxplace_cli.capture.jaxhooks import memory  # frees by .delete() (issue 27)
+    memory.install(_patch, report)
 
 
 def _install_transfers(report: HookReport) -> None:

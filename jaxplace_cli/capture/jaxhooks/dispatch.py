@@ -47,6 +47,7 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
     sharding_label,
     tls,
 )
+from jaxplace_cli.capture.memory import is_oom, on_oom
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, dtype_name
 from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent
 
@@ -237,6 +238,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             # by store/rows.py; the row shape is model/raw.py) — one tuple per op instead of two, and no call.
             b = od[BUF_ATTR] = next(rec.buf_ids)
             rec.tail[dev] = b  # the newest work queued on dev (syncs.py)
+            rec.track(o, b, site, dev)
             aval = o.aval
             dtype = aval.dtype
             name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
@@ -267,6 +269,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 dtype = aval.dtype
                 name = _DTYPE_NAMES.get(dtype) or dtype_name(dtype)
                 buffers.append((b, seq, odev, aval.shape, name, getattr(o, "_committed", True), site))
+                rec.track(o, b, site, odev)
             out_bufs.append(b)
             odev = None  # the first result's device is the op's; the others are looked up
         out_bufs = tuple(out_bufs)
@@ -289,6 +292,8 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         rec.ops.append(OpEvent(seq, t0 - rec.t0, t1 - t0, _thread_ident(), spec.kind, spec.name,
                                ",".join(dict.fromkeys(devs)), site,
                                ",".join(map(str, bufs)), "", msg[:2000], False, ""))
+        if is_oom(exc):  # RESOURCE_EXHAUSTED: recorded, and what filled the device said (issue 27)
+            on_oom(rec, devs, kwargs, site, exc)
     except Exception as err:  # recording must never mask the user's exception
         rec.recording_failed(err)
 

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from jax.tree_util import tree_flatten, tree_unflatten
 
+from jaxplace_cli.capture.jaxhooks import state
 from jaxplace_cli.capture.jaxhooks.state import tls
 from jaxplace_cli.model.events import D2D, TransferEvent
 from jaxplace_cli.placement.devices import resolve, select
@@ -283,6 +284,8 @@ def _on_device(fn, device, uncommit: bool = False):
                     changed = True
                     if buf:
                         leaf._jaxplace_buf = buf
+                        if state.active.rec is not None:  # the new Array holds the buffer now
+                            state.active.rec.memory.retarget(buf, leaf)
                 try:
                     setattr(leaf, HOME, device)
                 except AttributeError:

@@ -19,6 +19,7 @@ from jaxplace_cli.capture.jaxhooks.dispatch import (
     record_call,
 )
 from jaxplace_cli.capture.jaxhooks.legs import inner_call
+from jaxplace_cli.capture.jaxhooks.memory import donates, donating_call
 from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.model.events import OP_JIT
 
@@ -35,11 +36,12 @@ class JitFunction(JitProxy):
     tracebacks drop them: jaxplace's package is registered as a traceback exclusion).
     """
 
-    __slots__ = ("_jitted", "_spec", "__dict__", "__weakref__")
+    __slots__ = ("_jitted", "_spec", "_donates", "__dict__", "__weakref__")
 
     def __init__(self, jitted, spec: CallSpec):
         self._jitted = jitted
         self._spec = spec
+        self._donates = donates(jitted)  # its donated arguments are freed by a call
         try:
             functools.update_wrapper(self, jitted)
         except Exception:
@@ -55,6 +57,8 @@ class JitFunction(JitProxy):
             if tls.depth:  # called inside another recorded op: its host arguments are legs of it
                 spec = self._spec
                 return inner_call(self._jitted, args, kwargs, spec.static_argnums, spec.static_argnames)
+            if self._donates:  # the donated arguments are freed by the call (issue 27)
+                return donating_call(record_call, self._spec, self._jitted, args, kwargs)
             return record_call(self._spec, self._jitted, args, kwargs)
         except Exception as exc:
             frames.drop_own(exc)

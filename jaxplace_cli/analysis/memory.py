@@ -1,0 +1,258 @@
+"""Device memory over a run (issue 27): live bytes per device, by the line that made them.
+
+Counted from the capture's allocation rows (``buffers``: a jax.Array first seen, its device
+and bytes) and free rows (``frees``), per shard for an array over several devices
+(``shards``). It is what Python holds: XLA's temporaries inside a compiled program are not
+jax.Arrays and are not counted; where the backend has ``memory_stats()`` (GPU/TPU) its own
+figures are reported beside (``source: tracked+memory_stats``). The peak of a device is the
+first moment (seq) its live bytes reach their maximum, evaluated after every buffer made by
+one call (a jit call's results share its seq). A free carries the seq of the event after it
+and counts before that event's allocations; a buffer donated to a call is freed at the call's
+seq, so before its results (they may reuse its memory).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from jaxplace_cli.store import memory as q
+
+TOP_HOLDERS = 10  # holders listed at a device's peak
+
+
+@dataclass
+class Holder:
+    """One line's arrays live on a device at its peak."""
+
+    file: str
+    line: int
+    function: str
+    bytes: int
+    arrays: int
+
+
+@dataclass
+class DeviceMemory:
+    device: str
+    peak_bytes: int
+    peak_seq: int
+    peak_step: int | None
+    end_bytes: int
+    at_peak: list[Holder] = field(default_factory=list)
+    stats: tuple[int, int] | None = None  # memory_stats(): (bytes_in_use, peak_bytes_in_use)
+    # the live bytes after each seq where they changed: what charts and the growth rule read
+    series: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class Failed:
+    file: str
+    line: int
+    device: str
+    bytes: int
+    error: str
+
+
+@dataclass
+class MemoryReport:
+    source: str  # "tracked" | "tracked+memory_stats"
+    devices: list[DeviceMemory]
+    failed_allocations: list[Failed]
+    # per device: [(seq, +bytes / -bytes, buf)] in seq order, and buf -> (site, alloc seq)
+    events: dict = field(default_factory=dict, repr=False)
+    origin: dict = field(default_factory=dict, repr=False)
+    replicated: list = field(default_factory=list, repr=False)  # (buf, site, devices, bytes)
+    sites: dict = field(default_factory=dict, repr=False)
+
+    def live_at(self, device: str, seq: int) -> int:
+        """Live bytes on ``device`` after every event up to and including ``seq``."""
+        dm = next((d for d in self.devices if d.device == device), None)
+        if dm is None or not dm.series:
+            return 0
+        i = bisect.bisect_right(dm.series, (seq, float("inf"))) - 1
+        return dm.series[i][1] if i >= 0 else 0
+
+
+def per_device(a, shards: dict) -> list[tuple[str, int]]:
+    """(device, bytes) an allocation holds: its shards, else its one device; a multi-device
+    row without shards (a sharding jaxplace could not read) split evenly."""
+    if a.buf in shards:
+        return shards[a.buf]
+    if "," in a.device:
+        devs = a.device.split(",")
+        return [(d, a.bytes // len(devs)) for d in devs]
+    return [(a.device, a.bytes)]
+
+
+def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep per device
+    """The run's device memory, or None for a run recorded before memory tracking."""
+    store = run.store
+    if not q.has_memory(store):
+        return None
+    sites = store.sites()
+    allocs = q.allocations(store)
+    freed = q.frees(store)
+    shards = q.shards(store)
+    root = _aliases(store, {a.buf: a.device for a in allocs})
+    first: dict[int, object] = {}  # root -> its allocation row
+    ends: dict[int, int | None] = {}  # root -> the last free of its aliases (None: one lives)
+    for a in allocs:
+        if a.bytes < 0:
+            continue
+        r = root.get(a.buf, a.buf)
+        if r not in first:
+            first[r] = a
+        end = freed.get(a.buf)
+        ends[r] = None if end is None or (r in ends and ends[r] is None) else max(end, ends.get(r) or 0)
+    events: dict[str, list] = {}
+    origin: dict[int, tuple[int, int]] = {}
+    replicated = []
+    for r, a in first.items():
+        origin[r] = (a.site, a.seq)
+        parts = per_device(a, shards)
+        if len(parts) > 1 and all(n == a.bytes for _d, n in parts) and a.bytes > 0:
+            replicated.append((r, a.site, [d for d, _n in parts], a.bytes))
+        end = ends.get(r)
+        for dev, nbytes in parts:
+            ev = events.setdefault(dev, [])
+            ev.append((a.seq, nbytes, r))
+            if end is not None:
+                ev.append((end, -nbytes, r))
+    stats = q.memory_stats(store)
+    devices = []
+    for dev in sorted(events, key=_device_key):
+        ev = sorted(events[dev], key=lambda e: (e[0], e[1] >= 0, e[2]))  # a donated free first
+        events[dev] = ev
+        series: list[tuple[int, int]] = []
+        cur = peak = 0
+        peak_seq = 0
+        for i, (seq, delta, _b) in enumerate(ev):
+            cur += delta
+            if i + 1 < len(ev) and ev[i + 1][0] == seq:
+                continue  # every buffer of one call first
+            series.append((seq, cur))
+            if cur > peak:
+                peak, peak_seq = cur, seq
+        live: dict[int, int] = {}
+        for seq, delta, b in ev:
+            if seq > peak_seq:
+                break
+            if delta >= 0:
+                live[b] = live.get(b, 0) + delta
+            else:
+                live.pop(b, None)
+        devices.append(DeviceMemory(dev, peak, peak_seq, _step_of(steps, peak_seq) if peak else None,
+                                    cur, _holders(live, origin, sites), stats.get(dev), series))
+    failed = []
+    for f in q.failed_allocations(store):
+        s = sites.get(f.site)
+        failed.append(Failed(s.file if s else "?", s.line if s else 0, f.device, f.bytes, f.error))
+    source = "tracked+memory_stats" if stats else "tracked"
+    return MemoryReport(source, devices, failed, events, origin, replicated, sites)
+
+
+def _aliases(store, device: dict) -> dict[int, int]:
+    """buffer -> the first buffer of its device memory, for results of ``device_put`` onto the
+    device their argument is already on (JAX returns a new Array over the same buffer: one
+    allocation, live until its last alias is freed)."""
+    root: dict[int, int] = {}
+    for ins, outs in q.device_put_pairs(store):
+        a, b = _ids(ins), _ids(outs)
+        if len(a) != len(b):
+            continue
+        for i, o in zip(a, b):
+            if i and o and i != o and device.get(i) is not None and device.get(i) == device.get(o):
+                root[o] = root.get(i, i)
+    return root
+
+
+def _ids(text) -> list[int]:
+    try:
+        return [int(x) for x in str(text).split(",") if x]
+    except ValueError:
+        return []
+
+
+def _holders(live: dict, origin: dict, sites: dict) -> list[Holder]:
+    by_site: dict[int, list[int]] = {}
+    for b, nbytes in live.items():
+        acc = by_site.setdefault(origin[b][0], [0, 0])
+        acc[0] += nbytes
+        acc[1] += 1
+    out = []
+    for sid, (nbytes, n) in by_site.items():
+        s = sites.get(sid)
+        out.append(Holder(s.file if s else "?", s.line if s else 0, s.function if s else "?", nbytes, n))
+    out.sort(key=lambda h: (-h.bytes, h.file, h.line, h.function))
+    return out[:TOP_HOLDERS]
+
+
+def _step_of(steps, seq: int) -> int | None:
+    if steps is None:
+        return None
+    for st in steps.steps:
+        if st.start_seq <= seq < st.end_seq:
+            return st.index
+    return None
+
+
+def _device_key(label: str):
+    platform, _, num = label.rpartition(":")
+    return (platform, int(num)) if num.isdigit() else (label, -1)
+
+
+def step_ends(report: MemoryReport, steps, least: int = 2) -> dict[str, tuple[float, list[int]]]:
+    """device -> (bytes gained per steady-state step, live bytes at each steady step's end):
+    the change from the first steady step's end to the last's, over the steps between (at
+    least ``least`` steady steps; none without)."""
+    out: dict = {}
+    steady = [s for s in steps.steps if s.index >= steps.warmup] if steps is not None else []
+    if len(steady) < least:
+        return out
+    for dm in report.devices:
+        ends = [report.live_at(dm.device, s.end_seq - 1) for s in steady]
+        out[dm.device] = ((ends[-1] - ends[0]) / (len(ends) - 1), ends)
+    return out
+
+
+def growth(report: MemoryReport, steps) -> dict[str, tuple[float, list[int]]]:
+    """``step_ends`` of the devices whose live bytes grew at every steady-state step (at least
+    3 of them): what the memory-growth rule calls a leak."""
+    return {dev: v for dev, v in step_ends(report, steps, 3).items()
+            if all(b > a for a, b in zip(v[1], v[1][1:]))}
+
+
+def total_peak(report: MemoryReport) -> tuple[int, int, list[Holder]]:
+    """(bytes, seq, holders) of the moment the devices together held the most."""
+    merged = sorted((e for ev in report.events.values() for e in ev), key=lambda e: (e[0], e[1] >= 0, e[2]))
+    cur = peak = peak_seq = 0
+    for i, (seq, delta, _b) in enumerate(merged):
+        cur += delta
+        if i + 1 < len(merged) and merged[i + 1][0] == seq:
+            continue
+        if cur > peak:
+            peak, peak_seq = cur, seq
+    live: dict[int, int] = {}
+    for seq, delta, b in merged:
+        if seq > peak_seq:
+            break
+        live[b] = live.get(b, 0) + delta
+        if live[b] <= 0:
+            live.pop(b)
+    return peak, peak_seq, _holders(live, report.origin, report.sites)
+
+
+def as_dict(report: MemoryReport) -> dict:
+    """The audit document's ``memory`` object (docs/audit-json-schema.md)."""
+    devices = []
+    for d in report.devices:
+        entry = {"device": d.device, "peak_bytes": d.peak_bytes, "peak_seq": d.peak_seq,
+                 "peak_step": d.peak_step, "end_bytes": d.end_bytes,
+                 "at_peak": [{"file": h.file, "line": h.line, "function": h.function,
+                              "bytes": h.bytes, "arrays": h.arrays} for h in d.at_peak]}
+        if d.stats is not None:
+            entry["memory_stats"] = {"bytes_in_use": d.stats[0], "peak_bytes_in_use": d.stats[1]}
+        devices.append(entry)
+    return {"source": report.source, "devices": devices,
+            "failed_allocations": [{"file": f.file, "line": f.line, "device": f.device,
+                                    "bytes": f.bytes, "error": f.error} for f in report.failed_allocations]}

@@ -1,0 +1,273 @@
+"""Device memory tracking (issue 27): when each buffer jaxplace records is released.
+
+The allocation is the buffer's existing row (``BufferEvent``: seq, device, bytes, site); this
+module adds the end of its life (``FreeEvent``) and, for an array over several devices, what
+each device holds (``ShardEvent``). The mechanism is a ``weakref.ref`` with one shared callback
+per tracked array (``ArrayImpl`` takes weak references in jax 0.10.2): it never extends a
+lifetime (tests/test_memory_capture.py compares ``jax.live_arrays()`` with and without
+jaxplace), and costs one weakref and two dict stores per new buffer. An array released
+without dying — ``Array.delete()``, a buffer donated to a jit call — is reported by the hooks
+(``released``: capture/jaxhooks/memory.py), which drop its weakref so it is freed once.
+
+What Python-level tracking cannot see: XLA's temporaries inside a compiled program, and
+arrays made before the recording started until an op first uses them (their row's seq is the
+first sight). Where ``device.memory_stats()`` exists (GPU/TPU; CPU returns None) the device's
+own ``bytes_in_use``/``peak_bytes_in_use`` are sampled at the end of recording beside it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import weakref
+from collections import deque
+
+from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, device_label
+from jaxplace_cli.model.raw import FREE_HOW
+from jaxplace_cli.model.raw import FREE_ROW as _ROW
+from jaxplace_cli.model.sizes import human_bytes
+
+_ref = weakref.ref
+_SITE_SHIFT = 64  # _bufs packs (buf, site) in one int: buf | site << 64 (no tuple per array)
+_BUF_MASK = (1 << _SITE_SHIFT) - 1
+BUF_ATTR = "_jaxplace_buf"  # capture/recorder.py's, repeated: the recorder imports this module
+
+
+class Tracker:
+    """The live buffers of one recorder: ``track`` on a new buffer, frees appended as rows."""
+
+    def __init__(self, seqs, maxlen: int | None = None):
+        # (buf, seq, how code) as three native int64 a free (model/raw.py): no object the cycle
+        # collector tracks (a tuple per free brings JAX's gc callback closer, bench P2)
+        self.frees = bytearray()
+        self.shards: deque = deque(maxlen=maxlen)  # (buf, device, bytes)
+        self._seqs = seqs  # the recorder's sequence, peeked: a free is ordered among ops and transfers
+        self._refs: dict = {}  # buf -> weakref (keeps the weakref, hence its callback, alive)
+        self._bufs: dict = {}  # id(weakref) -> buf | site << 64
+        # a bounded recorder (``maxlen``: no writer reads it, device_placement outside a run)
+        # does not track: its frees would only pile up
+        self.on = maxlen is None
+        from jaxplace_cli.capture import native
+
+        mod = native.module()  # the callback in C where the extension is built (capture/_native.c)
+        self._freed_cb = (mod.make_free_callback(self._bufs, self._refs, self.frees, seqs)
+                          if mod is not None else self._freed)
+        self.peek = mod.peek_seq if mod is not None else peek_seq
+        # what the C hot path reads to inline ``track`` (capture/_native.c, track_): None = off
+        self.state = (self._refs, self._bufs, self._freed_cb) if self.on else None
+
+    def track(self, arr, b: int, site: int, device: str) -> None:
+        """Follow ``arr`` (buffer id ``b``, made at ``site`` on ``device``) until it is freed."""
+        if not self.on:
+            return
+        try:
+            wr = _ref(arr, self._freed_cb)
+        except TypeError:  # not weak-referenceable (a foreign Array type): not tracked
+            return
+        self._refs[b] = wr
+        self._bufs[id(wr)] = b | site << _SITE_SHIFT
+        if "," in device:
+            self._add_shards(arr, b)
+
+    def _freed(self, wr) -> None:
+        # runs wherever the last reference went (any thread, inside a collection): no raise
+        try:
+            v = self._bufs.pop(id(wr), None)
+            if v is not None:
+                b = v & _BUF_MASK
+                self._refs.pop(b, None)
+                self.frees += _ROW.pack(b, peek_seq(self._seqs), 0)
+        except Exception:
+            pass
+
+    def released(self, arr, how: str, seq: int | None = None) -> None:
+        """``arr`` gave its memory back while the object lives on (``delete``, ``donated``);
+        ``seq``: the donating call's own (None: the next event's)."""
+        d = getattr(arr, "__dict__", None)
+        b = d.get(BUF_ATTR) if d is not None else None
+        wr = self._refs.get(b) if b else None
+        if wr is not None and wr() is arr:
+            del self._refs[b]  # the weakref dies here: its callback will not run
+            self._bufs.pop(id(wr), None)
+            self.frees += _ROW.pack(b, self.peek(self._seqs) if seq is None else seq, FREE_HOW.index(how))
+
+    def retarget(self, b: int, arr) -> None:
+        """Buffer ``b`` now belongs to ``arr`` (a placement re-made the Array over the same
+        memory, capture/jaxhooks/engine.py): the old object's end is no free."""
+        wr = self._refs.get(b)
+        v = self._bufs.pop(id(wr), None) if wr is not None else None
+        if v is None or not self.on:
+            return
+        try:
+            new = _ref(arr, self._freed_cb)
+        except TypeError:
+            self._refs.pop(b, None)
+            return
+        self._refs[b] = new
+        self._bufs[id(new)] = v
+
+    def _add_shards(self, arr, b: int) -> None:
+        """Each device of a multi-device array holds one shard of ``shard_shape``."""
+        try:
+            sh = arr.sharding
+            n = 1
+            for dim in sh.shard_shape(arr.shape):
+                n *= dim
+            per = n * arr.dtype.itemsize
+            for dev in sorted(sh.addressable_devices, key=lambda d: d.id):
+                self.shards.append((b, device_label(dev), per))
+        except Exception:
+            pass  # an exotic sharding: the buffer row's total stays, split evenly by the analysis
+
+    def live(self):
+        """(buf, site, array) of every tracked array still alive and not deleted."""
+        for v in list(self._bufs.values()):
+            b = v & _BUF_MASK
+            wr = self._refs.get(b)
+            arr = wr() if wr is not None else None
+            if arr is not None:
+                try:
+                    if arr.is_deleted():
+                        continue
+                except Exception:
+                    continue
+                yield b, v >> _SITE_SHIFT, arr
+
+    def stop(self) -> None:
+        """Recording ended: what is live now is the run's end state; drop every weakref (no
+        callback after this, so teardown frees are not rows)."""
+        self.on = False
+        self.state = None
+        self._bufs.clear()
+        self._refs.clear()
+
+    def take(self) -> tuple[bytes, list]:
+        """(frees packed, shard rows): ``model.raw.frees_rows`` makes the rows, in the writer."""
+        frees = self.frees
+        n = len(frees)
+        n -= n % _ROW.size  # whole rows (each append is one C call under the GIL)
+        out = bytes(frees[:n])
+        del frees[:n]  # a free appended meanwhile stays for the next take
+        return out, _pop_all(self.shards)
+
+
+def peek_seq(seqs) -> int:
+    """The seq ``next(seqs)`` would give, not drawn (``count(N)``): a free is no event of its
+    own, it happened before the event that draws this seq (capture/_native.c, count_peek)."""
+    try:
+        return int(repr(seqs)[6:-1])
+    except Exception:
+        return -1
+
+
+def _pop_all(dq: deque) -> list:
+    pop = dq.popleft
+    return [pop() for _ in range(len(dq))]
+
+
+# -- device statistics ----------------------------------------------------------------------------
+
+def memory_stats_value() -> str:
+    """JSON ``{device: [bytes_in_use, peak_bytes_in_use]}`` of the local devices, "" where the
+    backend has no ``memory_stats()`` (CPU returns None; untested there, must never raise)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return ""
+    out = {}
+    try:
+        for dev in jax.local_devices():
+            stats = dev.memory_stats()
+            if stats and "bytes_in_use" in stats:
+                out[device_label(dev)] = [int(stats["bytes_in_use"]),
+                                          int(stats.get("peak_bytes_in_use", stats["bytes_in_use"]))]
+    except Exception:
+        return ""
+    return json.dumps(out, sort_keys=True) if out else ""
+
+
+def sample_memory_stats(rec) -> None:
+    value = memory_stats_value()
+    if value:
+        rec.marker(MARKER_MEMORY_STATS, value)
+
+
+# -- failed allocations -------------------------------------------------------------------------
+
+_OOM_RE = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|out of memory")
+_BYTES_RE = re.compile(r"allocat\w*\s+(\d+)\s*bytes|(\d+)\s*bytes")
+TOP_N = 10
+
+
+def is_oom(exc: BaseException) -> bool:
+    try:
+        return bool(_OOM_RE.search(str(exc)))
+    except Exception:
+        return False
+
+
+def requested_bytes(text: str) -> int:
+    """The size XLA failed to allocate, from its message ("Out of memory allocating N bytes");
+    -1 when the text does not say."""
+    m = _BYTES_RE.search(text)
+    return int(m.group(1) or m.group(2)) if m else -1
+
+
+def on_oom(rec, devices: list[str], kwargs: dict, site: int, exc: BaseException) -> None:
+    """Record a failed allocation (a marker) and say on stderr what filled the device (jax#9530):
+    the requested bytes, live bytes per device, the largest live buffers with their lines."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    device = devices[0] if devices else _default_device(kwargs)
+    nbytes = requested_bytes(text)
+    rec.marker(MARKER_OOM, json.dumps({"site": site, "device": device, "bytes": nbytes,
+                                       "error": text[:500]}))
+    tracker = getattr(rec, "memory", None)
+    if tracker is None:
+        return
+    per_device: dict = {}
+    top = []
+    for b, bsite, arr in tracker.live():
+        try:
+            sh = arr.sharding
+            devs = sorted(sh.addressable_devices, key=lambda d: d.id)
+            n = 1
+            for dim in sh.shard_shape(arr.shape):
+                n *= dim
+            per = n * arr.dtype.itemsize
+        except Exception:
+            continue
+        for d in devs:
+            lab = device_label(d)
+            per_device[lab] = per_device.get(lab, 0) + per
+        top.append((per * len(devs), b, bsite, ",".join(device_label(d) for d in devs),
+                    f"{arr.dtype}[{','.join(map(str, arr.shape))}]"))
+    top.sort(key=lambda t: (-t[0], t[1]))
+    where = rec.site_text(site) or "?"
+    lines = [f"jaxplace: out of memory at {where} on {device}: requested "
+             f"{human_bytes(nbytes) if nbytes >= 0 else 'an unknown size'}"]
+    live = ", ".join(f"{d} {human_bytes(n)}" for d, n in sorted(per_device.items())) or "none tracked"
+    lines.append(f"  live jax.Arrays per device: {live}")
+    if top:
+        lines.append(f"  largest live buffers ({min(TOP_N, len(top))} of {len(top)}):")
+        for nb, _b, bsite, devs, desc in top[:TOP_N]:
+            lines.append(f"    {human_bytes(nb):>10}  {devs:<8} {rec.site_text(bsite) or '?'}  {desc}")
+    try:
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _default_device(kwargs: dict) -> str:
+    dev = kwargs.get("device") if kwargs else None
+    try:
+        if dev is not None and hasattr(dev, "platform"):
+            return device_label(dev)
+        jax = sys.modules.get("jax")
+        if jax is not None:
+            default = jax.config.jax_default_device
+            if default is not None and hasattr(default, "platform"):
+                return device_label(default)
+            return device_label(jax.devices()[0])
+    except Exception:
+        pass
+    return "?"

@@ -1,0 +1,98 @@
+"""Named queries of the device-memory analysis (issue 27, analysis/memory.py): allocations
+(the ``buffers`` rows), frees, shards, and the memory markers. A store written before the
+memory tables has none: ``has_memory`` is False and the audit carries no ``memory`` object."""
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from jaxplace_cli.model.errors import DataError
+from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, OP_DEVICE_PUT
+
+
+class Allocation(NamedTuple):
+    buf: int
+    seq: int
+    device: str
+    bytes: int
+    site: int
+    shape: str
+    dtype: str
+
+
+class FailedAllocation(NamedTuple):
+    seq: int
+    site: int
+    device: str
+    bytes: int
+    error: str
+
+
+def has_memory(store) -> bool:
+    return bool(getattr(store, "has_memory", False))
+
+
+def allocations(store) -> list[Allocation]:
+    """Every buffer row, by seq (then buffer id: the results of one call in order)."""
+    return [Allocation._make(r) for r in store.conn.execute(
+        "SELECT buf, seq, device, bytes, site, shape, dtype FROM buffers ORDER BY seq, buf")]
+
+
+def frees(store) -> dict[int, int]:
+    """buffer id -> the seq it was freed at (its first free row)."""
+    out: dict[int, int] = {}
+    if has_memory(store):
+        for buf, seq in store.conn.execute("SELECT buf, seq FROM frees ORDER BY seq"):
+            out.setdefault(buf, seq)
+    return out
+
+
+def shards(store) -> dict[int, list[tuple[str, int]]]:
+    """buffer id -> [(device, bytes)] of a buffer over several devices."""
+    out: dict[int, list] = {}
+    if has_memory(store):
+        for buf, device, nbytes in store.conn.execute("SELECT buf, device, bytes FROM shards ORDER BY rowid"):
+            out.setdefault(buf, []).append((device, nbytes))
+    return out
+
+
+def _json_markers(store, kind: str) -> list[tuple[int, dict]]:
+    out = []
+    for seq, value in store.conn.execute("SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (kind,)):
+        try:
+            v = json.loads(value)
+        except (TypeError, ValueError):
+            raise DataError(f"markers: a {kind} marker holds {str(value)[:40]!r}, not JSON") from None
+        if not isinstance(v, dict):
+            raise DataError(f"markers: a {kind} marker is not a JSON object")
+        out.append((seq, v))
+    return out
+
+
+def failed_allocations(store) -> list[FailedAllocation]:
+    """Allocations that raised RESOURCE_EXHAUSTED (capture/memory.py's ``oom`` markers)."""
+    out = []
+    for seq, v in _json_markers(store, MARKER_OOM):
+        site, device, nbytes, error = v.get("site", 0), v.get("device", "?"), v.get("bytes", -1), v.get("error", "")
+        if type(site) is not int or type(nbytes) is not int or not isinstance(device, str) or not isinstance(error, str):
+            raise DataError("markers: an oom marker's fields have the wrong types")
+        out.append(FailedAllocation(seq, site, device, nbytes, error))
+    return out
+
+
+def memory_stats(store) -> dict[str, tuple[int, int]]:
+    """device -> (bytes_in_use, peak_bytes_in_use) of the last ``memory_stats`` sample."""
+    out: dict[str, tuple[int, int]] = {}
+    for _seq, v in _json_markers(store, MARKER_MEMORY_STATS):
+        for dev, pair in v.items():
+            if not (isinstance(pair, list) and len(pair) == 2 and all(type(x) is int for x in pair)):
+                raise DataError("markers: a memory_stats marker's values are not [int, int]")
+            out[dev] = (pair[0], pair[1])
+    return out
+
+
+def device_put_pairs(store) -> list[tuple[str, str]]:
+    """(in_bufs, out_bufs) of every successful ``device_put`` op: a result on its argument's
+    own device shares the argument's device buffer (JAX aliases it: no copy is made)."""
+    return store.conn.execute("SELECT in_bufs, out_bufs FROM ops WHERE kind = ? AND error = '' "
+                              "ORDER BY seq", (OP_DEVICE_PUT,)).fetchall()
