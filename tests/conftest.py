@@ -142,13 +142,16 @@ def sites_by_line(report: dict, kind: str) -> dict:
     return out
 
 
-# The files that take longest, longest first: with `--dist loadfile --no-loadscope-reorder`
-# (Makefile) each file is one work unit (its module fixtures built on one worker, not both),
-# the workers start on these, and the short files fill the gaps at the end. (`--dist
-# loadgroup` would allow smaller units, but xdist 3.8 cannot rename pytest 9's node ids.)
-SLOW_FIRST = ["test_semantics", "test_suggest_suite", "test_suggest_suite_more", "test_native",
-              "test_suggest_stages", "test_suggest_run", "test_bench_smoke", "test_faults",
-              "test_dogfood", "test_runner", "test_trace_limits", "test_security", "test_report_layout"]
+# The files that take longest (CPU seconds of the test and its children, measured per test),
+# longest first: with `--dist loadfile --no-loadscope-reorder` (Makefile) each file is one work
+# unit (its module fixtures built on one worker, not both), the workers start on these, and the
+# short files fill the gaps at the end. (`--dist loadgroup` would allow smaller units, but xdist
+# 3.8 cannot rename pytest 9's node ids.)
+SLOW_FIRST = ["test_semantics", "test_faults_signals", "test_suggest_suite", "test_bench_smoke", "test_faults",
+              "test_faults_loss", "test_suggest_suite_more", "test_dogfood", "test_runner", "test_library_corpus",
+              "test_placement", "test_pytest_optin", "test_native", "test_fidelity_corpus", "test_distributed",
+              "test_report_layout", "test_tracebacks", "test_fidelity_misc", "test_closed_streams", "test_memory_budget",
+              "test_stress", "test_suggest_stages", "test_suggest_run"]
 
 
 @pytest.hookimpl(tryfirst=True)
