@@ -13,8 +13,9 @@ import gzip
 import json
 import signal
 
+import jsonschema
 import pytest
-from conftest import SCRIPTS, jaxplace
+from conftest import REPO, SCRIPTS, jaxplace
 
 N, L, STEPS = 2, 2, 4
 H2D_PER_PROCESS, H2D_BYTES_PER_PROCESS = STEPS * L + STEPS * L, STEPS * L * 2048 + STEPS * 4096
@@ -142,3 +143,27 @@ def test_a_store_damaged_past_its_header_is_one_store_error(tmp_path):
     with pytest.raises(StoreError, match=r"^RUN: the events store is corrupt or unreadable \(file is not a database\)$"):
         with reading("RUN"):
             raise sqlite3.DatabaseError("file is not a database")
+
+
+def test_a_jobs_memory_is_each_processs_devices(job, capsys):
+    """Issue 27, item 7: the merged audit lists every process's devices, each once, marked with
+    its process, exactly as that process's own audit has it (a device's seqs are its
+    process's: nothing is summed across processes). By hand: each process owns L = 2 devices,
+    and at exit each holds at least the replicated w (128 float32: 512 B) and that process's
+    rows of the last step's x and y (ROWS_PER_DEVICE x 128 float32: 2,048 B each)."""
+    code, out, err = cli(capsys, "audit", job, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads((REPO / "docs" / "audit-json-schema.json").read_text()))
+    merged = doc["memory"]
+    assert merged["source"] == "tracked" and merged["failed_allocations"] == []
+    for i in range(N):
+        code, out, err = cli(capsys, "audit", job / f"proc-{i}", "--format", "json")
+        assert code == 0, err
+        own = json.loads(out)["memory"]["devices"]
+        assert len(own) == L
+        assert [d for d in merged["devices"] if d["process"] == i] == [dict(d, process=i) for d in own]
+        assert all(d["end_bytes"] >= 512 + 2 * 2048 for d in own), own
+    assert len(merged["devices"]) == N * L
+    code, out, err = cli(capsys, "audit", job, "--format", "text")
+    assert code == 0 and "Device memory" in out and "p1 " in out, err

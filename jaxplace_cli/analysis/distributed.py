@@ -26,6 +26,7 @@ from pathlib import Path
 
 from jaxplace_cli.analysis import AuditResult, BudgetVerdict, audit_run
 from jaxplace_cli.analysis.findings import RuleConfig, sort_findings
+from jaxplace_cli.analysis.memory import merge_processes
 from jaxplace_cli.analysis.merge import device_order, local_devices, merge_findings, merge_steps, merge_summaries
 from jaxplace_cli.analysis.run import InputError, RunData, analyse, open_run
 from jaxplace_cli.model.manifest import Manifest
@@ -273,8 +274,10 @@ def merge_results(path: Path, views, job: dict | None, top_sites: int, owner: di
             notes += [f"p{v.index}: {n}" for n in v.result.notes]
     summary = merge_summaries([(v.result.summary, v.index) for v in ok], top_sites, owner)
     steps, step_transfers = merge_steps(ok, notes)
+    memory = merge_processes([(v.index, v.result.memory) for v in ok if v.result.memory is not None])
     return AuditResult("run", str(path), manifest, summary, [], notes, steps, step_transfers,
-                       rules_checked=list(first.rules_checked), rules_unsupported=dict(first.rules_unsupported))
+                       rules_checked=list(first.rules_checked), rules_unsupported=dict(first.rules_unsupported),
+                       memory=memory)
 
 
 def _job_status(views) -> str:

@@ -13,7 +13,7 @@ seq, so before its results (they may reuse its memory).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jaxplace_cli.store import memory as q
 
@@ -42,6 +42,7 @@ class DeviceMemory:
     stats: tuple[int, int] | None = None  # memory_stats(): (bytes_in_use, peak_bytes_in_use)
     # the live bytes after each seq where they changed: what charts and the growth rule read
     series: list[tuple[int, int]] = field(default_factory=list)
+    process: int | None = None  # the process that owns the device, in a job's merged audit
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Failed:
     device: str
     bytes: int
     error: str
+    process: int | None = None  # as DeviceMemory.process
 
 
 @dataclass
@@ -242,6 +244,19 @@ def total_peak(report: MemoryReport) -> tuple[int, int, list[Holder]]:
     return peak, peak_seq, _holders(live, report.origin, report.sites)
 
 
+def merge_processes(reports: list[tuple[int, MemoryReport]]) -> MemoryReport | None:
+    """A job's memory (issue 27, item 7): each process's devices and failed allocations, marked
+    with the process. A device belongs to one process (its seqs are that process's), so nothing
+    is added across processes; a device two processes report (a simulated CPU device id that
+    both use) stays two entries, one per process."""
+    if not reports:
+        return None
+    devices = [replace(d, process=i) for i, r in reports for d in r.devices]
+    failed = [replace(f, process=i) for i, r in reports for f in r.failed_allocations]
+    source = "tracked+memory_stats" if any(r.source != "tracked" for _, r in reports) else "tracked"
+    return MemoryReport(source, devices, failed)
+
+
 def as_dict(report: MemoryReport) -> dict:
     """The audit document's ``memory`` object (docs/audit-json-schema.md)."""
     devices = []
@@ -252,7 +267,12 @@ def as_dict(report: MemoryReport) -> dict:
                               "bytes": h.bytes, "arrays": h.arrays} for h in d.at_peak]}
         if d.stats is not None:
             entry["memory_stats"] = {"bytes_in_use": d.stats[0], "peak_bytes_in_use": d.stats[1]}
+        if d.process is not None:
+            entry["process"] = d.process
         devices.append(entry)
-    return {"source": report.source, "devices": devices,
-            "failed_allocations": [{"file": f.file, "line": f.line, "device": f.device,
-                                    "bytes": f.bytes, "error": f.error} for f in report.failed_allocations]}
+    failed = []
+    for f in report.failed_allocations:
+        failed.append({"file": f.file, "line": f.line, "device": f.device, "bytes": f.bytes, "error": f.error})
+        if f.process is not None:
+            failed[-1]["process"] = f.process
+    return {"source": report.source, "devices": devices, "failed_allocations": failed}

@@ -253,7 +253,8 @@ def _memory(console: Console, result: AuditResult) -> None:
         top = ", ".join(f"{site_text(h.file, h.line, room)} {human_bytes(h.bytes)}"
                         + (f" ({h.arrays} arrays)" if h.arrays > 1 else "") for h in d.at_peak[:3])
         extra = (human_bytes(d.stats[1]) if d.stats else "-",) if stats else ()
-        mt.add_row(safe.plain(d.device), human_bytes(d.peak_bytes), when, human_bytes(d.end_bytes), *extra,
+        device = d.device if d.process is None else f"p{d.process} {d.device}"  # a job: whose device
+        mt.add_row(safe.plain(device), human_bytes(d.peak_bytes), when, human_bytes(d.end_bytes), *extra,
                    Text(safe.plain(top)))
     if mem.devices:
         console.print(mt)
