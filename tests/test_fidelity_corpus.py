@@ -102,9 +102,9 @@ def test_training_loop_with_float_loss_every_step_is_a_sync(runs):
 def test_solvers_upload_float64_host_data_as_float32(runs):
     t = table(runs, "solvers")
     assert t == {
-        ("h2d", "host", "cpu:0", "asarray (host data)", False): (2, 16_384 + 256),
+        ("h2d", "host", "cpu:0", "jnp.asarray (host data)", False): (2, 16_384 + 256),
         # cg's Python scalar arguments (the guard logs these 6 legs too: 8 in all; issue 24)
-        ("h2d", "host", "cpu:0", "scipy.sparse.linalg.cg (Python scalar)", False): (6, 24),
+        ("h2d", "host", "cpu:0", "jax.scipy.sparse.linalg.cg (Python scalar)", False): (6, 24),
         ("d2h", "cpu:0", "host", "np.asarray()", False): (4, 4 * 256),
         ("d2h", "cpu:0", "host", "float()", True): (4, 16),
     }
@@ -173,6 +173,6 @@ def test_x64_off_and_on(runs, mode, item):
     assert t == {
         ("h2d", "host", "cpu:0", "jit(<lambda>) (numpy argument)", False): (4, 2 * (50_000 + 1_000) * item),
         ("h2d", "host", "cpu:0", "jit(<lambda>) (Python scalar)", False): (4, 4 * item),
-        ("h2d", "host", "cpu:0", "asarray (host data)", False): (1, 50_000 * item),
+        ("h2d", "host", "cpu:0", "jnp.asarray (host data)", False): (1, 50_000 * item),
         ("d2h", "cpu:0", "host", "float()", False): (1, 4),
     }

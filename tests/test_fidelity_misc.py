@@ -61,8 +61,8 @@ def test_random_key_is_named_as_called():
         k = jax.random.key(0)
         legacy = jax.random.PRNGKey(1)
         jax.random.normal(k, (3,)).block_until_ready()
-    assert [(t.api, t.bytes) for t in r.of("h2d")] == [("random.key (Python scalar)", 4),
-                                                       ("random.PRNGKey (Python scalar)", 4)]
+    assert [(t.api, t.bytes) for t in r.of("h2d")] == [("jax.random.key (Python scalar)", 4),
+                                                       ("jax.random.PRNGKey (Python scalar)", 4)]
     assert [o.name for o in r.ops] == ["random.key", "random.PRNGKey", "random.normal"]
     assert legacy.shape == (2,)
 

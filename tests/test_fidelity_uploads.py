@@ -53,7 +53,7 @@ def test_int64_numpy_python_scalars_and_creation_functions():
     assert [t.bytes for t in r.of("h2d")] == [4000, 4, 1000, 4, 4, 4, 1000, 12, 1000, 4, 4]
     assert r.total("h2d") == (11, 7036)
     assert [t.api for t in r.of("h2d")][-5:] == [
-        "asarray (host data)", "array (host data)", "jax.device_put", "jax.device_put",
+        "jnp.asarray (host data)", "jnp.array (host data)", "jax.device_put", "jax.device_put",
         "jax.device_put"]
 
 

@@ -86,20 +86,20 @@ def test_no_phantom_upload(runs):
 # operator, jax.nn.initializers.variance_scaling for flax's default kernel initializer, float()
 # for a read), never a function inside JAX, the standard library or the library (issue 24).
 LABELS = {
-    "optax_fit.py": {"float()", "np.asarray()", "jit(step) (numpy argument)", "zeros (Python scalar)",
-                     "zeros_like (Python scalar)"},
-    "flax_nnx.py": {"float()", "array (host data)", "convert_element_type (Python scalar)",
+    "optax_fit.py": {"float()", "np.asarray()", "jit(step) (numpy argument)", "jnp.zeros (Python scalar)",
+                     "jnp.zeros_like (Python scalar)"},
+    "flax_nnx.py": {"float()", "jnp.array (host data)", "convert_element_type (Python scalar)",
                     "jax.nn.initializers.variance_scaling", "jit(train_step) (numpy argument)",
-                    "random.key (Python scalar)", "x + y (Python scalar)", "zeros (Python scalar)"},
-    "equinox_mlp.py": {"float()", "jit(make_step) (numpy argument)", "random.PRNGKey (Python scalar)",
-                       "random.uniform (Python scalar)", "x[i] (Python scalar)", "zeros (Python scalar)",
-                       "zeros_like (Python scalar)"},
-    "numpyro_predictive.py": {"float()", "log (Python scalar)", "random.PRNGKey (Python scalar)",
-                              "scan (numpy argument)", "sqrt (Python scalar)", "where (Python scalar)",
-                              "where (numpy argument)", "x * y (Python scalar)", "x * y (numpy argument)",
+                    "jax.random.key (Python scalar)", "x + y (Python scalar)", "jnp.zeros (Python scalar)"},
+    "equinox_mlp.py": {"float()", "jit(make_step) (numpy argument)", "jax.random.PRNGKey (Python scalar)",
+                       "jax.random.uniform (Python scalar)", "x[i] (Python scalar)", "jnp.zeros (Python scalar)",
+                       "jnp.zeros_like (Python scalar)"},
+    "numpyro_predictive.py": {"float()", "jnp.log (Python scalar)", "jax.random.PRNGKey (Python scalar)",
+                              "scan (numpy argument)", "jnp.sqrt (Python scalar)", "jnp.where (Python scalar)",
+                              "jnp.where (numpy argument)", "x * y (Python scalar)", "x * y (numpy argument)",
                               "x + y (Python scalar)", "x - y (Python scalar)", "x - y (numpy argument)"},
-    "diffrax_ode.py": {"float()", "jit(diffeqsolve) (reads value)", "array (host data)",
-                       "jit(diffeqsolve) (Python scalar)", "linspace (Python scalar)", "x[i] (Python scalar)"},
+    "diffrax_ode.py": {"float()", "jit(diffeqsolve) (reads value)", "jnp.array (host data)",
+                       "jit(diffeqsolve) (Python scalar)", "jnp.linspace (Python scalar)", "x[i] (Python scalar)"},
     "no_upload.py": set(),
 }
 

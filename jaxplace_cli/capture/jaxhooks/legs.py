@@ -33,7 +33,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_FUNCTIONS, active, label, tls
+from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_APIS, active, label, tls
 from jaxplace_cli.model.events import H2D, HOST
 
 _SCALAR_TYPES = (bool, int, float, complex)
@@ -116,7 +116,9 @@ def destinations(out, a, nbytes=None) -> list:
 
 
 def suffix(name: str, a) -> str:
-    if name in HOST_DATA_FUNCTIONS:
+    """A host leg's label: the op's public call (``name``: ``jnp.dot``, ``x + y``) and what
+    was uploaded."""
+    if name in HOST_DATA_APIS:
         return f"{name} (host data)"
     if isinstance(a, (np.ndarray, np.generic)) and not (getattr(a, "ndim", 1) == 0 and
                                                        type(a).__name__ == "TypedNdArray"):

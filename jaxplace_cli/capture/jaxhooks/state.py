@@ -96,6 +96,18 @@ def wraps(original):
 
 
 HOST_DATA_FUNCTIONS = frozenset({"array", "asarray"})
+HOST_DATA_APIS = frozenset({"jnp.array", "jnp.asarray"})  # their labels (public_api)
+
+
+def public_api(name: str) -> str:
+    """The public call behind a jax.numpy-family op name (the prefixes of jaxhooks'
+    WRAPPED_MODULES): ``zeros`` -> ``jnp.zeros``, ``linalg.inv`` -> ``jnp.linalg.inv``,
+    ``random.key`` -> ``jax.random.key``, ``nn.relu`` -> ``jax.nn.relu``, ``scipy.special.erf``
+    -> ``jax.scipy.special.erf``. Only a transfer's label: the op keeps its name, which
+    policies and rules files match (issue 24 item 4)."""
+    if name.startswith(("random.", "nn.", "scipy.")):
+        return "jax." + name
+    return "jnp." + name
 
 
 class CallSpec:
@@ -107,7 +119,8 @@ class CallSpec:
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=(), api=None):
         self.name = name
-        self.api = api or name  # a transfer's label: x + y for the operator named add
+        # a transfer's label: x + y for the operator named add, jnp.zeros for zeros
+        self.api = api or (public_api(name) if kind == OP_JNP else name)
         self.kind = kind
         self.scalar_operands = scalar_operands  # Python scalars are data (x + 1.0), not shapes
         self.flatten = flatten  # arguments/results are arbitrary pytrees (jit calls)
