@@ -55,3 +55,13 @@ def test_an_uncommitted_operand_of_a_jnp_function():
     assert [(t.kind, t.api, t.src, t.dst, t.bytes) for t in r.transfers] == [
         ("d2d", "jnp.add (uncommitted input)", "cpu:0", "cpu:1", 16)]
     assert [o.name for o in r.ops] == ["add"]
+
+
+def test_lineage_names_ops_by_their_public_call():
+    """The audit's lineage says how the user wrote an op, with the prefixes the legs' labels use."""
+    from jaxplace_cli.analysis.lineage import op_label
+    from jaxplace_cli.model.events import OP_JNP
+
+    assert [op_label(OP_JNP, n) for n in ("ones", "random.normal", "nn.relu", "scipy.linalg.solve")] == \
+        ["jnp.ones", "jax.random.normal", "jax.nn.relu", "jax.scipy.linalg.solve"]
+    assert op_label("method", "multiply") == "multiply"

@@ -35,7 +35,7 @@ class Origin:
 def op_label(kind: str, name: str) -> str:
     """How the user wrote the op: ``jnp.ones``, ``jax.random.normal``, ``multiply``."""
     if kind == OP_JNP:
-        return f"jax.{name}" if name.startswith(("nn.", "random.")) else f"jnp.{name}"
+        return f"jax.{name}" if name.startswith(("nn.", "random.", "scipy.")) else f"jnp.{name}"
     return name
 
 
