@@ -39,6 +39,9 @@ def _cases():
         "shard": lambda: jax.device_put(jnp.ones(16), NamedSharding(mesh, P("d"))),
         "to_device_1": lambda: jax.device_put(x, jax.devices()[1]),
         "sharded_plus_one_device": lambda: z + jnp.ones(16),  # the ones put on all 4 devices
+        # custom_jvp of a jitted function: it calls the jitted one with its arguments (1 leg each)
+        "relu_np": lambda: jax.nn.relu(np.ones((4, 4), np.float32)), "relu_scalar": lambda: jax.nn.relu(2.0),
+        "relu6_np": lambda: jax.nn.relu6(np.ones(3, np.float32)),
     }
 
 
@@ -47,7 +50,7 @@ NAMES = [
     "add_np", "clip", "where", "at_set", "np_index", "jnp_index", "int_index", "row",
     "jnp_scalar_index", "mask", "linspace", "array", "asarray", "mean", "softmax", "key",
     "lax_add", "grad", "device_put", "sharded_np", "sharded_scalar", "replicate", "shard",
-    "to_device_1", "sharded_plus_one_device"]
+    "to_device_1", "sharded_plus_one_device", "relu_np", "relu_scalar", "relu6_np"]
 
 
 @pytest.fixture(scope="module")

@@ -210,7 +210,14 @@ def install_inner(patch) -> int:
 
 
 def jit_static(fn):
-    """(static argnums, static argnames) of a ``PjitFunction``, or None for other callables."""
+    """(static argnums, static argnames) of a ``PjitFunction``, or None for other callables.
+    A ``custom_jvp``/``custom_vjp`` of a jitted function (``jax.nn.relu``) is that function:
+    applied eagerly it calls it with the same arguments, which uploads them (JAX's guard logs
+    ``relu(numpy)`` as one leg); its nondiff arguments are static, as the rule's own."""
+    if type(fn).__name__ in ("custom_jvp", "custom_vjp") and type(getattr(fn, "fun", None)).__name__ == "PjitFunction":
+        if getattr(fn, "nondiff_argnums", ()):
+            return None  # their positions differ from the jitted function's: left to inner dispatches
+        fn = fn.fun
     if type(fn).__name__ != "PjitFunction":
         return None
     info = getattr(fn, "_jit_info", None)
