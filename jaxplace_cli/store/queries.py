@@ -178,22 +178,6 @@ def op_transfers(store, kind: str) -> Iterator[TransferEvent]:
     return _events(store, TransferEvent, "SELECT * FROM transfers WHERE kind = ? AND op_seq != 0", (kind,))
 
 
-def transfer_route_groups(store, min_bytes: int) -> list[tuple]:
-    """Per (kind, src, dst): (kind, src, dst, count, bytes, small_count, small_bytes,
-    unknown_size, blocking), split at ``min_bytes`` as ``analysis.summary.RouteTotal`` is.
-    Summed by SQLite: folding 4.8M rows in Python took 8 s of a 10M-event audit (bench P8).
-    A sum past 64 bits (a hostile store) is SQLite's "integer overflow", a data error (exit 2)
-    like every other total of the store."""
-    rows = store.conn.execute(
-        "SELECT kind, src, dst,"
-        " SUM(bytes >= ?), SUM(CASE WHEN bytes >= ? THEN bytes ELSE 0 END),"
-        " SUM(bytes >= 0 AND bytes < ?), SUM(CASE WHEN bytes >= 0 AND bytes < ? THEN bytes ELSE 0 END),"
-        " SUM(bytes < 0), SUM(blocking != 0), SUM(typeof(bytes) != 'integer')"
-        " FROM transfers GROUP BY kind, src, dst", (min_bytes,) * 4).fetchall()
-    _typed(rows, "transfers", "bytes", "an integer")
-    return [r[:-1] for r in rows]
-
-
 def _typed(rows, table: str, columns: str, what: str) -> None:
     """SQL compares and sums a text where a number belongs without a word (Python raised):
     the aggregates count such cells in their last column, and any is a damaged store."""
