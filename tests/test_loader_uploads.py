@@ -142,13 +142,19 @@ def test_clean_twin_the_mask_put_once_gets_no_warning(tmp_path):
     assert [(f["severity"], f["line"], f["count"]) for f in found] == [("info", 22, 20)]
 
 
-def test_a_damaged_host_data_marker_is_one_line_exit_2(tmp_path):
+def _three_uploads_of_one_array() -> Rows:
+    """Three calls at line 21, each uploading the same 16 KiB host array (identity -100)."""
     r = Rows(devices=("cpu:0",))
     call = r.site(21)
     for k in range(3):
         r.op(2 * k + 1, "jit(step)", kind="jit", outs=[k + 1], site=call)
         r.xfer(2 * k + 2, H2D, "host", "cpu:0", 16_384, call, "jit(step) (numpy argument)",
                implicit=True, buf=-100, op_seq=2 * k + 1)
+    return r
+
+
+def test_a_damaged_host_data_marker_is_one_line_exit_2(tmp_path):
+    r = _three_uploads_of_one_array()
     r.marker(7, MARKER_HOST_DATA, '{"id": -100, "arg": 3}')
     run = r.open(tmp_path / "run")
     proc = cli("audit", tmp_path / "run")
@@ -158,12 +164,7 @@ def test_a_damaged_host_data_marker_is_one_line_exit_2(tmp_path):
 
 def test_rows_three_uploads_of_one_array_without_a_marker_still_warn(tmp_path):
     # a marker lost with the process: the identity alone says "the same data again"
-    r = Rows(devices=("cpu:0",))
-    call = r.site(21)
-    for k in range(3):
-        r.op(2 * k + 1, "jit(step)", kind="jit", outs=[k + 1], site=call)
-        r.xfer(2 * k + 2, H2D, "host", "cpu:0", 16_384, call, "jit(step) (numpy argument)",
-               implicit=True, buf=-100, op_seq=2 * k + 1)
+    r = _three_uploads_of_one_array()
     found = audit_run(r.open(tmp_path / "run"), CFG).findings
     assert [(f.severity, f.line, f.count, f.bytes) for f in found] == [("warning", 21, 3, 3 * 16_384)]
     assert found[0].message.startswith("a NumPy argument of jit(step): the same host array was uploaded 3 times")

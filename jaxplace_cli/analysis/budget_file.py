@@ -132,24 +132,18 @@ def budget_from_dict(data: dict, where: str) -> Budget:
     for key in RUN_LIMITS:
         if key in data:
             setattr(b, key, _int(data[key], key, where))
-    for kind in TRANSFER_KINDS:
+    # [h2d]/[d2h]/[d2d] and [memory] (sizes of live device memory, issue 27): one check of a table
+    for kind, keys in [*((k, KIND_KEYS) for k in TRANSFER_KINDS), (MEMORY, MEMORY_KEYS)]:
         if kind not in data:
             continue
         table = data[kind]
         if not isinstance(table, dict):
-            raise BudgetError(f"{where}: [{kind}] must be a table with {', '.join(KIND_KEYS)}")
-        bad = sorted(set(table) - set(KIND_KEYS))
+            raise BudgetError(f"{where}: [{kind}] must be a table with {', '.join(keys)}")
+        bad = sorted(set(table) - set(keys))
         if bad:
-            raise BudgetError(f"{where}: unknown key {kind}.{bad[0]!r} (known: {', '.join(KIND_KEYS)})")
-        b.kinds[kind] = {k: _int(v, f"{kind}.{k}", where, size=k in SIZE_KEYS) for k, v in table.items()}
-    if MEMORY in data:  # [memory]: sizes of live device memory (issue 27, analysis/budgets.py)
-        table = data[MEMORY]
-        if not isinstance(table, dict):
-            raise BudgetError(f"{where}: [{MEMORY}] must be a table with {', '.join(MEMORY_KEYS)}")
-        bad = sorted(set(table) - set(MEMORY_KEYS))
-        if bad:
-            raise BudgetError(f"{where}: unknown key {MEMORY}.{bad[0]!r} (known: {', '.join(MEMORY_KEYS)})")
-        b.kinds[MEMORY] = {k: _int(v, f"{MEMORY}.{k}", where, size=True) for k, v in table.items()}
+            raise BudgetError(f"{where}: unknown key {kind}.{bad[0]!r} (known: {', '.join(keys)})")
+        b.kinds[kind] = {k: _int(v, f"{kind}.{k}", where, size=kind == MEMORY or k in SIZE_KEYS)
+                         for k, v in table.items()}
     if "total" in data:  # the same kind tables, for all processes of a job together
         table = data["total"]
         if not isinstance(table, dict) or set(table) - set(TRANSFER_KINDS):

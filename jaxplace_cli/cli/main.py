@@ -64,7 +64,7 @@ def _guarded(fn, args: Optional[list[str]] = None) -> None:
     except SystemExit:
         raise
     except ModuleNotFoundError as exc:
-        if exc.name not in DEPENDENCIES:  # a package itself, not a module inside one (jax._src.x)
+        if exc.name not in DEPENDENCIES:  # a package itself, not a module inside one (a private submodule of jax)
             _internal(exc)
         _say(f"jaxplace: error: this Python ({plain(sys.executable)}) lacks {plain(exc.name)}, which "
              "jaxplace needs: use the one jaxplace was installed into (after `make install`: "
