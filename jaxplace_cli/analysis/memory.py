@@ -92,29 +92,13 @@ def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep pe
     if not q.has_memory(store):
         return None
     sites = store.sites()
-    allocs = q.allocations(store)
-    freed = q.frees(store)
-    shards = q.shards(store)
-    root = _aliases(store, {a.buf: a.device for a in allocs})
-    first: dict[int, object] = {}  # root -> its allocation row
-    ends: dict[int, int | None] = {}  # root -> the last free of its aliases (None: one lives)
-    for a in allocs:
-        if a.bytes < 0:
-            continue
-        r = root.get(a.buf, a.buf)
-        if r not in first:
-            first[r] = a
-        end = freed.get(a.buf)
-        ends[r] = None if end is None or (r in ends and ends[r] is None) else max(end, ends.get(r) or 0)
     events: dict[str, list] = {}
     origin: dict[int, tuple[int, int]] = {}
     replicated = []
-    for r, a in first.items():
+    for r, a, end, parts in lives(store):
         origin[r] = (a.site, a.seq)
-        parts = per_device(a, shards)
         if len(parts) > 1 and all(n == a.bytes for _d, n in parts) and a.bytes > 0:
             replicated.append((r, a.site, [d for d, _n in parts], a.bytes))
-        end = ends.get(r)
         for dev, nbytes in parts:
             ev = events.setdefault(dev, [])
             ev.append((a.seq, nbytes, r))
@@ -151,6 +135,28 @@ def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep pe
         failed.append(Failed(s.file if s else "?", s.line if s else 0, f.device, f.bytes, f.error))
     source = "tracked+memory_stats" if stats else "tracked"
     return MemoryReport(source, devices, failed, events, origin, replicated, sites)
+
+
+def lives(store) -> list[tuple[int, q.Allocation, int | None, list[tuple[str, int]]]]:
+    """Every device allocation of the run, once: (its first buffer, that buffer's allocation
+    row, the seq its last alias was freed — None while one was live at the end —, the
+    (device, bytes) it holds). What the audit sweeps and what ``suggest --memory-limit``
+    replays under another placement (suggest/memory_limit.py)."""
+    allocs = q.allocations(store)
+    freed = q.frees(store)
+    shards = q.shards(store)
+    root = _aliases(store, {a.buf: a.device for a in allocs})
+    first: dict[int, object] = {}  # root -> its allocation row
+    ends: dict[int, int | None] = {}  # root -> the last free of its aliases (None: one lives)
+    for a in allocs:
+        if a.bytes < 0:
+            continue
+        r = root.get(a.buf, a.buf)
+        if r not in first:
+            first[r] = a
+        end = freed.get(a.buf)
+        ends[r] = None if end is None or (r in ends and ends[r] is None) else max(end, ends.get(r) or 0)
+    return [(r, a, ends.get(r), per_device(a, shards)) for r, a in first.items()]
 
 
 def _aliases(store, device: dict) -> dict[int, int]:

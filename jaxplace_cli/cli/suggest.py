@@ -15,6 +15,7 @@ EPILOG = """\b
 examples:
   jaxplace suggest RUN -o policy.toml         # solve, write it, predict
   jaxplace suggest RUN -o policy.toml --verify train.py --out verify-run
+  jaxplace suggest RUN --memory-limit cpu:0=2GiB,cpu:1=4GiB -o policy.toml --verify train.py
 """
 
 
@@ -32,6 +33,10 @@ def suggest(
                                             help="transfers/total: each device's compute load <= (1 + B) x average."),
     mem_cap: Optional[str] = typer.Option(None, "--mem-cap", metavar="SIZE",
                                           help="Memory per device for the ops' results, e.g. \"8 GiB\"."),
+    memory_limit: Optional[str] = typer.Option(
+        None, "--memory-limit", metavar="SIZE",
+        help="Never suggest a placement whose predicted peak device memory exceeds SIZE on any device "
+             "(\"4GiB\"), or per device: cpu:0=4GiB,cpu:1=2GiB (transfers/total)."),
     seed: int = typer.Option(0, "--seed", metavar="N",
                              help="Seed of the heuristic solvers (same input + seed = same policy)."),
     solver: str = typer.Option("auto", "--solver", metavar="NAME",
@@ -71,16 +76,18 @@ def suggest(
     if graph is not None:
         if path is not None:
             raise UsageError("give a run directory or --graph FILE, not both")
+        if memory_limit is not None:
+            raise UsageError("--memory-limit needs a run (the device memory it replays); for --graph use --mem-cap")
         _suggest_graph(graph, objective, accelerators, not no_cpu, seed, balance, solver, cap, output, format)
         return
     if path is None:
         raise UsageError("nothing to suggest for: give a run directory (jaxplace suggest RUN_DIR) or --graph FILE.json")
     _suggest_run(path, output, objective, devices, balance, cap, seed, solver, retarget_puts,
-                 verify, verify_out, format)
+                 verify, verify_out, format, memory_limit)
 
 
 def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, retarget_puts,
-                 verify, verify_out, fmt) -> None:
+                 verify, verify_out, fmt, memory_limit=None) -> None:
     from jaxplace_cli.analysis.distributed import is_job
     from jaxplace_cli.analysis.run import analyse, open_run
     from jaxplace_cli.report.base import renderer
@@ -105,7 +112,8 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
     try:
         with reading(path):
             plan = analyse(run, lambda: make_plan(run, objective, names, seed, balance, cap, retarget_puts, solver,
-                                                  str(policy_path) if policy_path is not None else None))
+                                                  str(policy_path) if policy_path is not None else None,
+                                                  memory_limit))
     except ValueError as exc:
         raise UsageError(str(exc)) from None  # how the solvers say a request cannot be met (the data is sound)
     if policy_path is not None:

@@ -57,6 +57,7 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
                  human_ns(plan.predicted.compute_ns)))
     rows.append(("transfer time (est.)", "", human_ns(plan.baseline.transfer_ns), human_ns(plan.predicted.transfer_ns)))
     out += _table(rows)
+    out += memory_lines(plan)
     if plan.baseline.totals != plan.measured.totals:
         out.append("note: the model of the recorded placement differs from what was measured; "
                    "predictions may be off by the same amount")
@@ -86,6 +87,40 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
     return _lines(out)
 
 
+def _limit_text(limit: int) -> str:
+    from jaxplace_cli.suggest.memory_limit import UNLIMITED
+
+    return "none" if limit >= UNLIMITED else human_bytes(limit)
+
+
+def memory_lines(plan: Plan) -> list[str]:
+    """Predicted peak device memory per device (and the limit, with --memory-limit)."""
+    m = plan.memory
+    if m is None:
+        return []
+    head = ("device", "peak, model of recorded", "peak, suggested") + (("limit",) if m.limit is not None else ())
+    rows = [head]
+    for i, dev in enumerate(m.devices):
+        rows.append((dev, human_bytes(m.recorded[i]), human_bytes(m.predicted[i]))
+                    + ((_limit_text(m.limit[i]),) if m.limit is not None else ()))
+    out = ["", "device memory (predicted peak of live jax.Arrays per device):"] + _table(rows, indent="  ")
+    if m.limit is not None:
+        out.append(f"  every device fits its limit{f' ({m.moves} site/op group(s) moved for it)' if m.moves else ''}")
+    return out
+
+
+def memory_json(m) -> dict | None:
+    from jaxplace_cli.suggest.memory_limit import UNLIMITED
+
+    if m is None:
+        return None
+    return {"devices": [{"device": d, "recorded_peak_bytes": m.recorded[i], "predicted_peak_bytes": m.predicted[i],
+                         "predicted_peak_seq": m.predicted_seq[i],
+                         "limit_bytes": (None if m.limit is None or m.limit[i] >= UNLIMITED else m.limit[i])}
+                        for i, d in enumerate(m.devices)],
+            "limited": m.limit is not None, "groups_moved": m.moves}
+
+
 def retargeted_puts(plan: Plan) -> list:
     """[((file:line, recorded device, suggested device), calls)] for the device_puts the
     suggestion moves, in line order: the edits the user makes in the script."""
@@ -113,10 +148,17 @@ def render_verification(v, plan: Plan) -> str:
     pred_t, got_t = plan.predicted.compute_ns, v.measured.compute_ns
     dev = (got_t - pred_t) / pred_t if pred_t else 0.0
     out.append(f"  op time: predicted {human_ns(pred_t)}, measured {human_ns(got_t)} ({dev:+.0%})")
+    if v.memory_rows:
+        out.append("  device memory (peak):")
+        out += _table([("device", "predicted", "measured", "limit", "")] +
+                      [(d, human_bytes(p), human_bytes(m), _limit_text(lim) if lim is not None else "none", verdict)
+                       for d, p, m, lim, verdict in v.memory_rows], indent="    ")
     if v.error:
         out.append(f"  {v.error}")
-    out.append("  result: transfers match the prediction exactly" if v.match
-               else "  result: measured transfers DIFFER from the prediction")
+    what = "transfers" + (" and device memory" if v.memory_rows else "")
+    out.append(f"  result: {what} match the prediction" + ("" if v.memory_rows else " exactly") if v.match
+               else f"  result: measured {what} DIFFER from the prediction"
+               + (" or exceed the limit" if any(r[4] == "OVER LIMIT" for r in v.memory_rows) else ""))
     out.append(f"  new run: {v.run_dir}")
     return _lines(out)
 
@@ -174,13 +216,17 @@ def plan_json(plan: Plan, policy_path: str | None, verification=None) -> dict:
            "recorded": traffic(plan.measured), "model_of_recorded": traffic(plan.baseline),
            "predicted": traffic(plan.predicted),
            "expected": traffic(plan.expected) if plan.expected is not None else None,
+           "memory": memory_json(plan.memory),
            "policy": {"path": policy_path, "default": plan.default, "rules": plan.rules},
            "verify_command": plan.run_command(policy_path or "policy.toml")}
     if verification is not None:
         out["verification"] = {"ok": verification.ok, "match": verification.match,
                                "run_dir": verification.run_dir, "error": verification.error,
                                "script_stdout": verification.stdout,
-                               "measured": traffic(verification.measured) if verification.measured else None}
+                               "measured": traffic(verification.measured) if verification.measured else None,
+                               "memory": [{"device": d, "predicted_peak_bytes": p, "measured_peak_bytes": m,
+                                           "limit_bytes": lim, "verdict": verdict}
+                                          for d, p, m, lim, verdict in verification.memory_rows]}
     return out
 
 

@@ -86,6 +86,10 @@ class RunGraph:
     # device's compiles of it cost: a placement compiles each op once per device it uses
     compile_ns: np.ndarray | None = None
     compile_per_device: dict = field(default_factory=dict)
+    # buffer id -> the node that made it (a placer's copy: the node of the array it copied),
+    # and the recorded run's placer copies: what suggest/memory_limit.py replays
+    producer: dict = field(default_factory=dict, repr=False)
+    copies: set = field(default_factory=set, repr=False)
 
     def groups(self) -> np.ndarray:
         """Per node, the id of what one rule can address: placeable ops of one site
@@ -145,6 +149,7 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     mem: list[int] = []
     src, dst, nbytes, value, use_sites = [], [], [], [], []
     producer: dict[int, int] = {}
+    copies: set = set()
     by_seq: dict[int, int] = {}
     occ: dict = defaultdict(int)
     from jaxplace_cli.analysis.rules.loss import loss_findings
@@ -209,6 +214,7 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
                 origin = _origin(b, info, moves.get(seq, ()), producer, dev_index)
                 if origin[0] == "copy":  # a copy the placer made of a recorded array
                     producer[b] = producer[origin[1]]
+                    copies.add(b)
                 else:
                     producer[b] = add_node(info[2], SOURCE, "array", info[3], -1, False, origin[1], -1, 0)
                     mem[producer[b]] += max(info[1], 0)
@@ -259,7 +265,8 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     g = Graph(tuple(all_devices), np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
               nb, comm, np.array(value, dtype=np.int64), unary, allowed, np.array(mem, dtype=np.int64),
               _colors(n, color), names=[f"{nd.name}@{nd.file}:{nd.line}" for nd in nodes])
-    rg = RunGraph(g, nodes, host, np.array(recorded, dtype=np.int64), use_sites, bpn, retarget_puts, notes)
+    rg = RunGraph(g, nodes, host, np.array(recorded, dtype=np.int64), use_sites, bpn, retarget_puts, notes,
+                  producer=producer, copies=copies)
     rg.compile_ns, rg.compile_per_device = _compiles(store, by_seq, nodes, rg.recorded)
     return rg
 

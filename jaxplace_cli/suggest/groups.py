@@ -107,9 +107,14 @@ def solve_by_group(g: Graph, group: np.ndarray, solve) -> tuple[Solution, np.nda
         sol.model = "; ".join(x for x in (sol.model, "the calls of a site/op group share one device") if x)
         sol.notes.insert(0, f"{len(tied)} site/op group(s) kept on one device each, so the policy needs no "
                             f"per-call rules" + (f" ({left_out} call(s) pinned elsewhere stay apart)" if left_out else ""))
-    _, following = _split_by_following(g, group, sol.assign)
-    mask = np.isin(group, following) & (group >= 0)
-    return sol, mask
+    return sol, follow_mask(g, group, sol.assign)
+
+
+def follow_mask(g: Graph, group: np.ndarray, assign) -> np.ndarray:
+    """The nodes a rule leaves to JAX (``device = "jax"``): split groups whose calls all follow
+    their data."""
+    _, following = _split_by_following(g, group, assign)
+    return np.isin(group, following) & (group >= 0)
 
 
 def _split_by_following(g: Graph, group: np.ndarray, assign) -> tuple[np.ndarray, np.ndarray]:

@@ -13,10 +13,24 @@ import numpy as np
 
 from jaxplace_cli.suggest.from_run import RunGraph, build_run_graph
 from jaxplace_cli.suggest.groups import solve_by_group
-from jaxplace_cli.suggest.model import OBJECTIVES, TRANSFERS, Solution
+from jaxplace_cli.suggest.model import OBJECTIVES, TOTAL, TRANSFERS, Solution, cost
 from jaxplace_cli.suggest.policy_file import policy_rules, render_policy
 from jaxplace_cli.suggest.predict import Traffic, expected, measure, predict
 from jaxplace_cli.suggest.solve import solve_graph
+
+
+@dataclass
+class Memory:
+    """Peak bytes per device (in ``devices`` order): what the recorded placement held (the
+    model replaying the run), what the suggestion will hold, and the limit (None: none given;
+    ``memory_limit.UNLIMITED`` for a device the limit does not name)."""
+
+    devices: tuple
+    recorded: list
+    predicted: list
+    predicted_seq: list
+    limit: list | None = None
+    moves: int = 0  # site/op groups the repair moved to fit the limit
 
 
 @dataclass
@@ -34,6 +48,7 @@ class Plan:
     simulated_devices: int | None = None
     cwd: str = ""  # the recorded run's working directory (rules' file keys are relative to it)
     expected: Traffic | None = None  # what --verify compares with (predict.expected)
+    memory: Memory | None = None  # device memory, predicted (suggest/memory_limit.py)
 
     @property
     def moved(self) -> np.ndarray:
@@ -63,7 +78,8 @@ class Plan:
 
 def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None, seed: int = 0,
               balance: float | None = None, mem_cap: int | None = None,
-              retarget_puts: bool = False, solver: str = "auto", policy_path: str | None = None) -> Plan:
+              retarget_puts: bool = False, solver: str = "auto", policy_path: str | None = None,
+              memory_limit: str | None = None) -> Plan:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     rg = build_run_graph(run, devices, retarget_puts)
@@ -76,6 +92,9 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     else:
         sol, follow = solve_by_group(g, rg.groups(),
                                      lambda gg: solve_graph(gg, objective, seed, balance, solver, hint=rg.recorded))
+    memory = None
+    if g.n:
+        sol, follow, memory = _memory(run, rg, sol, follow, objective, balance, memory_limit)
     baseline = predict(rg, rg.recorded)
     predicted = predict(rg, sol.assign)
     measured = measure(run)
@@ -89,7 +108,43 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
                 manifest.simulated_devices, manifest.cwd)
     plan.policy_text = render_policy(default, rules, _header(plan, run, policy_path))
     plan.expected = expected(measured, baseline, predicted)
+    plan.memory = memory
     return plan
+
+
+def _memory(run, rg: RunGraph, sol: Solution, follow, objective: str, balance, limit_text: str | None):
+    """The predicted peaks, and with ``--memory-limit`` the solution repaired to fit it
+    (memory_limit.py says why a repair and not rows in the solvers)."""
+    from dataclasses import replace
+
+    from jaxplace_cli.suggest import memory_limit as ml
+    from jaxplace_cli.suggest.groups import follow_mask
+    from jaxplace_cli.suggest.model import partition_problem
+
+    g = rg.graph
+    if limit_text is not None and objective not in (TRANSFERS, TOTAL):
+        raise ValueError(f"--memory-limit works with --objective transfers or total, not {objective}")
+    limits = ml.parse_limits(limit_text, g.devices) if limit_text is not None else None
+    model = ml.memory_model(run, rg)
+    if model is None:
+        if limits is not None:
+            raise ValueError("--memory-limit: this run was recorded before jaxplace tracked device memory; "
+                             "record it again")
+        return sol, follow, None
+    moves = 0
+    if limits is not None:
+        ml.refuse_impossible(model, rg, limits)
+        p = partition_problem(g, objective, balance)
+        assign, moves = ml.repair(model, p, g, rg.groups(), sol.assign, limits)
+        if moves:
+            sol = replace(sol, assign=assign, cost=cost(p, assign), optimal=False,
+                          solver=f"{sol.solver} + memory repair",
+                          notes=sol.notes + [f"--memory-limit: {moves} site/op group(s) moved to fit"])
+            follow = follow_mask(g, rg.groups(), assign)
+    rec, _ = model.peaks(rg.recorded)
+    peak, at = model.peaks(sol.assign)
+    return sol, follow, Memory(g.devices, rec.tolist(), peak.tolist(), at.tolist(),
+                               limits.tolist() if limits is not None else None, moves)
 
 
 def _explain(rg: RunGraph, assign, follow, default: str, rules: list, predicted: Traffic, limit: int = 200) -> None:
@@ -115,7 +170,7 @@ def _explain(rg: RunGraph, assign, follow, default: str, rules: list, predicted:
         where = "where their data is (JAX decides)" if rule["device"] == "jax" else f"on {rule['device']}"
         rule["why"] = (f"{len(mine)} call(s) {where}: saves {n} d2d ({human_bytes(max(b, 0))}) "
                        f"against following [default]" if b > 0 else
-                       f"{len(mine)} call(s) {where} (balance or compute time; no d2d saved)")
+                       f"{len(mine)} call(s) {where} (balance, compute time or a memory limit; no d2d saved)")
 
 
 def _matches(rule: dict, nd) -> bool:

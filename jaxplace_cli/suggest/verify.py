@@ -30,6 +30,8 @@ class Verification:
     rows: list = field(default_factory=list)  # (kind, site, predicted [n, b], measured [n, b])
     error: str = ""
     stdout: str = ""  # the script's own output under the policy (results must not change)
+    # (device, predicted peak, measured peak, limit or None, "ok" | "DIFFERENT" | "OVER LIMIT")
+    memory_rows: list = field(default_factory=list)
 
 
 def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str | None = None,
@@ -53,8 +55,43 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
     got = measure(run, cwd=plan.cwd)
     rows = compare(plan.expected or plan.predicted, got)
     match = all(p == m for _, _, p, m in rows)
+    mem = memory_rows(plan, run)
+    match = match and all(r[4] == "ok" for r in mem)
     err = "" if proc.returncode == 0 else f"the script exited {proc.returncode} under the policy"
-    return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout)
+    return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout, mem)
+
+
+MEMORY_TOLERANCE = 0.01  # predicted and measured peaks may differ by 1 % of the larger
+
+
+def memory_rows(plan: Plan, run) -> list:
+    """Each device's predicted peak against the re-run's measured one (its audit ``memory``,
+    analysis/memory.py): ``DIFFERENT`` beyond ``MEMORY_TOLERANCE``, ``OVER LIMIT`` when the
+    measured peak exceeds ``--memory-limit``. Empty when the plan predicts no memory."""
+    from jaxplace_cli.analysis.memory import memory_report
+    from jaxplace_cli.store.reader import reading
+    from jaxplace_cli.suggest.memory_limit import UNLIMITED
+
+    m = plan.memory
+    if m is None:
+        return []
+    with reading(run.path):
+        report = memory_report(run)
+    got = {d.device: d.peak_bytes for d in report.devices} if report is not None else {}
+    out = []
+    for i, dev in enumerate(m.devices):
+        pred, meas = int(m.predicted[i]), got.get(dev, 0) if report is not None else None
+        limit = None if m.limit is None or m.limit[i] >= UNLIMITED else int(m.limit[i])
+        if meas is None:
+            verdict = "DIFFERENT"  # the re-run recorded no memory (jaxplace older than the plan?)
+        elif limit is not None and meas > limit:
+            verdict = "OVER LIMIT"
+        elif abs(pred - meas) > MEMORY_TOLERANCE * max(pred, meas):
+            verdict = "DIFFERENT"
+        else:
+            verdict = "ok"
+        out.append((dev, pred, meas if meas is not None else 0, limit, verdict))
+    return out
 
 
 def compare(pred: Traffic, got: Traffic) -> list:
