@@ -155,10 +155,14 @@ def render_verification(v, plan: Plan) -> str:
                        for d, p, m, lim, verdict in v.memory_rows], indent="    ")
     if v.error:
         out.append(f"  {v.error}")
-    what = "transfers" + (" and device memory" if v.memory_rows else "")
-    out.append(f"  result: {what} match the prediction" + ("" if v.memory_rows else " exactly") if v.match
-               else f"  result: measured {what} DIFFER from the prediction"
-               + (" or exceed the limit" if any(r[4] == "OVER LIMIT" for r in v.memory_rows) else ""))
+    transfers_ok = v.match or (v.transfers_match and not v.error)
+    out.append("  result: transfers match the prediction exactly" if transfers_ok
+               else "  result: measured transfers DIFFER from the prediction")
+    verdicts = {r[4] for r in v.memory_rows}
+    if verdicts:
+        out.append("  result: device memory matches the prediction (peaks within 1 %)" if verdicts == {"ok"} else
+                   "  result: measured device memory EXCEEDS the limit" if "OVER LIMIT" in verdicts else
+                   "  result: measured device memory DIFFERS from the prediction (peaks more than 1 % apart)")
     out.append(f"  new run: {v.run_dir}")
     return _lines(out)
 

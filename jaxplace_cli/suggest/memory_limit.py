@@ -1,27 +1,26 @@
 """``suggest --memory-limit``: the device memory a placement will hold, and placements that fit.
 
 **The prediction** replays the run's allocation and free rows (analysis/memory.py ``lives``)
-with each buffer on the device its producing node is assigned to (an upload's source node
+with each buffer on the device its producing node is assigned to; an upload's source node
 shares its reader's colour class, so it follows its consumer as ``predict`` routes its bytes;
-a sharded, pinned or unmoved buffer stays where it was recorded). The recorded run's placer
-copies are left out and replaced by the copies the placement makes: every use of a value on
-another device than its producer's is a copy of its bytes on the reader's device, live while
-that op's results are counted (the placer's argument copy dies when the call returns). The
-peak of a device is the maximum over seqs of its live bytes, evaluated after all the events
-of one seq, as the audit does; on the recorded placement it is the audit's own peak.
+a sharded, pinned or unmoved buffer stays where it was recorded. The peak of a device is the
+maximum over seqs of its live bytes after all the events of one seq, as the audit counts it:
+on the recorded placement it is the audit's own peak (checked on the sample scripts), and
+``--verify`` compares it with the re-run's audit. Like the audit it counts jax.Arrays only:
+the transient copy of an argument that JAX or the placer makes for an op on another device is
+no jax.Array Python holds, so neither side counts it (docs/memory.md, "Not counted").
 
 **The constraint: reject and repair, not rows in the solvers.** A peak is a maximum over time
-of live bytes, and the copies a placement makes depend on pairs of nodes, so an exact model is
-one knapsack row per moment and device plus a copy variable per directed edge and device.
-Min cut and the expansion moves cannot take side constraints at all, and the multilevel search
-balances a single size per node; so every solver's answer is checked by the replay, and an
-answer over the limit is repaired by moving whole site/op groups (what a policy file can say,
-groups.py) with their colour classes: each step takes the move that removes the most excess
-bytes per byte of transfer it adds, until every device fits. The solver's lower bound stays a
-bound (a limit only raises the optimum), but the result is no longer claimed optimal. Two exact
-necessary conditions refuse a limit no placement can meet, with the line that proves it: an
-op's results and the inputs live at its call share one device, and arrays no policy moves stay
-where they were recorded.
+of live bytes: an exact model is one knapsack row per moment and device. Min cut and the
+expansion moves cannot take side constraints at all, and the multilevel search and the
+integer program cap one size per node (``--mem-cap``), which is the sum of everything a node
+ever makes, not what is live at once. So every solver's answer is checked by the replay, and
+an answer over the limit is repaired by moving whole site/op groups (what a policy file can
+say, groups.py) with their colour classes: each step takes the move that removes the most
+excess bytes per byte of transfer it adds, until every device fits. The solver's lower bound
+stays a bound (a limit only raises the optimum), but the result is no longer claimed optimal.
+Exact necessary conditions refuse a limit no placement can meet, with the moment that proves
+it (``refuse_impossible``).
 """
 from __future__ import annotations
 
@@ -46,23 +45,29 @@ def parse_limits(text: str, devices) -> np.ndarray:
     -> bytes per device of ``devices``. ValueError for a bad size or a device not in the run."""
     devices = list(devices)
     if "=" not in text:
-        return np.full(len(devices), parse_size(text), dtype=np.int64)
+        try:
+            return np.full(len(devices), parse_size(text), dtype=np.int64)
+        except ValueError as exc:
+            raise ValueError(f"--memory-limit: {exc}") from None
     out = np.full(len(devices), UNLIMITED, dtype=np.int64)
     for part in text.split(","):
         name, eq, size = part.partition("=")
         name = name.strip()
         if not eq or not name:
-            raise ValueError(f"{part.strip()!r} is not DEVICE=SIZE (write e.g. cpu:0=4GiB,cpu:1=2GiB)")
+            raise ValueError(f"--memory-limit: {part.strip()!r} is not DEVICE=SIZE (write e.g. cpu:0=4GiB,cpu:1=2GiB)")
         if name not in devices:
-            raise ValueError(f"device {name} is not in this run (devices: {', '.join(devices)})")
-        out[devices.index(name)] = parse_size(size)
+            raise ValueError(f"--memory-limit: device {name} is not in this run (devices: {', '.join(devices)})")
+        try:
+            out[devices.index(name)] = parse_size(size)
+        except ValueError as exc:
+            raise ValueError(f"--memory-limit: {name}: {exc}") from None
     return out
 
 
 @dataclass
 class MemoryModel:
     """The run's buffers as arrays: movable ones (one device, made by a graph node) follow
-    their node; fixed ones stay. Times are ``2 * seq`` (a copy dies at ``2 * seq + 1``)."""
+    their node; fixed ones stay. ``m_end``/``f_end``: the seq of the free (huge: live at the end)."""
 
     devices: tuple
     recorded: np.ndarray  # node -> recorded device index
@@ -70,15 +75,12 @@ class MemoryModel:
     m_node: np.ndarray
     m_dev: np.ndarray
     m_start: np.ndarray
-    m_end: np.ndarray  # huge: live at the end
+    m_end: np.ndarray
     m_bytes: np.ndarray
     f_dev: np.ndarray
     f_start: np.ndarray
     f_end: np.ndarray
     f_bytes: np.ndarray
-    src: np.ndarray  # the graph's edges (one per use of a value) and their bytes
-    dst: np.ndarray
-    nbytes: np.ndarray
 
     def devices_of(self, a: np.ndarray) -> np.ndarray:
         nd = self.m_node
@@ -92,9 +94,6 @@ class MemoryModel:
         parts = [(self.f_dev, self.f_start, self.f_end, self.f_bytes)]
         if movable:
             parts.append((self.devices_of(a), self.m_start, self.m_end, self.m_bytes))
-            cut = np.flatnonzero((a[self.src] != a[self.dst]) & (self.nbytes > 0))
-            t = 2 * self.node_seq[self.dst[cut]]
-            parts.append((a[self.dst[cut]], t, t + 1, self.nbytes[cut]))
         dev = np.concatenate([np.concatenate([p[0], p[0]]) for p in parts])
         time = np.concatenate([np.concatenate([p[1], p[2]]) for p in parts])
         delta = np.concatenate([np.concatenate([p[3], -p[3]]) for p in parts])
@@ -107,7 +106,7 @@ class MemoryModel:
             times, inv = np.unique(time[on], return_inverse=True)
             live = np.cumsum(np.bincount(inv, weights=delta[on]).astype(np.int64))
             i = int(np.argmax(live))
-            peak[d], at[d] = max(int(live[i]), 0), int(times[i]) // 2
+            peak[d], at[d] = max(int(live[i]), 0), int(times[i])
         return peak, at
 
 
@@ -126,20 +125,19 @@ def memory_model(run, rg) -> MemoryModel | None:
     for r, a, end, parts in lives(run.store):
         if a.buf in rg.copies or r in rg.copies:
             continue  # the recorded placement's copies: the model makes its own
-        stop = never if end is None else 2 * end
+        stop = never if end is None else end
         node = rg.producer.get(r, -1)
         if node >= 0 and len(parts) == 1 and parts[0][0] in index:
-            mov.append((node, index[parts[0][0]], 2 * a.seq, stop, parts[0][1]))
+            mov.append((node, index[parts[0][0]], a.seq, stop, parts[0][1]))
             continue
         for dev, nbytes in parts:
             if dev in index:
-                fix.append((index[dev], 2 * a.seq, stop, nbytes))
+                fix.append((index[dev], a.seq, stop, nbytes))
     m = np.array(mov, dtype=np.int64).reshape(-1, 5)
     f = np.array(fix, dtype=np.int64).reshape(-1, 4)
     seqs = np.array([nd.seq for nd in rg.nodes], dtype=np.int64)
     return MemoryModel(g.devices, np.asarray(rg.recorded, dtype=np.int64), seqs,
-                       m[:, 0], m[:, 1], m[:, 2], m[:, 3], m[:, 4], f[:, 0], f[:, 1], f[:, 2], f[:, 3],
-                       g.src, g.dst, g.nbytes)
+                       m[:, 0], m[:, 1], m[:, 2], m[:, 3], m[:, 4], f[:, 0], f[:, 1], f[:, 2], f[:, 3])
 
 
 def excess(peak: np.ndarray, limits: np.ndarray) -> int:
@@ -147,55 +145,64 @@ def excess(peak: np.ndarray, limits: np.ndarray) -> int:
 
 
 def refuse_impossible(model: MemoryModel, rg, limits: np.ndarray) -> None:
-    """NoPlacementFits when a necessary condition fails (module docstring), naming the line."""
+    """NoPlacementFits when one of these necessary conditions fails, naming where:
+    arrays no policy moves fit where they were recorded; one op's results (one device) fit
+    the largest limit it may run on; at every moment the live bytes fit all the limits
+    together, and the arrays larger than half the largest limit (no two share a device) are
+    no more than the devices."""
     devices = model.devices
     peak, at = model.peaks(np.asarray(rg.recorded), movable=False)
     for d in np.flatnonzero(peak > limits).tolist():
         raise NoPlacementFits(
             f"no placement fits --memory-limit: arrays no policy can move (explicit device_put targets, "
-            f"sharded results) already hold {human_bytes(int(peak[d]))} on {devices[d]} at seq {int(at[d])}, "
+            f"sharded results) already hold {human_bytes(int(peak[d]))} on {devices[d]} at {_where(rg, int(at[d]))}, "
             f"over its limit of {human_bytes(int(limits[d]))}")
     g = rg.graph
-    n = g.n
-    need = np.zeros(n, dtype=np.int64)
-    made_now = model.m_start == 2 * model.node_seq[model.m_node] if model.m_node.size else np.zeros(0, bool)
-    np.add.at(need, model.m_node[made_now], model.m_bytes[made_now])
-    # an input counts when its value is live at the call either way: the original where its
-    # producer is, or a copy on the op's device; one use of each value (a copy per use would be more)
-    live = _value_live_at(model, g)
-    seen = set()
-    for e in np.flatnonzero(live).tolist():
-        key = (int(g.dst[e]), int(g.value[e]))
-        if key not in seen:
-            seen.add(key)
-            need[g.dst[e]] += int(g.nbytes[e])
-    room = np.where(g.allowed, limits[None, :], -1).max(axis=1) if n else need
-    bad = np.flatnonzero(need > room)
+    made = np.zeros(g.n, dtype=np.int64)
+    now = model.m_start == model.node_seq[model.m_node]
+    np.add.at(made, model.m_node[now], model.m_bytes[now])
+    room = np.where(g.allowed, limits[None, :], -1).max(axis=1)
+    bad = np.flatnonzero(made > room)
     if bad.size:
-        v = int(bad[np.argmax(need[bad] - room[bad])])
-        nd = rg.nodes[v]
+        v = int(bad[0])
         raise NoPlacementFits(
-            f"no placement fits --memory-limit: {nd.file}:{nd.line} ({nd.name}) needs {human_bytes(int(need[v]))} "
-            f"on one device at once (its inputs and results), more than the limit of any device it may run on "
-            f"({human_bytes(int(max(room[v], 0)))})")
+            f"no placement fits --memory-limit: {_where(rg, rg.nodes[v].seq)} makes {human_bytes(int(made[v]))} "
+            f"at once on one device, more than the limit of any device it may run on ({human_bytes(int(room[v]))})")
+    _refuse_by_counting(model, rg, limits)
 
 
-def _value_live_at(model: MemoryModel, g) -> np.ndarray:
-    """Per edge: the value it carries is live when its reader's results are counted."""
-    if not g.m:
-        return np.zeros(0, dtype=bool)
-    t = 2 * model.node_seq[g.dst]
-    # the value's buffer life: the movable rows of its producer that cover the reader's call
-    out = np.zeros(g.m, dtype=bool)
-    by_node: dict = {}
-    for i, v in enumerate(model.m_node.tolist()):
-        by_node.setdefault(v, []).append(i)
-    for e in range(g.m):
-        for i in by_node.get(int(g.src[e]), ()):
-            if model.m_bytes[i] == g.nbytes[e] and model.m_start[i] <= t[e] < model.m_end[i]:
-                out[e] = True
-                break
-    return out
+def _refuse_by_counting(model: MemoryModel, rg, limits: np.ndarray) -> None:
+    if (limits >= UNLIMITED).any():
+        return  # a device without a limit holds anything
+    start = np.concatenate([model.f_start, model.m_start])
+    end = np.concatenate([model.f_end, model.m_end])
+    size = np.concatenate([model.f_bytes, model.m_bytes])
+    if not size.size:
+        return
+    big = (2 * size > int(limits.max())).astype(np.int64)
+    times, inv = np.unique(np.concatenate([start, end]), return_inverse=True)
+    live = np.cumsum(np.bincount(inv, weights=np.concatenate([size, -size]).astype(np.float64)))
+    count = np.cumsum(np.bincount(inv, weights=np.concatenate([big, -big]).astype(np.float64)))
+    total = int(limits.sum())
+    for i in range(times.size):
+        if live[i] > total:
+            raise NoPlacementFits(
+                f"no placement fits --memory-limit: {human_bytes(int(live[i]))} of arrays are live at once at "
+                f"{_where(rg, int(times[i]))}, more than all the limits together ({human_bytes(total)})")
+        if count[i] > len(limits):
+            raise NoPlacementFits(
+                f"no placement fits --memory-limit: at {_where(rg, int(times[i]))} {int(count[i])} arrays larger than "
+                f"half of {human_bytes(int(limits.max()))} are live at once, and each needs a device of its own "
+                f"({len(limits)} devices)")
+
+
+def _where(rg, seq: int) -> str:
+    """``file:line (op)`` of the last op at or before ``seq``, else ``seq N``."""
+    best = None
+    for nd in rg.nodes:
+        if nd.seq <= seq and nd.kind != "source" and (best is None or nd.seq > best.seq):
+            best = nd
+    return f"{best.file}:{best.line} ({best.name})" if best is not None else f"seq {seq}"
 
 
 def units(g, group: np.ndarray) -> list[np.ndarray]:

@@ -32,6 +32,7 @@ class Verification:
     stdout: str = ""  # the script's own output under the policy (results must not change)
     # (device, predicted peak, measured peak, limit or None, "ok" | "DIFFERENT" | "OVER LIMIT")
     memory_rows: list = field(default_factory=list)
+    transfers_match: bool = False  # the transfer rows alone (``match`` also needs the memory rows)
 
 
 def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str | None = None,
@@ -54,11 +55,12 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
         return Verification(False, False, str(out_dir), cmd, error=f"replay exited {proc.returncode}: {tail[0]}")
     got = measure(run, cwd=plan.cwd)
     rows = compare(plan.expected or plan.predicted, got)
-    match = all(p == m for _, _, p, m in rows)
+    transfers = all(p == m for _, _, p, m in rows)
     mem = memory_rows(plan, run)
-    match = match and all(r[4] == "ok" for r in mem)
+    match = transfers and all(r[4] == "ok" for r in mem)
     err = "" if proc.returncode == 0 else f"the script exited {proc.returncode} under the policy"
-    return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout, mem)
+    return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout, mem,
+                        transfers)
 
 
 MEMORY_TOLERANCE = 0.01  # predicted and measured peaks may differ by 1 % of the larger
