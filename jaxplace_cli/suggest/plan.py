@@ -79,7 +79,7 @@ class Plan:
 def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None, seed: int = 0,
               balance: float | None = None, mem_cap: int | None = None,
               retarget_puts: bool = False, solver: str = "auto", policy_path: str | None = None,
-              memory_limit: str | None = None) -> Plan:
+              memory_limit: str | None = None, memory: bool = True) -> Plan:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     rg = build_run_graph(run, devices, retarget_puts)
@@ -92,9 +92,9 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     else:
         sol, follow = solve_by_group(g, rg.groups(),
                                      lambda gg: solve_graph(gg, objective, seed, balance, solver, hint=rg.recorded))
-    memory = None
-    if g.n:
-        sol, follow, memory = _memory(run, rg, sol, follow, objective, balance, memory_limit)
+    mem = None
+    if g.n and (memory or memory_limit is not None):  # ``memory``: predict the peaks (suggest/memory_limit.py)
+        sol, follow, mem = _memory(run, rg, sol, follow, objective, balance, memory_limit)
     baseline = predict(rg, rg.recorded)
     predicted = predict(rg, sol.assign)
     measured = measure(run)
@@ -108,7 +108,7 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
                 manifest.simulated_devices, manifest.cwd)
     plan.policy_text = render_policy(default, rules, _header(plan, run, policy_path))
     plan.expected = expected(measured, baseline, predicted)
-    plan.memory = memory
+    plan.memory = mem
     return plan
 
 

@@ -36,7 +36,7 @@ def top_suggestion(run, min_bytes: int = 1024) -> Suggestion | None:
     because no suggestion could be made."""
     try:
         for retarget in (False, True):
-            plan = make_plan(run, TRANSFERS, retarget_puts=retarget)
+            plan = make_plan(run, TRANSFERS, retarget_puts=retarget, memory=False)  # the audit has its own
             saved = plan.baseline.bytes(D2D) - plan.predicted.bytes(D2D)
             if saved >= max(min_bytes, 1):
                 return describe(plan)

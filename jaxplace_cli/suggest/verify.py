@@ -23,7 +23,7 @@ from jaxplace_cli.suggest.predict import Traffic, measure
 @dataclass
 class Verification:
     ok: bool  # the command ran and produced a readable run
-    match: bool  # transfer counts and bytes equal the prediction, kind by kind and site by site
+    match: bool  # transfers equal the prediction (kind by kind, site by site), device peaks within 1 %
     run_dir: str
     command: list
     measured: Traffic | None = None
