@@ -15,7 +15,7 @@ EPILOG = """\b
 examples:
   jaxplace suggest RUN -o policy.toml         # solve, write it, predict
   jaxplace suggest RUN -o policy.toml --verify train.py --out verify-run
-  jaxplace suggest RUN --memory-limit cpu:0=2GiB,cpu:1=4GiB -o policy.toml --verify train.py
+  jaxplace suggest RUN --memory-limit cpu:0=2GiB,cpu:1=4GiB -o policy.toml
 """
 
 
