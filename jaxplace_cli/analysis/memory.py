@@ -42,6 +42,8 @@ class DeviceMemory:
     stats: tuple[int, int] | None = None  # memory_stats(): (bytes_in_use, peak_bytes_in_use)
     # the live bytes after each seq where they changed: what charts and the growth rule read
     series: list[tuple[int, int]] = field(default_factory=list)
+    # memory_stats() at each step's end: (step, bytes_in_use, peak_bytes_in_use); GPU/TPU only
+    stats_by_step: list[tuple[int, int, int]] = field(default_factory=list)
     process: int | None = None  # the process that owns the device, in a job's merged audit
 
 
@@ -105,6 +107,7 @@ def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep pe
             if end is not None:
                 ev.append((end, -nbytes, r))
     stats = q.memory_stats(store)
+    by_step = _stats_by_step(store, steps) if stats else {}
     devices = []
     for dev in sorted(events, key=_device_key):
         ev = sorted(events[dev], key=lambda e: (e[0], e[1] >= 0, e[2]))  # a donated free first
@@ -128,7 +131,8 @@ def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep pe
             else:
                 live.pop(b, None)
         devices.append(DeviceMemory(dev, peak, peak_seq, _step_of(steps, peak_seq) if peak else None,
-                                    cur, _holders(live, origin, sites), stats.get(dev), series))
+                                    cur, _holders(live, origin, sites), stats.get(dev), series,
+                                    stats_by_step=by_step.get(dev, [])))
     failed = []
     for f in q.failed_allocations(store):
         s = sites.get(f.site)
@@ -157,6 +161,19 @@ def lives(store) -> list[tuple[int, q.Allocation, int | None, list[tuple[str, in
         end = freed.get(a.buf)
         ends[r] = None if end is None or (r in ends and ends[r] is None) else max(end, ends.get(r) or 0)
     return [(r, a, ends.get(r), per_device(a, shards)) for r, a in first.items()]
+
+
+def _stats_by_step(store, steps) -> dict[str, list[tuple[int, int, int]]]:
+    """device -> [(step, bytes_in_use, peak_bytes_in_use)] of the samples taken inside a step
+    (capture/memory.py takes one as each step ends); the end-of-run sample is ``stats``."""
+    out: dict = {}
+    for seq, sample in q.memory_stats_samples(store):
+        step = _step_of(steps, seq)
+        if step is None:
+            continue
+        for dev, (in_use, peak) in sample.items():
+            out.setdefault(dev, []).append((step, in_use, peak))
+    return out
 
 
 def _aliases(store, device: dict) -> dict[int, int]:
@@ -273,6 +290,9 @@ def as_dict(report: MemoryReport) -> dict:
                               "bytes": h.bytes, "arrays": h.arrays} for h in d.at_peak]}
         if d.stats is not None:
             entry["memory_stats"] = {"bytes_in_use": d.stats[0], "peak_bytes_in_use": d.stats[1]}
+        if d.stats_by_step:
+            entry["stats_by_step"] = [{"step": st, "bytes_in_use": a, "peak_bytes_in_use": b}
+                                      for st, a, b in d.stats_by_step]
         if d.process is not None:
             entry["process"] = d.process
         devices.append(entry)

@@ -47,6 +47,7 @@ class Tracker:
         # a bounded recorder (``maxlen``: no writer reads it, device_placement outside a run)
         # does not track: its frees would only pile up
         self.on = maxlen is None
+        self.no_stats = False  # the backend answered no memory_stats() once: not asked again
         from jaxplace_cli.capture import native
 
         mod = native.module()  # the callback in C where the extension is built (capture/_native.c)
@@ -189,6 +190,24 @@ def sample_memory_stats(rec) -> None:
     value = memory_stats_value()
     if value:
         rec.marker(MARKER_MEMORY_STATS, value)
+
+
+def sample_step_stats(rec) -> None:
+    """A step ends (``jax.profiler.StepTraceAnnotation``'s exit, before its ``step-end``
+    marker, so the sample belongs to the step): one ``memory_stats()`` call per device. A
+    backend without them (CPU returns None) is asked once per recording and never again, and
+    writes nothing: a CPU run's rows and seqs are what they were without sampling."""
+    try:  # a recording failure never becomes the user's error
+        tracker = getattr(rec, "memory", None)
+        if tracker is None or not tracker.on or tracker.no_stats:
+            return
+        value = memory_stats_value()
+        if value:
+            rec.marker(MARKER_MEMORY_STATS, value)
+        else:
+            tracker.no_stats = True
+    except Exception:
+        pass
 
 
 # -- failed allocations -------------------------------------------------------------------------

@@ -83,11 +83,22 @@ def failed_allocations(store) -> list[FailedAllocation]:
 def memory_stats(store) -> dict[str, tuple[int, int]]:
     """device -> (bytes_in_use, peak_bytes_in_use) of the last ``memory_stats`` sample."""
     out: dict[str, tuple[int, int]] = {}
-    for _seq, v in _json_markers(store, MARKER_MEMORY_STATS):
+    for _seq, v in memory_stats_samples(store):
+        out.update(v)
+    return out
+
+
+def memory_stats_samples(store) -> list[tuple[int, dict[str, tuple[int, int]]]]:
+    """Every ``memory_stats`` sample (at each step's end and at the end), by seq:
+    (seq, device -> (bytes_in_use, peak_bytes_in_use))."""
+    out = []
+    for seq, v in _json_markers(store, MARKER_MEMORY_STATS):
+        sample = {}
         for dev, pair in v.items():
             if not (isinstance(pair, list) and len(pair) == 2 and all(type(x) is int for x in pair)):
                 raise DataError("markers: a memory_stats marker's values are not [int, int]")
-            out[dev] = (pair[0], pair[1])
+            sample[dev] = (pair[0], pair[1])
+        out.append((seq, sample))
     return out
 
 

@@ -301,8 +301,8 @@ def _install_step_annotation(report: HookReport) -> None:
             return super().__enter__()
 
         def __exit__(self, *exc):
-            rec = state.active.rec
-            if rec is not None:
+            if (rec := state.active.rec) is not None:
+                rec.step_memory()  # memory_stats() where the backend has them (issue 27); never raises
                 rec.marker("step-end", self._jaxplace_label)
             return super().__exit__(*exc)
 
