@@ -128,3 +128,12 @@ def test_verify_measures_each_devices_peak(run, tmp_path):
          "limit_bytes": 2 * MIB, "verdict": "ok"}]
     audit = {d["device"]: d["peak_bytes"] for d in audit_json(tmp_path / "replay")["memory"]["devices"]}
     assert audit == {"cpu:0": 2 * MIB, "cpu:1": MIB}
+
+
+def test_the_repair_pays_no_transfer_it_need_not(run):
+    """cpu:0 under 1 MiB: a and b (line 9 reads a) must leave it together, at no transfer
+    cost; moving b alone would copy a (1 MiB d2d). One of c and d may stay on cpu:0."""
+    doc = _suggest(run, "--memory-limit", "cpu:0=1MiB")
+    assert _peaks(doc, "predicted_peak_bytes")["cpu:0"] <= MIB
+    assert doc["predicted"]["totals"]["d2d"] == {"count": 0, "bytes": 0}
+    assert doc["solver"]["cost"] == 0
