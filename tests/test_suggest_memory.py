@@ -137,3 +137,25 @@ def test_the_repair_pays_no_transfer_it_need_not(run):
     assert _peaks(doc, "predicted_peak_bytes")["cpu:0"] <= MIB
     assert doc["predicted"]["totals"]["d2d"] == {"count": 0, "bytes": 0}
     assert doc["solver"]["cost"] == 0
+
+
+def test_verify_verdicts_on_a_measured_run(run):
+    """``memory_rows`` against a run measured as the recorded one (cpu:0 3 MiB, cpu:1 0 B):
+    within 1 % is ok, beyond is DIFFERENT, a measured peak over the limit is OVER LIMIT."""
+    from dataclasses import replace
+
+    from jaxplace_cli.analysis.run import open_run
+    from jaxplace_cli.suggest.plan import make_plan
+    from jaxplace_cli.suggest.verify import memory_rows
+
+    opened = open_run(run)
+    plan = make_plan(opened)
+    mem = plan.memory
+    within = int(3 * MIB * 0.995)
+    plan.memory = replace(mem, predicted=[within, 0])
+    assert [r[4] for r in memory_rows(plan, opened)] == ["ok", "ok"]
+    plan.memory = replace(mem, predicted=[int(3 * MIB * 0.98), 0])
+    assert [r[4] for r in memory_rows(plan, opened)] == ["DIFFERENT", "ok"]
+    plan.memory = replace(mem, predicted=[3 * MIB, 0], limit=[2 * MIB, UNLIMITED])
+    assert memory_rows(plan, opened) == [("cpu:0", 3 * MIB, 3 * MIB, 2 * MIB, "OVER LIMIT"),
+                                         ("cpu:1", 0, 0, None, "ok")]
