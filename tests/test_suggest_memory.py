@@ -159,3 +159,14 @@ def test_verify_verdicts_on_a_measured_run(run):
     plan.memory = replace(mem, predicted=[3 * MIB, 0], limit=[2 * MIB, UNLIMITED])
     assert memory_rows(plan, opened) == [("cpu:0", 3 * MIB, 3 * MIB, 2 * MIB, "OVER LIMIT"),
                                          ("cpu:1", 0, 0, None, "ok")]
+
+
+def test_markdown_has_the_memory_table(run):
+    proc = cli("suggest", run, "--memory-limit", "cpu:0=2MiB", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("## jaxplace suggest: `") and "### Device memory (predicted peak)" in lines
+    assert "| cpu:0 | 3.0 MiB | 2.0 MiB | 2.0 MiB |" in lines and "| cpu:1 | 0 B | 1.0 MiB | none |" in lines
+    assert "| d2d | 0 (0 B) | 0 (0 B) | 0 (0 B) |" in lines
+    graph = cli("suggest", "--graph", REPO / "tests" / "data" / "placement_graphs" / "missing.json", "-f", "markdown")
+    assert graph.returncode == 2 and "--format markdown is for a run's plan" in graph.stderr

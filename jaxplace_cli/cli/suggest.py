@@ -52,15 +52,16 @@ def suggest(
     accelerators: Optional[int] = typer.Option(None, "--accelerators", min=1, metavar="N",
                                                help="--graph: number of accelerators (default: the file's maxFPGAs)."),
     no_cpu: bool = typer.Option(False, "--no-cpu", help="--graph: accelerators only (no CPU device)."),
-    format: str = typer.Option("text", "--format", "-f", metavar="FORMAT", help="text or json."),
+    format: str = typer.Option("text", "--format", "-f", metavar="FORMAT",
+                               help="text, json or markdown (markdown: a run's plan, not --graph)."),
 ) -> None:
     """Suggest a placement for a recorded run: write it as a policy file, predict the transfers
     it will make, and print the commands that verify it (or verify it with --verify)."""
     from jaxplace_cli.suggest.model import OBJECTIVES
     from jaxplace_cli.suggest.solve import SOLVERS
 
-    if format not in ("text", "json"):
-        raise UsageError(f"--format must be text or json, not {format!r}")
+    if format not in ("text", "json", "markdown"):
+        raise UsageError(f"--format must be text, json or markdown, not {format!r}")
     if objective not in OBJECTIVES:
         raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     if solver not in SOLVERS:
@@ -76,6 +77,8 @@ def suggest(
     if graph is not None:
         if path is not None:
             raise UsageError("give a run directory or --graph FILE, not both")
+        if format == "markdown":
+            raise UsageError("--format markdown is for a run's plan; --graph prints text or json")
         if memory_limit is not None:
             raise UsageError("--memory-limit needs a run (the device memory it replays); for --graph use --mem-cap")
         _suggest_graph(graph, objective, accelerators, not no_cpu, seed, balance, solver, cap, output, format)

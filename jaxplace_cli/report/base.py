@@ -72,6 +72,7 @@ REGISTRY: tuple[Registered, ...] = (
     Registered("diff", "junit", (".xml",), "diff_render:junit"),
     Registered("suggest", "text", (), "suggest_render:plan_text"),
     Registered("suggest", "json", (), "suggest_render:plan_doc"),
+    Registered("suggest", "markdown", (), "suggest_render:plan_markdown"),
     Registered("graph", "text", (), "suggest_render:graph_text"),
     Registered("graph", "json", (), "suggest_render:graph_doc"),
 )

@@ -279,6 +279,49 @@ def plan_doc(r: PlanReport, options) -> str:
     return json.dumps(plan_json(r.plan, r.policy_path, r.verification), indent=2, default=jsonable) + "\n"
 
 
+def plan_markdown(r: PlanReport, options) -> str:
+    """The plan for a merge-request comment or $GITHUB_STEP_SUMMARY: what the text says, as
+    Markdown tables; every run-derived string through model/safe.py."""
+    from jaxplace_cli.model.safe import code_span, markdown
+
+    plan, sol, g = r.plan, r.plan.solution, r.plan.rg.graph
+    out = [f"## jaxplace suggest: {code_span(r.run_path)}", "",
+           f"**objective {markdown(plan.objective)}** · devices {markdown(', '.join(g.devices))} · "
+           f"solver {markdown(sol.solver)} ({markdown(quality(sol, plan.objective))}) · "
+           f"{len(plan.moved)} of {g.n} nodes move", "",
+           "| | recorded | model of recorded | suggested |", "|---|---:|---:|---:|"]
+    out += [f"| {k} | {_nb(plan.measured.totals[k])} | {_nb(plan.baseline.totals[k])} | {_nb(plan.predicted.totals[k])} |"
+            for k in TRANSFER_KINDS]
+    m = plan.memory
+    if m is not None:
+        out += ["", "### Device memory (predicted peak)", "",
+                "| device | model of recorded | suggested | limit |", "|---|---:|---:|---:|"]
+        out += [f"| {markdown(d)} | {human_bytes(m.recorded[i])} | {human_bytes(m.predicted[i])} | "
+                f"{_limit_text(m.limit[i]) if m.limit is not None else 'none'} |" for i, d in enumerate(m.devices)]
+    n = len(plan.rules)
+    out += ["", f"**Policy:** {code_span(r.policy_path) if r.policy_path else 'not written'} "
+                f"({n} rule{'s' if n != 1 else ''} + `[default]` {markdown(plan.default)})"]
+    if r.policy_path:
+        out.append(f"verify: {code_span(plan.verify_line(r.policy_path))}")
+    v = r.verification
+    if v is not None:
+        out += ["", "### Verification", ""]
+        if not v.ok:
+            out.append(f"could not verify: {markdown(v.error)}")
+            return "\n".join(out) + "\n"
+        out += ["| kind | site | predicted | measured | |", "|---|---|---:|---:|---|"]
+        out += [f"| {k} | {markdown('(all)' if site == '*' else site)} | {_nb(p)} | {_nb(q)} | "
+                f"{'ok' if p == q else '**DIFFERENT**'} |" for k, site, p, q in v.rows]
+        if v.memory_rows:
+            out += ["", "| device | predicted peak | measured peak | limit | |", "|---|---:|---:|---:|---|"]
+            out += [f"| {markdown(d)} | {human_bytes(p)} | {human_bytes(q)} | "
+                    f"{human_bytes(lim) if lim is not None else 'none'} | {verdict if verdict == 'ok' else f'**{verdict}**'} |"
+                    for d, p, q, lim, verdict in v.memory_rows]
+        out += ["", f"**{'verified: the re-run matches the prediction' if v.match else 'NOT verified'}**"
+                + (f" ({markdown(v.error)})" if v.error else "")]
+    return "\n".join(out) + "\n"
+
+
 def graph_text(r: GraphReport, options) -> str:
     return render_graph(r.path, r.graph, r.solution, r.objective)
 
