@@ -8,7 +8,9 @@ maximum over seqs of its live bytes after all the events of one seq, as the audi
 on the recorded placement it is the audit's own peak (checked on the sample scripts), and
 ``--verify`` compares it with the re-run's audit. Like the audit it counts jax.Arrays only:
 the transient copy of an argument that JAX or the placer makes for an op on another device is
-no jax.Array Python holds, so neither side counts it (docs/memory.md, "Not counted").
+no jax.Array Python holds, so neither side counts it (docs/memory.md, "Not counted"). A copy
+that a recorded run did hold as an op's argument (``RunGraph.copies``) is left out of the
+replay: it belongs to the recorded placement (none did in the runs measured).
 
 **The constraint: reject and repair, not rows in the solvers.** A peak is a maximum over time
 of live bytes: an exact model is one knapsack row per moment and device. Min cut and the
@@ -186,14 +188,21 @@ def _refuse_by_counting(model: MemoryModel, rg, limits: np.ndarray) -> None:
     total = int(limits.sum())
     for i in range(times.size):
         if live[i] > total:
+            have, room = _two_sizes(int(live[i]), total)
             raise NoPlacementFits(
-                f"no placement fits --memory-limit: {human_bytes(int(live[i]))} of arrays are live at once at "
-                f"{_where(rg, int(times[i]))}, more than all the limits together ({human_bytes(total)})")
+                f"no placement fits --memory-limit: {have} of arrays are live at once at "
+                f"{_where(rg, int(times[i]))}, more than all the limits together ({room})")
         if count[i] > len(limits):
             raise NoPlacementFits(
                 f"no placement fits --memory-limit: at {_where(rg, int(times[i]))} {int(count[i])} arrays larger than "
                 f"half of {human_bytes(int(limits.max()))} are live at once, and each needs a device of its own "
                 f"({len(limits)} devices)")
+
+
+def _two_sizes(a: int, b: int) -> tuple[str, str]:
+    """Two sizes that read differently: exact bytes where the rounded forms are equal."""
+    x, y = human_bytes(a), human_bytes(b)
+    return (f"{x} ({a} B)", f"{y} ({b} B)") if x == y else (x, y)
 
 
 def _where(rg, seq: int) -> str:
