@@ -4,12 +4,14 @@ and the prediction a re-run verifies (docs/suggest.md).
 Data flow, one module per step::
 
     from_run / from_json  ->  model.Graph  ->  solve (coarsen, mincut, milp, multilevel,
-    schedule, pipeline)   ->  policy_file + predict  ->  plan  ->  render / verify / top
+    schedule, pipeline)   ->  memory_limit (peaks; --memory-limit repair)  ->
+    policy_file + predict  ->  plan  ->  render / verify / top
 
 Public API (imported lazily, so importing this package does not load scipy):
 
 - ``top_suggestion(run) -> Suggestion | None``: the one-line suggestion for the audit report;
-- ``make_plan(run, objective, ...) -> Plan``: graph, solution, policy text, prediction;
+- ``make_plan(run, objective, ...) -> Plan``: graph, solution, policy text, prediction (transfers,
+  and each device's peak memory: ``Plan.memory``);
 - ``load_graph_json(path) -> Graph`` and ``solve_graph(graph, objective, ...) -> Solution``.
 """
 from __future__ import annotations
