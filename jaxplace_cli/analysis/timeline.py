@@ -64,6 +64,16 @@ class Timeline:
     op_kinds: list[str] = field(default_factory=list)  # ops["kind"] indexes these
     op_placed: list[str] = field(default_factory=list)  # ops["placed"]: "" = JAX decided
     op_errors: list[str] = field(default_factory=list)  # ops["err"]: "" = no error
+    steady: tuple[int, int] = (0, 0)  # (from, to) ns: the first step after warm-up to the end
+
+
+def steady_range(steps: dict, span: int) -> tuple[int, int]:
+    """The range a view opens on: from the first step after warm-up to the run's end (init and
+    compile fill most of a run's start: issue 28); the whole run when no step is past warm-up."""
+    starts, warmup = steps.get("start", []), steps.get("warmup", 0)
+    if warmup >= len(starts):
+        return (0, span)
+    return (min(starts[warmup], span), span)
 
 
 def build_timeline(run: RunData, result: AuditResult, detail_max: int = DETAIL_MAX,
@@ -96,6 +106,7 @@ def build_timeline(run: RunData, result: AuditResult, detail_max: int = DETAIL_M
     if not detail.complete:
         tl.buckets = _buckets(conn, tl, t0, t1)
     tl.steps = _steps(conn, result, t0, t1)
+    tl.steady = steady_range(tl.steps, max(1, t1 - t0))
     tl.compiles = _compiles(conn, t0)
     tl.moments = _moments(tl, groups)
     return tl

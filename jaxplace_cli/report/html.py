@@ -112,12 +112,13 @@ def _timeline(tl, result: AuditResult) -> str:
                 'own events. Open the trace itself with <code>jaxplace view</code>.</p></section>')
     d = tl.detail
     return f"""<section id="timeline"><h2>Timeline</h2>
-<p class="lod" id="lod-note">{esc(d.how)}. Bars are host-side dispatch of each op (device time is
+<p class="lod" id="lod-note">{esc(d.how)}. The view opens on the steady-state steps (after
+warm-up); "whole run" shows start-up and compiles too. Bars are host-side dispatch of each op (device time is
 not recorded by jaxplace's hooks: JAX dispatches asynchronously; the run's jax.profiler trace window
 has it — <code>jaxplace view</code>). Arrows are transfers: <span class="k-h2d">h2d</span>
 <span class="k-d2h">d2h</span> <span class="k-d2d">d2d</span>; dashed = implicit, thick = blocking.</p>
 <div class="toolbar"><button type="button" id="zoom-in">zoom in</button><button type="button" id="zoom-out">zoom out</button>
-<button type="button" id="zoom-reset">whole run</button><button type="button" id="clear-selection">clear selection</button>
+<button type="button" id="zoom-steady">steady state</button><button type="button" id="zoom-reset">whole run</button><button type="button" id="clear-selection">clear selection</button>
 <span id="view-range"></span>
 <span class="hint">wheel: zoom · drag: pan · click a finding or site: its moments</span></div>
 <div id="selection" class="selection"></div>

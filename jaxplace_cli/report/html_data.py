@@ -67,6 +67,7 @@ def payload(result: AuditResult, tl) -> dict:
     return {
         "timeline": {
             "lanes": [_text(x, 80) for x in tl.lanes], "span": max(1, tl.t1 - tl.t0),
+            "steady": list(tl.steady) if tl.steady[1] > tl.steady[0] else [0, max(1, tl.t1 - tl.t0)],
             "ops": {"n": len(o["ts"]), "lane": packed(o["lane"]), "ts": packed(o["ts"], True),
                     "dur": packed(o["dur"], True), "name": packed(o["name"]), "kind": packed(o["kind"]),
                     "site": packed(o["site"]), "err": packed(o["err"]), "placed": packed(o["placed"])},
