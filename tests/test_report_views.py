@@ -1,0 +1,106 @@
+"""The HTML report's views, round 2 (issue 28) in one headless Chromium for the module: the
+timeline opens on the steady-state steps, its axis reads at one step, a finding's range stays
+inside the run; the page never scrolls sideways at a phone's 390 px.
+
+One recording (tests/scripts/visual_train.py: 4 steps, the first warm-up) from the session's
+sample cache; every page is written in-process."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from browser import Browser, find_chromium
+from conftest import SCRIPTS, audit_json, cli
+
+WARMUP = 1  # visual_train.py: the first of its 4 steps compiles
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    exe, why = find_chromium()
+    if exe is None:
+        pytest.skip(f"no headless Chromium: {why}")
+    with Browser(exe) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def page_file(sample_run, tmp_path_factory):
+    rec = sample_run(SCRIPTS / "visual_train.py", devices=2)
+    assert rec.returncode == 0, rec.stderr
+    out = tmp_path_factory.mktemp("views") / "report.html"
+    proc = cli("report", rec.run, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    return out, rec.run
+
+
+def _data(page):
+    return page.eval("JSON.parse(document.getElementById('jaxplace-data').textContent)")
+
+
+def _range(page) -> tuple[int, int]:
+    d = page.eval("[document.getElementById('timeline').dataset.startNs, document.getElementById('timeline').dataset.endNs]")
+    return int(d[0]), int(d[1])
+
+
+def test_timeline_opens_on_the_steady_state_steps(page_file, chromium):
+    path, run = page_file
+    url = path.resolve().as_uri()
+    page = chromium.open(url)
+    assert page.problems() == [] and page.requests() == [url]
+    assert audit_json(run)["steps"]["warmup"] == WARMUP
+    tl = _data(page)["timeline"]
+    first_steady = page.eval(f"jaxplaceReport.stepTimes({WARMUP})")[0]
+    assert first_steady > 0
+    # the view: the first step after warm-up to the end of the run
+    assert _range(page) == (round(first_steady), tl["span"])
+    # the whole run is one click away, and the steady state one more
+    page.eval("document.getElementById('zoom-reset').click()")
+    assert _range(page) == (0, tl["span"])
+    page.eval("document.getElementById('zoom-steady').click()")
+    assert _range(page) == (round(first_steady), tl["span"])
+    # zoomed to one step, ticks count from the step's start in a unit that resolves it
+    a, b = page.eval("jaxplaceReport.stepTimes(2)")
+    page.eval(f"jaxplaceReport.zoomTo({a}, {b})")
+    assert _range(page) == (round(a), round(b))
+    ticks = page.eval("jaxplaceReport.ticks()")
+    unit = "\u00b5s" if b - a < 1e6 else "ms" if b - a < 1e9 else "s"
+    assert ticks[0] == f"0 {unit}" and len(ticks) >= 3 and len(set(ticks)) == len(ticks)
+    assert all(t.endswith(" " + unit) and t.startswith("+") for t in ticks[1:]), ticks
+    # one op filling the view is wide enough for its name
+    page.eval("(() => { const d = JSON.parse(document.getElementById('jaxplace-data').textContent).timeline; "
+              "const r = Uint8Array.from(atob(d.ops.dur.d), c => c.charCodeAt(0)); "
+              "const dur = new Float64Array(r.buffer), t = Uint8Array.from(atob(d.ops.ts.d), c => c.charCodeAt(0)); "
+              "const ts = new Float64Array(t.buffer); let i = 0; dur.forEach((v, j) => { if (v > dur[i]) i = j; }); "
+              "jaxplaceReport.zoomTo(ts[i], ts[i] + dur[i] * 1.5); })()")
+    assert page.eval("jaxplaceReport.labelled()") >= 1
+    assert page.problems() == []
+
+
+def test_a_findings_range_stays_inside_the_run(page_file, chromium):
+    path, _ = page_file
+    page = chromium.open(path.resolve().as_uri())
+    span = _data(page)["timeline"]["span"]
+    keys = page.eval("[...document.querySelectorAll('[data-moment]')].filter(e => +e.dataset.moments > 0)"
+                     ".map(e => e.dataset.moment)")
+    assert any(k.startswith("finding:") for k in keys) and any(k.startswith("site:") for k in keys)
+    for key in keys:
+        page.eval(f"document.querySelector('[data-moment={json.dumps(key)}]').click()")
+        a, b = _range(page)
+        assert 0 <= a < b <= span, (key, a, b, span)
+    assert page.problems() == []
+
+
+def test_no_sideways_scroll_at_a_phones_width(page_file, chromium):
+    path, _ = page_file
+    page = chromium.open(path.resolve().as_uri())
+    for width in (390, 1280):
+        page.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 800, "deviceScaleFactor": 1,
+                                                         "mobile": width < 600})
+        page.send("Page.reload")
+        chromium.wait_event("Page.loadEventFired")
+        assert page.eval("document.scrollingElement.scrollWidth") <= width
+        # the sites table keeps its columns and scrolls in its own box at 390 px
+        assert page.eval("document.querySelector('table.sites').getBoundingClientRect().right") <= width
+        assert page.eval("document.getElementById('timeline-canvas').getBoundingClientRect().width") <= width
+    assert page.problems() == []
