@@ -65,6 +65,7 @@ class Timeline:
     op_placed: list[str] = field(default_factory=list)  # ops["placed"]: "" = JAX decided
     op_errors: list[str] = field(default_factory=list)  # ops["err"]: "" = no error
     steady: tuple[int, int] = (0, 0)  # (from, to) ns: the first step after warm-up to the end
+    groups: list = field(default_factory=list)  # a job's: [(process label, [lane indexes])]
 
 
 def steady_range(steps: dict, span: int) -> tuple[int, int]:

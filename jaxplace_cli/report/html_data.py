@@ -87,7 +87,7 @@ def payload(result: AuditResult, tl) -> dict:
             "compiles": {"ts": packed(tl.compiles.get("ts", []), True),
                          "name": [_text(x, 120) for x in tl.compiles.get("name", [])],
                          "secs": tl.compiles.get("secs", []), "total": tl.compiles.get("total", 0)},
-            "buckets": tl.buckets,
+            "buckets": tl.buckets, "groups": [[_text(g, 20), list(ls)] for g, ls in tl.groups],
             "moments": {k: {"ops": packed(v["ops"]), "tr": packed(v["transfers"]), "total": v["total"],
                             "label": _text(labels.get(k, k)), "devices": devices.get(k, [])}
                         for k, v in tl.moments.items()},

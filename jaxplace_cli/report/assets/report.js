@@ -106,14 +106,14 @@
       ctx.save(); ctx.beginPath(); ctx.rect(LABEL_W, 0, w - LABEL_W, H); ctx.clip();
       drawSteps(w); drawAggregates(); drawOps(); drawTransfers(); drawCompiles();
       ctx.restore();
-      drawLabels(); drawAxis(w);
+      drawLabels(w); drawAxis(w);
       var rng = document.getElementById('view-range');
       if (rng) rng.textContent = fmtNs(view.v0) + ' \u2013 ' + fmtNs(view.v1) + ' of ' + fmtNs(span) +
         ' (axis: time from ' + fmtNs(view.v0) + ')';
       section.dataset.startNs = String(Math.round(view.v0));
       section.dataset.endNs = String(Math.round(view.v1));
     }
-    function drawLabels() {
+    function drawLabels(w) {
       ctx.fillStyle = '#ffffff'; ctx.fillRect(0, TOP, LABEL_W - 2, nl * LANE_H);
       ctx.font = '12px system-ui, sans-serif'; ctx.textBaseline = 'middle';
       for (var l = 0; l < nl; l++) {
@@ -122,6 +122,12 @@
         ctx.fillText((hot ? '\u25b6 ' : '') + lanes[l], 6, laneMid(l), LABEL_W - 10);
       }
       ctx.strokeStyle = '#d9dde4'; ctx.beginPath(); ctx.moveTo(LABEL_W - 0.5, 0); ctx.lineTo(LABEL_W - 0.5, H); ctx.stroke();
+      (TL.groups || []).forEach(function (g, gi) { // a job: a rule above each process's lane group
+        if (!gi || !g[1].length) return;
+        var y = laneY(g[1][0]) + 0.5;
+        ctx.strokeStyle = '#5b7cc0'; ctx.lineWidth = 2; ctx.beginPath(); ctx.moveTo(0, y); ctx.lineTo(w, y); ctx.stroke();
+        ctx.lineWidth = 1;
+      });
     }
     function drawAxis(w) {
       // ticks relative to the view's start, in the unit their spacing needs (µs at one step),
