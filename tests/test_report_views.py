@@ -64,7 +64,8 @@ def test_timeline_opens_on_the_steady_state_steps(page_file, chromium):
     page.eval(f"jaxplaceReport.zoomTo({a}, {b})")
     assert _range(page) == (round(a), round(b))
     ticks = page.eval("jaxplaceReport.ticks()")
-    unit = "\u00b5s" if b - a < 1e6 else "ms" if b - a < 1e9 else "s"
+    # the unit: the one in which the view's length reads in 1-4 digits (a 0.2 ms step: µs)
+    unit = "ns" if b - a < 2e3 else "\u00b5s" if b - a < 2e6 else "ms" if b - a < 2e9 else "s"
     assert ticks[0] == f"0 {unit}" and len(ticks) >= 3 and len(set(ticks)) == len(ticks)
     assert all(t.endswith(" " + unit) and t.startswith("+") for t in ticks[1:]), ticks
     # one op filling the view is wide enough for its name
@@ -103,4 +104,35 @@ def test_no_sideways_scroll_at_a_phones_width(page_file, chromium):
         # the sites table keeps its columns and scrolls in its own box at 390 px
         assert page.eval("document.querySelector('table.sites').getBoundingClientRect().right") <= width
         assert page.eval("document.getElementById('timeline-canvas').getBoundingClientRect().width") <= width
+    assert page.problems() == []
+
+
+def test_memory_chart_follows_the_timeline_and_lists_holders_on_click(sample_run, chromium, tmp_path):
+    """tests/scripts/memory/example.py, by hand: cpu:1 peaks at 5 MiB when line 12 (S, 4 MiB)
+    and line 11 (R, 1 MiB) are live; cpu:0 then holds line 9 (Q, 1 MiB)."""
+    rec = sample_run(SCRIPTS / "memory" / "example.py", devices=2)
+    assert rec.returncode == 0, rec.stderr
+    out = tmp_path / "memory.html"
+    assert cli("report", rec.run, "-o", out).returncode == 0
+    url = out.resolve().as_uri()
+    page = chromium.open(url)
+    assert page.problems() == [] and page.requests() == [url]
+    peak = int(page.eval("document.querySelector('.mem-peak[data-device=\"cpu:1\"]').dataset.tNs"))
+    page.eval(f"jaxplaceReport.zoomTo({peak - 50_000}, {peak + 50_000})")
+    assert _range(page) == (peak - 50_000, peak + 50_000)
+    # aligned: the peak's dot sits where the timeline draws the peak's time
+    dot = page.eval("(() => { const r = document.querySelector('.mem-peak[data-device=\"cpu:1\"]')"
+                    ".getBoundingClientRect(); return r.left + r.width / 2; })()")
+    canvas = page.eval("(() => { const r = document.getElementById('timeline-canvas').getBoundingClientRect(); "
+                       "return [r.left, r.width]; })()")
+    assert abs(dot - (canvas[0] + 96 + (canvas[1] - 96) / 2)) <= 2
+    x, y = page.center_of(".mem-peak[data-device=\"cpu:1\"]")
+    page.mouse("mousePressed", x, y)
+    page.mouse("mouseReleased", x, y)
+    rows = page.eval("[...document.querySelectorAll('#memory-holders .mem-holders')].map(e => [e.dataset.device, e.textContent])")
+    assert [d for d, _ in rows] == ["cpu:0", "cpu:1"]
+    assert rows[0][1] == "cpu:0: 1.0 MiB live \u2014 tests/scripts/memory/example.py:9 1.0 MiB (1 array)"
+    assert rows[1][1] == ("cpu:1: 5.0 MiB live \u2014 tests/scripts/memory/example.py:12 4.0 MiB (1 array); "
+                          "tests/scripts/memory/example.py:11 1.0 MiB (1 array)")
+    assert abs(int(page.eval("document.getElementById('memory-holders').dataset.tNs")) - peak) < 1000
     assert page.problems() == []

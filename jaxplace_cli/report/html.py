@@ -38,7 +38,7 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
     css = resources.files("jaxplace_cli.report").joinpath("assets/report.css").read_text()
     js = resources.files("jaxplace_cli.report").joinpath("assets/report.js").read_text()
     body = "\n".join([
-        _header(result), _verdict(result), _timeline(timeline, result), memory_chart(result),
+        _header(result), _verdict(result), _timeline(timeline, result), memory_chart(result, timeline),
         _findings(result, timeline, sources),
         _sites(result, timeline, sources), matrix(result), steps(result), ops(result), processes(result),
         run_metadata(result),

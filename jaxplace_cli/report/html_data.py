@@ -87,6 +87,9 @@ def payload(result: AuditResult, tl) -> dict:
             "compiles": {"ts": packed(tl.compiles.get("ts", []), True),
                          "name": [_text(x, 120) for x in tl.compiles.get("name", [])],
                          "secs": tl.compiles.get("secs", []), "total": tl.compiles.get("total", 0)},
+            "memory": [{"device": _text(m["device"], 80), "t": packed(m["t"], True), "bytes": packed(m["bytes"], True),
+                        "snap_t": m["snap_t"], "snaps": [[[_text(f"{below(f)}:{line}", 160), b, n] for f, line, b, n in s]
+                                                         for s in m["snaps"]]} for m in tl.memory],
             "buckets": tl.buckets, "groups": [[_text(g, 20), list(ls)] for g, ls in tl.groups],
             "moments": {k: {"ops": packed(v["ops"]), "tr": packed(v["transfers"]), "total": v["total"],
                             "label": _text(labels.get(k, k)), "devices": devices.get(k, [])}

@@ -54,6 +54,7 @@
   var api = { selected: 0, select: function () {} };
   window.jaxplaceReport = api;
   if (TL) timeline(TL);
+  if (TL && TL.memory && TL.memory.length && api.onView) memoryChart(TL.memory);
   stepChart(DATA.stepchart);
 
   function timeline(TL) {
@@ -76,7 +77,7 @@
     var LABEL_W = 96, TOP = 30, LANE_H = 34, H = TOP + nl * LANE_H + 6;
     var view = { v0: TL.steady[0], v1: TL.steady[1] };  // the steady-state steps (analysis decides)
     var section = document.getElementById('timeline');
-    var lastTicks = [], labelled = 0;
+    var lastTicks = [], labelled = 0, viewListeners = [];
     function setView(a, b) { // clamped inside the run, at least 200 ns wide
       var r = Math.min(Math.max(200, b - a), span);
       a = Math.max(0, Math.min(a, span - r));
@@ -112,6 +113,7 @@
         ' (axis: time from ' + fmtNs(view.v0) + ')';
       section.dataset.startNs = String(Math.round(view.v0));
       section.dataset.endNs = String(Math.round(view.v1));
+      viewListeners.forEach(function (fn) { fn(view.v0, view.v1, w, LABEL_W); });
     }
     function drawLabels(w) {
       ctx.fillStyle = '#ffffff'; ctx.fillRect(0, TOP, LABEL_W - 2, nl * LANE_H);
@@ -136,7 +138,7 @@
       var range = view.v1 - view.v0, raw = range / Math.max(1, Math.floor((w - LABEL_W) / 80));
       var p = Math.pow(10, Math.floor(Math.log10(raw)));
       var step = raw / p <= 1 ? p : raw / p <= 2 ? 2 * p : raw / p <= 5 ? 5 * p : 10 * p;
-      var unit = step < 1e3 ? [1, 'ns'] : step < 1e6 ? [1e3, '\u00b5s'] : step < 1e9 ? [1e6, 'ms'] : [1e9, 's'];
+      var unit = range < 2e3 ? [1, 'ns'] : range < 2e6 ? [1e3, '\u00b5s'] : range < 2e9 ? [1e6, 'ms'] : [1e9, 's'];
       var digits = Math.max(0, -Math.floor(Math.log10(step / unit[0]) + 1e-9));
       ctx.font = '11px system-ui, sans-serif'; ctx.fillStyle = '#5d6675'; ctx.strokeStyle = '#e6e8ec';
       ctx.textBaseline = 'top';
@@ -387,9 +389,87 @@
     window.addEventListener('resize', draw);
     api.zoomTo = function (a, b) { setView(a, b); draw(); };
     api.ticks = function () { return lastTicks.slice(); };
+    api.onView = function (fn) { viewListeners.push(fn); fn(view.v0, view.v1, W(), LABEL_W); };
     api.labelled = function () { return labelled; };
     api.stepTimes = function (i) { return i < nSteps ? [stepStart[i], stepEnd[i]] : null; };
     draw();
+  }
+
+  function memoryChart(M) {
+    // the server's SVG, kept on the timeline's visible range (same label column, same width)
+    var svg = document.getElementById('memory-chart'), panel = document.getElementById('memory-holders');
+    if (!svg || !panel) return;
+    var NS = 'http://www.w3.org/2000/svg', HGT = 240, PB = 22, PT = 12, series = [], top = 1;
+    var lines = {};
+    svg.querySelectorAll('.mem-series').forEach(function (el) { lines[el.getAttribute('data-device')] = el; });
+    var peaks = {};
+    svg.querySelectorAll('.mem-peak').forEach(function (el) { peaks[el.getAttribute('data-device')] = el; });
+    M.forEach(function (m) {
+      var s = { m: m, t: unpack(m.t), b: unpack(m.bytes) };
+      for (var i = 0; i < s.b.length; i++) top = Math.max(top, s.b[i]);
+      series.push(s);
+    });
+    var cur = { v0: 0, v1: 1, w: 900, lw: 96 };
+    function X(t) { return cur.lw + (t - cur.v0) / (cur.v1 - cur.v0) * (cur.w - cur.lw); }
+    function Y(b) { return HGT - PB - (HGT - PB - PT) * b / top; }
+    function redraw(v0, v1, w, lw) {
+      cur = { v0: v0, v1: v1, w: w, lw: lw };
+      svg.setAttribute('viewBox', '0 0 ' + w + ' ' + HGT); svg.setAttribute('width', String(w));
+      var clip = document.getElementById('mem-clip-rect');
+      if (clip) { clip.setAttribute('x', String(lw)); clip.setAttribute('width', String(w - lw)); }
+      svg.querySelectorAll('line, text').forEach(function (el) { // the axis: stretched to the width
+        if (el.id === 'mem-cursor') return;
+        if (el.getAttribute('x2') !== null && +el.getAttribute('x2') > lw + 1) el.setAttribute('x2', String(w - 8));
+        if (el.tagName === 'text' && +el.getAttribute('x') > lw + 1) el.setAttribute('x', String(w - 8));
+      });
+      series.forEach(function (s) {
+        var el = lines[s.m.device];
+        if (!el) return;
+        var pts = [X(0).toFixed(1) + ',' + Y(0).toFixed(1)], prev = 0;
+        for (var i = 0; i < s.t.length; i++) {
+          var x = X(s.t[i]).toFixed(1);
+          pts.push(x + ',' + Y(prev).toFixed(1), x + ',' + Y(s.b[i]).toFixed(1));
+          prev = s.b[i];
+        }
+        pts.push(X(TL.span).toFixed(1) + ',' + Y(prev).toFixed(1));
+        el.setAttribute('points', pts.join(' '));
+        var pk = peaks[s.m.device];
+        if (pk && pk.getAttribute('data-t-ns')) {
+          var px = X(+pk.getAttribute('data-t-ns'));
+          pk.setAttribute('cx', px.toFixed(1));
+          pk.setAttribute('visibility', px < lw || px > w ? 'hidden' : 'visible');
+        }
+      });
+    }
+    function holdersAt(t) {
+      while (panel.firstChild) panel.removeChild(panel.firstChild);
+      panel.setAttribute('data-t-ns', String(Math.round(t)));
+      var head = document.createElement('b');
+      head.textContent = 'held at ' + fmtNs(t) + ':';
+      panel.appendChild(head);
+      series.forEach(function (s) {
+        var st = s.m.snap_t, k = -1;
+        for (var i = 0; i < st.length && st[i] <= t; i++) k = i;
+        var li = document.createElement('div');
+        li.className = 'mem-holders';
+        li.setAttribute('data-device', s.m.device);
+        var live = 0;
+        for (i = 0; i < s.t.length && s.t[i] <= t; i++) live = s.b[i];
+        var rows = k >= 0 ? s.m.snaps[k] : [];
+        li.textContent = s.m.device + ': ' + fmtBytes(live) + ' live' + (rows.length ? ' \u2014 ' : '') +
+          rows.map(function (r) { return r[0] + ' ' + fmtBytes(r[1]) + ' (' + r[2] + (r[2] === 1 ? ' array)' : ' arrays)'); }).join('; ');
+        panel.appendChild(li);
+      });
+    }
+    svg.addEventListener('click', function (e) {
+      var rect = svg.getBoundingClientRect(), x = (e.clientX - rect.left) * cur.w / rect.width;
+      if (x < cur.lw) return;
+      var t = cur.v0 + (x - cur.lw) / (cur.w - cur.lw) * (cur.v1 - cur.v0), c = document.getElementById('mem-cursor');
+      if (c) { c.setAttribute('x1', x.toFixed(1)); c.setAttribute('x2', x.toFixed(1)); c.setAttribute('visibility', 'visible'); }
+      holdersAt(t);
+    });
+    api.memoryHoldersAt = holdersAt;
+    api.onView(redraw);
   }
 
   function stepChart(S) {
