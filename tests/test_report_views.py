@@ -136,3 +136,31 @@ def test_memory_chart_follows_the_timeline_and_lists_holders_on_click(sample_run
                           "tests/scripts/memory/example.py:11 1.0 MiB (1 array)")
     assert abs(int(page.eval("document.getElementById('memory-holders').dataset.tNs")) - peak) < 1000
     assert page.problems() == []
+
+
+def test_diff_as_a_page_shows_both_sides_steps_and_site_deltas(page_file, sample_run, chromium, tmp_path):
+    """`diff A B -o d.html`: the per-step bars of each side (visual_train.py: one implicit
+    256 KiB upload in each of its 4 steps; the memory example has no steps), the kinds' totals
+    of each side's audit, a row per site; offline, no script needed, no console error."""
+    _, vis = page_file
+    mem = sample_run(SCRIPTS / "memory" / "example.py", devices=2).run
+    out = tmp_path / "d.html"
+    proc = cli("diff", mem, vis, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "default-src 'none'" in text and "<script" not in text and text.isascii()
+    url = out.resolve().as_uri()
+    page = chromium.open(url)
+    assert page.problems() == [] and page.requests() == [url]
+    assert page.eval("document.querySelector('.diff-side[data-side=base]').textContent").endswith("No steps detected on this side.")
+    bars = page.eval("[...document.querySelectorAll('svg.diff-steps[data-side=new] rect')].map(r => "
+                     "[+r.dataset.step, r.dataset.kind, +r.dataset.bytes])")
+    assert bars == [[i, "h2d", 256 * 1024] for i in range(4)]
+    a, b = audit_json(mem)["transfers"]["totals"], audit_json(vis)["transfers"]["totals"]
+    kinds = page.eval("[...document.querySelectorAll('#diff-kinds tr[data-kind]')].map(r => [r.dataset.kind, "
+                      "+r.dataset.baseBytes, +r.dataset.newBytes])")
+    assert kinds == [[k, a[k]["bytes"], b[k]["bytes"]] for k in ("h2d", "d2h", "d2d")]
+    sites = page.eval("[...document.querySelectorAll('tr.site-delta')].map(r => r.dataset.status)")
+    assert sites and set(sites) <= {"new", "vanished"}  # two different scripts share no site
+    assert "new" in sites and "vanished" in sites
+    assert page.problems() == []
