@@ -39,24 +39,24 @@ def buckets(series: list[tuple[int, int]], lo: int, hi: int, limit: int = MAX_PO
 
 def _snapshots(report, dm, seqs: list[int]) -> dict[int, list]:
     """seq -> the top lines holding ``dm.device``'s bytes after every event up to ``seq``:
-    [[file, line, bytes, arrays]]. One sweep over the device's events."""
-    want, out, live, i = sorted(set(seqs)), {}, {}, 0
+    [[file, line, bytes, arrays]]. One sweep over the device's events, live bytes kept per
+    site (a run's sites are few; its buffers are not)."""
+    want, out, i = sorted(set(seqs)), {}, 0
     ev = report.events.get(dm.device, [])
+    origin = report.origin
+    held: dict[int, list[int]] = {}  # site -> [bytes, arrays]
     for seq in want:
         while i < len(ev) and ev[i][0] <= seq:
             _s, delta, b = ev[i]
-            live[b] = live.get(b, 0) + delta
-            if live[b] <= 0:
-                live.pop(b)
+            acc = held.get(origin[b][0] if b in origin else 0)
+            if acc is None:
+                acc = held[origin[b][0] if b in origin else 0] = [0, 0]
+            acc[0] += delta
+            acc[1] += 1 if delta >= 0 else -1
             i += 1
-        by_site: dict[int, list[int]] = {}
-        for b, nbytes in live.items():
-            acc = by_site.setdefault(report.origin.get(b, (0, 0))[0], [0, 0])
-            acc[0] += nbytes
-            acc[1] += 1
-        top = sorted(by_site.items(), key=lambda kv: -kv[1][0])[:TOP]
+        top = sorted(((v[0], sid, v[1]) for sid, v in held.items() if v[1] > 0), key=lambda r: -r[0])[:TOP]
         rows = []
-        for sid, (nbytes, n) in top:
+        for nbytes, sid, n in top:
             s = report.sites.get(sid)
             rows.append([s.file if s else "?", s.line if s else 0, nbytes, n])
         out[seq] = rows
