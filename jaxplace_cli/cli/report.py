@@ -88,7 +88,7 @@ def stages(enabled: bool):
         yield lambda text: bar.update(task, description=text)
 
 
-def _job_timeline(audit):
+def job_timeline(audit):
     """A job's processes' timelines as one, a lane group each (None when a process's run is
     too big to draw whole: the page then points at the per-process reports)."""
     from jaxplace_cli.analysis.timeline import DETAIL_MAX
@@ -116,7 +116,7 @@ def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 2
         stage({"run": "auditing the run", "job": "auditing the job's processes"}.get(audit.kind, "reading the trace"))
         result = audit.result()
         stage("building the timeline")
-        timeline = audit.timeline() if audit.kind != "job" else _job_timeline(audit)
+        timeline = audit.timeline() if audit.kind != "job" else job_timeline(audit)
         stage("writing the page")
         text = renderer("audit", "html").render(result, Options(timeline=timeline, sources=audit.sources()))
         write_atomic(output, text)

@@ -100,7 +100,8 @@ def _verdict(result: AuditResult) -> str:
 def _timeline(tl, result: AuditResult) -> str:
     if tl is None and result.distributed is not None:
         return ('<section id="timeline"><h2>Timeline</h2><p class="note">This input is a '
-                'jax.distributed job too big to draw whole: each process has its own clock and timeline. Draw one with '
+                'jax.distributed job whose processes are too big to draw on one page (past the timeline\'s detail '
+                'budget), or whose timelines were not built. Draw one process with '
                 f'<code>jaxplace report {esc(result.path)}/proc-&lt;i&gt;</code>, or all of them in '
                 f'one Perfetto trace with <code>jaxplace export {esc(result.path)} --perfetto '
                 'job.json.gz</code>.</p></section>')
