@@ -104,6 +104,9 @@ def test_no_sideways_scroll_at_a_phones_width(page_file, chromium):
         # the sites table keeps its columns and scrolls in its own box at 390 px
         assert page.eval("document.querySelector('table.sites').getBoundingClientRect().right") <= width
         assert page.eval("document.getElementById('timeline-canvas').getBoundingClientRect().width") <= width
+        # a finding card's source line scrolls in its own box
+        srcs = page.eval("[...document.querySelectorAll('.finding pre.src')].map(e => e.getBoundingClientRect().right)")
+        assert srcs and max(srcs) <= width
     assert page.problems() == []
 
 
@@ -164,3 +167,16 @@ def test_diff_as_a_page_shows_both_sides_steps_and_site_deltas(page_file, sample
     assert sites and set(sites) <= {"new", "vanished"}  # two different scripts share no site
     assert "new" in sites and "vanished" in sites
     assert page.problems() == []
+
+
+def test_diff_page_escapes_a_saved_baselines_text(page_file, tmp_path):
+    """A saved baseline is input: a site's file name with markup reaches the page as text."""
+    _, vis = page_file
+    doc = audit_json(vis)
+    doc["transfers"]["sites"][0]["file"] = "/x/<img src=x onerror=alert(1)>.py"
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(doc))
+    proc = cli("diff", base, vis, "-o", tmp_path / "d.html")
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "d.html").read_text()
+    assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;.py" in text
