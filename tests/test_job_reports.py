@@ -167,3 +167,35 @@ def test_a_jobs_memory_is_each_processs_devices(job, capsys):
     assert len(merged["devices"]) == N * L
     code, out, err = cli(capsys, "audit", job, "--format", "text")
     assert code == 0 and "Device memory" in out and "p1 " in out, err
+
+
+def test_job_report_has_a_lane_group_per_process_in_chromium(job, tmp_path, capsys):
+    """Issue 28 item 3: the job's page draws every process's timeline, a lane group each
+    (``data-process``) with its devices and its own verdict, and the job's merged findings;
+    offline and clean in a real Chromium."""
+    from browser import Browser, find_chromium
+
+    exe, why = find_chromium()
+    if exe is None:
+        pytest.skip(f"no headless Chromium: {why}")
+    page_file = tmp_path / "job.html"
+    code, _, err = cli(capsys, "report", job, "-o", page_file)
+    assert code == 0, err
+    code, out, err = cli(capsys, "audit", job, "--format", "json")
+    merged = json.loads(out)["findings"]
+    url = page_file.resolve().as_uri()
+    with Browser(exe) as b:
+        page = b.open(url)
+        assert page.problems() == [] and page.requests() == [url]
+        groups = page.eval("[...document.querySelectorAll('#process-groups [data-process]')].map(e => "
+                           "[e.dataset.process, e.dataset.lanes.split(',').map(Number), e.textContent])")
+        assert [g[0] for g in groups] == [f"p{i}" for i in range(N)]
+        lanes = page.eval("JSON.parse(document.getElementById('jaxplace-data').textContent).timeline.lanes")
+        for label, idx, text in groups:
+            names = [lanes[i] for i in idx]
+            assert names[0] == f"{label} host" and all(n.startswith(label + " cpu:") for n in names[1:])
+            assert len(names) >= 1 + L and ("no findings" in text or "finding" in text)
+        assert page.eval("document.getElementById('timeline-box').dataset.lanes") == str(len(lanes))
+        assert page.eval("document.querySelector('#findings h2').textContent") == f"Findings ({len(merged)})"
+        assert int(page.eval("document.getElementById('timeline').dataset.endNs")) > 0
+        assert page.problems() == []

@@ -63,6 +63,26 @@ class Diff:
     sites: list[SiteDelta] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # sides that lost data (rules/loss.py): no gate passes
+    steps: dict = field(default_factory=dict)  # "base"/"new" -> per_step_of(side) (the HTML diff's bars)
+
+
+def per_step_of(doc: dict) -> dict | None:
+    """A side's per-step transfers ``{"warmup", "kinds": {kind: {"counts", "bytes"}}}``, or None
+    when it has none; a saved audit is input: anything not lists of integers is left out."""
+    steps = doc.get("steps")
+    per = steps.get("per_step") if isinstance(steps, dict) else None
+    if not isinstance(per, dict):
+        return None
+    kinds = {}
+    for k in TRANSFER_KINDS:
+        v = per.get(k)
+        if isinstance(v, dict) and all(isinstance(v.get(c), list) and all(type(x) is int for x in v[c])
+                                       for c in ("counts", "bytes")):
+            kinds[k] = {"counts": v["counts"], "bytes": v["bytes"]}
+    warmup = steps.get("warmup")
+    if not any(v["counts"] or v["bytes"] for v in kinds.values()):
+        return None  # a run without steps
+    return {"warmup": warmup if type(warmup) is int else 0, "kinds": kinds}
 
 
 def lost_data(doc: dict, name: str) -> list[str]:
@@ -254,7 +274,8 @@ def compare(base: dict, new: dict, base_name: str = "base", new_name: str = "new
             sites.append(SiteDelta(loc, 0, nc, 0, nb, "unlisted" if cut_b else "new", nf, nl))
     sites.sort(key=lambda s: (-(abs(s.new_bytes - s.base_bytes)), s.key))
     lost = lost_data(base, base_name) + lost_data(new, new_name)
-    return Diff(base_name, new_name, kinds, sites, notes + lost, lost)
+    return Diff(base_name, new_name, kinds, sites, notes + lost, lost,
+                {"base": per_step_of(base), "new": per_step_of(new)})
 
 
 def truncated(doc: dict) -> bool:

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.memory_view import memory_view
 from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.model.events import HOST, TRANSFER_KINDS
 from jaxplace_cli.store import timeline as q
@@ -64,6 +65,18 @@ class Timeline:
     op_kinds: list[str] = field(default_factory=list)  # ops["kind"] indexes these
     op_placed: list[str] = field(default_factory=list)  # ops["placed"]: "" = JAX decided
     op_errors: list[str] = field(default_factory=list)  # ops["err"]: "" = no error
+    steady: tuple[int, int] = (0, 0)  # (from, to) ns: the first step after warm-up to the end
+    groups: list = field(default_factory=list)  # a job's: [(process label, [lane indexes])]
+    memory: list = field(default_factory=list)  # live bytes per device by time (analysis/memory_view.py)
+
+
+def steady_range(steps: dict, span: int) -> tuple[int, int]:
+    """The range a view opens on: from the first step after warm-up to the run's end (init and
+    compile fill most of a run's start: issue 28); the whole run when no step is past warm-up."""
+    starts, warmup = steps.get("start", []), steps.get("warmup", 0)
+    if warmup >= len(starts):
+        return (0, span)
+    return (min(starts[warmup], span), span)
 
 
 def build_timeline(run: RunData, result: AuditResult, detail_max: int = DETAIL_MAX,
@@ -96,8 +109,11 @@ def build_timeline(run: RunData, result: AuditResult, detail_max: int = DETAIL_M
     if not detail.complete:
         tl.buckets = _buckets(conn, tl, t0, t1)
     tl.steps = _steps(conn, result, t0, t1)
+    tl.steady = steady_range(tl.steps, max(1, t1 - t0))
     tl.compiles = _compiles(conn, t0)
     tl.moments = _moments(tl, groups)
+    known = dict(zip(tl.ops["seq"], tl.ops["ts"])) | dict(zip(tl.transfers["seq"], tl.transfers["ts"]))
+    tl.memory = memory_view(conn, getattr(result, "memory", None), known, t0)
     return tl
 
 

@@ -96,7 +96,9 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
         result = audit.judge(gate) if gate is not None else audit.result()
         if fmt == "html":  # the page draws the run's timeline
             stage("building the timeline")
-            timeline = audit.timeline()
+            from jaxplace_cli.cli.report import job_timeline
+
+            timeline = audit.timeline() if audit.kind != "job" else job_timeline(audit)
     page = {"timeline": timeline, "sources": audit.sources()} if fmt == "html" else {}
     options = Options(max_findings=max_findings, verbose=verbose, **page)
     _emit(result, fmt, output, options)

@@ -18,10 +18,11 @@ def diff(
                                 help="Baseline: a run directory or a saved `audit --format json` file."),
     new: Path = typer.Argument(..., metavar="NEW", help="The run (or saved audit) to compare with it."),
     format: Optional[str] = typer.Option(None, "--format", "-f", metavar="FORMAT",
-                                         help="text (default), json, markdown, github, junit."),
+                                         help="text (default), json, markdown, github, junit, html."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
                                           help="Write the diff to FILE, atomically; its extension picks the format "
-                                               "(.json .txt .md .xml) unless --format is given."),
+                                               "(.json .txt .md .xml .html) unless --format is given; .html: "
+                                               "a page with both runs' per-step bars side by side."),
     min_bytes: Optional[str] = typer.Option(None, "--min-bytes", metavar="SIZE",
                                             help="Transfers smaller than this are not compared (default: a saved "
                                                  "baseline's own, else 1KiB)."),

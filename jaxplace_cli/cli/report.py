@@ -40,8 +40,8 @@ def report(
     metadata. No network: open it anywhere.
 
     Big runs are drawn with a level of detail (the page says which): every event of a
-    window of steps, aggregates elsewhere. A launch job: the processes merged, with a table
-    of the processes (a timeline per process: jaxplace report JOB/proc-<i>).
+    window of steps, aggregates elsewhere. A launch job: the processes merged, one lane group
+    per process with its verdict, and a table of the processes.
     """
     from jaxplace_cli.model.sizes import human_bytes
 
@@ -88,6 +88,16 @@ def stages(enabled: bool):
         yield lambda text: bar.update(task, description=text)
 
 
+def job_timeline(audit):
+    """A job's processes' timelines as one, a lane group each (None when a process's run is
+    too big to draw whole: the page then points at the per-process reports)."""
+    from jaxplace_cli.analysis.timeline import DETAIL_MAX
+    from jaxplace_cli.analysis.timeline_job import merge_timelines
+
+    n = max(1, len(audit.result().distributed.processes))
+    return merge_timelines(audit.timelines(detail_max=DETAIL_MAX // n))
+
+
 def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 20, rule=None, ignore=None,
                  progress: bool = False) -> int:
     """Audit ``path`` (a run, a trace or a job), build its timeline, write the page to
@@ -106,7 +116,7 @@ def write_report(path: Path, output: Path, min_bytes: str = "1KiB", top: int = 2
         stage({"run": "auditing the run", "job": "auditing the job's processes"}.get(audit.kind, "reading the trace"))
         result = audit.result()
         stage("building the timeline")
-        timeline = audit.timeline()
+        timeline = audit.timeline() if audit.kind != "job" else job_timeline(audit)
         stage("writing the page")
         text = renderer("audit", "html").render(result, Options(timeline=timeline, sources=audit.sources()))
         write_atomic(output, text)

@@ -70,6 +70,7 @@ REGISTRY: tuple[Registered, ...] = (
     Registered("diff", "markdown", (".md",), "diff_render:markdown"),
     Registered("diff", "github", (), "diff_render:github"),
     Registered("diff", "junit", (".xml",), "diff_render:junit"),
+    Registered("diff", "html", (".html", ".htm"), "diff_html:render"),
     Registered("suggest", "text", (), "suggest_render:plan_text"),
     Registered("suggest", "json", (), "suggest_render:plan_doc"),
     Registered("suggest", "markdown", (), "suggest_render:plan_markdown"),

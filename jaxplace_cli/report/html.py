@@ -38,7 +38,7 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
     css = resources.files("jaxplace_cli.report").joinpath("assets/report.css").read_text()
     js = resources.files("jaxplace_cli.report").joinpath("assets/report.js").read_text()
     body = "\n".join([
-        _header(result), _verdict(result), _timeline(timeline, result), memory_chart(result),
+        _header(result), _verdict(result), _timeline(timeline, result), memory_chart(result, timeline),
         _findings(result, timeline, sources),
         _sites(result, timeline, sources), matrix(result), steps(result), ops(result), processes(result),
         run_metadata(result),
@@ -100,7 +100,8 @@ def _verdict(result: AuditResult) -> str:
 def _timeline(tl, result: AuditResult) -> str:
     if tl is None and result.distributed is not None:
         return ('<section id="timeline"><h2>Timeline</h2><p class="note">This input is a '
-                'jax.distributed job: each process has its own clock and timeline. Draw one with '
+                'jax.distributed job whose processes are too big to draw on one page (past the timeline\'s detail '
+                'budget), or whose timelines were not built. Draw one process with '
                 f'<code>jaxplace report {esc(result.path)}/proc-&lt;i&gt;</code>, or all of them in '
                 f'one Perfetto trace with <code>jaxplace export {esc(result.path)} --perfetto '
                 'job.json.gz</code>.</p></section>')
@@ -112,17 +113,39 @@ def _timeline(tl, result: AuditResult) -> str:
                 'own events. Open the trace itself with <code>jaxplace view</code>.</p></section>')
     d = tl.detail
     return f"""<section id="timeline"><h2>Timeline</h2>
-<p class="lod" id="lod-note">{esc(d.how)}. Bars are host-side dispatch of each op (device time is
+<p class="lod" id="lod-note">{esc(d.how)}. The view opens on the steady-state steps (after
+warm-up); "whole run" shows start-up and compiles too. Bars are host-side dispatch of each op (device time is
 not recorded by jaxplace's hooks: JAX dispatches asynchronously; the run's jax.profiler trace window
 has it — <code>jaxplace view</code>). Arrows are transfers: <span class="k-h2d">h2d</span>
 <span class="k-d2h">d2h</span> <span class="k-d2d">d2d</span>; dashed = implicit, thick = blocking.</p>
 <div class="toolbar"><button type="button" id="zoom-in">zoom in</button><button type="button" id="zoom-out">zoom out</button>
-<button type="button" id="zoom-reset">whole run</button><button type="button" id="clear-selection">clear selection</button>
+<button type="button" id="zoom-steady">steady state</button><button type="button" id="zoom-reset">whole run</button><button type="button" id="clear-selection">clear selection</button>
 <span id="view-range"></span>
 <span class="hint">wheel: zoom · drag: pan · click a finding or site: its moments</span></div>
 <div id="selection" class="selection"></div>
 <div id="timeline-box" data-lanes="{len(tl.lanes)}" data-selected="0"><canvas id="timeline-canvas"></canvas>
-<div id="tooltip" class="tooltip" hidden></div></div></section>"""
+<div id="tooltip" class="tooltip" hidden></div></div>{_process_groups(result, tl)}</section>"""
+
+
+def _process_groups(result: AuditResult, tl) -> str:
+    """A job's lane groups: per process its lanes (devices), its own verdict and the
+    collectives its trace holds; the findings below are the job's, merged."""
+    view = result.distributed
+    if view is None or not tl.groups:
+        return ""
+    by_label = {f"p{v.index}": v for v in view.processes}
+    out = ['<div id="process-groups"><p class="note">This input is a jax.distributed job: one lane group per '
+           'process, each aligned on its own first event. The findings below are the whole job\'s.</p>']
+    for label, lanes in tl.groups:
+        v = by_label.get(label)
+        cls, text = verdict_text(v.result) if v is not None and v.result is not None else ("bad", "not readable")
+        coll = [c for c in view.collectives if v is not None and c.process == v.index]
+        moved = ", ".join(f"{c.kind} ×{c.count:,}" for c in coll[:6]) or "none in its trace"
+        out.append(f'<div class="process-group" data-process="{esc(label)}" data-lanes="{",".join(map(str, lanes))}">'
+                   f'<b>{esc(label)}</b> {esc(v.host if v else "")} · lanes: '
+                   f'{esc(", ".join(tl.lanes[i] for i in lanes))} · <span class="verdict-small {cls}">{esc(text)}</span>'
+                   f' · collectives: {esc(moved)}</div>')
+    return "\n".join(out) + "</div>"
 
 
 def _source(sources: dict, file: str, line: int) -> str:

@@ -67,6 +67,7 @@ def payload(result: AuditResult, tl) -> dict:
     return {
         "timeline": {
             "lanes": [_text(x, 80) for x in tl.lanes], "span": max(1, tl.t1 - tl.t0),
+            "steady": list(tl.steady) if tl.steady[1] > tl.steady[0] else [0, max(1, tl.t1 - tl.t0)],
             "ops": {"n": len(o["ts"]), "lane": packed(o["lane"]), "ts": packed(o["ts"], True),
                     "dur": packed(o["dur"], True), "name": packed(o["name"]), "kind": packed(o["kind"]),
                     "site": packed(o["site"]), "err": packed(o["err"]), "placed": packed(o["placed"])},
@@ -86,7 +87,10 @@ def payload(result: AuditResult, tl) -> dict:
             "compiles": {"ts": packed(tl.compiles.get("ts", []), True),
                          "name": [_text(x, 120) for x in tl.compiles.get("name", [])],
                          "secs": tl.compiles.get("secs", []), "total": tl.compiles.get("total", 0)},
-            "buckets": tl.buckets,
+            "memory": [{"device": _text(m["device"], 80), "t": packed(m["t"], True), "bytes": packed(m["bytes"], True),
+                        "snap_t": m["snap_t"], "snaps": [[[_text(f"{below(f)}:{line}", 160), b, n] for f, line, b, n in s]
+                                                         for s in m["snaps"]]} for m in tl.memory],
+            "buckets": tl.buckets, "groups": [[_text(g, 20), list(ls)] for g, ls in tl.groups],
             "moments": {k: {"ops": packed(v["ops"]), "tr": packed(v["transfers"]), "total": v["total"],
                             "label": _text(labels.get(k, k)), "devices": devices.get(k, [])}
                         for k, v in tl.moments.items()},

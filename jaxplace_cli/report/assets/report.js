@@ -54,6 +54,7 @@
   var api = { selected: 0, select: function () {} };
   window.jaxplaceReport = api;
   if (TL) timeline(TL);
+  if (TL && TL.memory && TL.memory.length && api.onView) memoryChart(TL.memory);
   stepChart(DATA.stepchart);
 
   function timeline(TL) {
@@ -74,7 +75,14 @@
     }
     var trOrder = sortedBy(R.n, R.ts);
     var LABEL_W = 96, TOP = 30, LANE_H = 34, H = TOP + nl * LANE_H + 6;
-    var view = { v0: 0, v1: span };
+    var view = { v0: TL.steady[0], v1: TL.steady[1] };  // the steady-state steps (analysis decides)
+    var section = document.getElementById('timeline');
+    var lastTicks = [], labelled = 0, viewListeners = [];
+    function setView(a, b) { // clamped inside the run, at least 200 ns wide
+      var r = Math.min(Math.max(200, b - a), span);
+      a = Math.max(0, Math.min(a, span - r));
+      view.v0 = a; view.v1 = a + r;
+    }
     var sel = { key: null, ops: new Uint8Array(O.n), tr: new Uint8Array(R.n), count: 0, devices: [] };
     var pinned = null;
 
@@ -99,11 +107,15 @@
       ctx.save(); ctx.beginPath(); ctx.rect(LABEL_W, 0, w - LABEL_W, H); ctx.clip();
       drawSteps(w); drawAggregates(); drawOps(); drawTransfers(); drawCompiles();
       ctx.restore();
-      drawLabels(); drawAxis(w);
+      drawLabels(w); drawAxis(w);
       var rng = document.getElementById('view-range');
-      if (rng) rng.textContent = fmtNs(view.v0) + ' \u2013 ' + fmtNs(view.v1) + ' of ' + fmtNs(span);
+      if (rng) rng.textContent = fmtNs(view.v0) + ' \u2013 ' + fmtNs(view.v1) + ' of ' + fmtNs(span) +
+        ' (axis: time from ' + fmtNs(view.v0) + ')';
+      section.dataset.startNs = String(Math.round(view.v0));
+      section.dataset.endNs = String(Math.round(view.v1));
+      viewListeners.forEach(function (fn) { fn(view.v0, view.v1, w, LABEL_W); });
     }
-    function drawLabels() {
+    function drawLabels(w) {
       ctx.fillStyle = '#ffffff'; ctx.fillRect(0, TOP, LABEL_W - 2, nl * LANE_H);
       ctx.font = '12px system-ui, sans-serif'; ctx.textBaseline = 'middle';
       for (var l = 0; l < nl; l++) {
@@ -112,18 +124,30 @@
         ctx.fillText((hot ? '\u25b6 ' : '') + lanes[l], 6, laneMid(l), LABEL_W - 10);
       }
       ctx.strokeStyle = '#d9dde4'; ctx.beginPath(); ctx.moveTo(LABEL_W - 0.5, 0); ctx.lineTo(LABEL_W - 0.5, H); ctx.stroke();
+      (TL.groups || []).forEach(function (g, gi) { // a job: a rule above each process's lane group
+        if (!gi || !g[1].length) return;
+        var y = laneY(g[1][0]) + 0.5;
+        ctx.strokeStyle = '#5b7cc0'; ctx.lineWidth = 2; ctx.beginPath(); ctx.moveTo(0, y); ctx.lineTo(w, y); ctx.stroke();
+        ctx.lineWidth = 1;
+      });
     }
     function drawAxis(w) {
+      // ticks relative to the view's start, in the unit their spacing needs (µs at one step),
+      // at least 80 px apart so labels never overlap on a narrow screen
       ctx.fillStyle = '#ffffff'; ctx.fillRect(0, 0, LABEL_W - 2, TOP);
-      var range = view.v1 - view.v0, raw = range / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
-      var step = raw / p < 2 ? p : raw / p < 5 ? 2 * p : 5 * p;
+      var range = view.v1 - view.v0, raw = range / Math.max(1, Math.floor((w - LABEL_W) / 80));
+      var p = Math.pow(10, Math.floor(Math.log10(raw)));
+      var step = raw / p <= 1 ? p : raw / p <= 2 ? 2 * p : raw / p <= 5 ? 5 * p : 10 * p;
+      var unit = range < 2e3 ? [1, 'ns'] : range < 2e6 ? [1e3, '\u00b5s'] : range < 2e9 ? [1e6, 'ms'] : [1e9, 's'];
+      var digits = Math.max(0, -Math.floor(Math.log10(step / unit[0]) + 1e-9));
       ctx.font = '11px system-ui, sans-serif'; ctx.fillStyle = '#5d6675'; ctx.strokeStyle = '#e6e8ec';
       ctx.textBaseline = 'top';
-      for (var t = Math.ceil(view.v0 / step) * step; t <= view.v1; t += step) {
-        var x = X(t);
-        if (x < LABEL_W) continue;
+      lastTicks = [];
+      for (var k = 0; k * step <= range; k++) {
+        var x = X(view.v0 + k * step), label = (k ? '+' : '') + (k * step / unit[0]).toFixed(digits) + ' ' + unit[1];
         ctx.beginPath(); ctx.moveTo(x + 0.5, 12); ctx.lineTo(x + 0.5, H); ctx.stroke();
-        ctx.fillText(fmtNs(t), x + 3, 1);
+        ctx.fillText(label, x + 3, 1);
+        lastTicks.push(label);
       }
       ctx.fillText('steps', 6, 15);
     }
@@ -175,6 +199,7 @@
       }
     }
     function drawOps() {
+      labelled = 0;
       for (var l = 0; l < nl; l++) {
         var ord = laneOps[l], y = laneY(l) + 5, h = LANE_H - 10;
         var p = lowerBound(ord, O.ts, view.v0 - laneMax[l]), lastPx = -1;
@@ -187,6 +212,15 @@
           lastPx = Math.floor(x0);
           ctx.fillStyle = KIND_COLORS[TL.kinds[O.kind[i]]] || '#777';
           ctx.fillRect(x0, y, Math.max(1, x1 - x0), h);
+          if (x1 - x0 > 40) { // wide enough: the op's name inside its bar
+            var name = TL.names[O.name[i]], room = x1 - Math.max(x0, LABEL_W) - 6;
+            if (room > 24) {
+              var fit = Math.floor(room / 6.5), shown = name.length > fit ? name.slice(0, Math.max(1, fit - 1)) + '\u2026' : name;
+              ctx.fillStyle = '#ffffff'; ctx.font = '11px system-ui, sans-serif'; ctx.textBaseline = 'middle';
+              ctx.fillText(shown, Math.max(x0, LABEL_W) + 3, y + h / 2, room);
+              labelled++;
+            }
+          }
           if (TL.errors[O.err[i]]) { ctx.strokeStyle = '#c53030'; ctx.lineWidth = 2; ctx.strokeRect(x0, y, Math.max(1, x1 - x0), h); }
           if (sel.ops[i]) { ctx.strokeStyle = '#f0b400'; ctx.lineWidth = 3; ctx.strokeRect(x0 - 1, y - 2, Math.max(3, x1 - x0 + 2), h + 4); }
         }
@@ -303,7 +337,7 @@
           (sel.count < m.total ? ' (the others are in the aggregated part)' : '');
         if (zoom && sel.count) {
           var pad = Math.max((hi - lo) * 0.08, 2000);
-          view.v0 = Math.max(-pad, lo - pad); view.v1 = Math.min(span + pad, hi + pad);
+          setView(Math.max(0, lo - pad), Math.min(span, hi + pad));  // never past the run's ends
         }
       } else label.textContent = '';
       box.dataset.selected = String(sel.count);
@@ -323,10 +357,9 @@
       el.addEventListener('keydown', function (e) { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pin(); } });
     });
     function zoomAt(t, factor) {
-      var r = (view.v1 - view.v0) * factor;
-      r = Math.max(200, Math.min(r, span * 1.2));
-      var f = (t - view.v0) / (view.v1 - view.v0);
-      view.v0 = t - f * r; view.v1 = view.v0 + r;
+      var r = (view.v1 - view.v0) * factor, f = (t - view.v0) / (view.v1 - view.v0);
+      r = Math.max(200, Math.min(r, span));
+      setView(t - f * r, t - f * r + r);
       draw();
     }
     canvas.addEventListener('wheel', function (e) {
@@ -341,7 +374,7 @@
       var rect = canvas.getBoundingClientRect(), mx = e.clientX - rect.left, my = e.clientY - rect.top;
       if (drag) {
         var dt = (e.clientX - drag.x) / (W() - LABEL_W) * (drag.v1 - drag.v0);
-        view.v0 = drag.v0 - dt; view.v1 = drag.v1 - dt; tip.hidden = true; draw(); return;
+        setView(drag.v0 - dt, drag.v1 - dt); tip.hidden = true; draw(); return;
       }
       var lines = hit(mx, my);
       if (lines) showTip(tip, box, lines, mx, my); else tip.hidden = true;
@@ -350,12 +383,93 @@
     canvas.addEventListener('dblclick', function (e) { zoomAt(T(e.clientX - canvas.getBoundingClientRect().left), 0.5); });
     document.getElementById('zoom-in').addEventListener('click', function () { zoomAt((view.v0 + view.v1) / 2, 0.5); });
     document.getElementById('zoom-out').addEventListener('click', function () { zoomAt((view.v0 + view.v1) / 2, 2); });
-    document.getElementById('zoom-reset').addEventListener('click', function () { view.v0 = 0; view.v1 = span; draw(); });
+    document.getElementById('zoom-reset').addEventListener('click', function () { setView(0, span); draw(); });
+    document.getElementById('zoom-steady').addEventListener('click', function () { setView(TL.steady[0], TL.steady[1]); draw(); });
     document.getElementById('clear-selection').addEventListener('click', function () { pinned = null; select(null, false); });
     window.addEventListener('resize', draw);
-    api.zoomTo = function (a, b) { view.v0 = a; view.v1 = Math.max(b, a + 200); draw(); };
+    api.zoomTo = function (a, b) { setView(a, b); draw(); };
+    api.ticks = function () { return lastTicks.slice(); };
+    api.onView = function (fn) { viewListeners.push(fn); fn(view.v0, view.v1, W(), LABEL_W); };
+    api.labelled = function () { return labelled; };
     api.stepTimes = function (i) { return i < nSteps ? [stepStart[i], stepEnd[i]] : null; };
     draw();
+  }
+
+  function memoryChart(M) {
+    // the server's SVG, kept on the timeline's visible range (same label column, same width)
+    var svg = document.getElementById('memory-chart'), panel = document.getElementById('memory-holders');
+    if (!svg || !panel) return;
+    var NS = 'http://www.w3.org/2000/svg', HGT = 240, PB = 22, PT = 12, series = [], top = 1;
+    var lines = {};
+    svg.querySelectorAll('.mem-series').forEach(function (el) { lines[el.getAttribute('data-device')] = el; });
+    var peaks = {};
+    svg.querySelectorAll('.mem-peak').forEach(function (el) { peaks[el.getAttribute('data-device')] = el; });
+    M.forEach(function (m) {
+      var s = { m: m, t: unpack(m.t), b: unpack(m.bytes) };
+      for (var i = 0; i < s.b.length; i++) top = Math.max(top, s.b[i]);
+      series.push(s);
+    });
+    var cur = { v0: 0, v1: 1, w: 900, lw: 96 };
+    function X(t) { return cur.lw + (t - cur.v0) / (cur.v1 - cur.v0) * (cur.w - cur.lw); }
+    function Y(b) { return HGT - PB - (HGT - PB - PT) * b / top; }
+    function redraw(v0, v1, w, lw) {
+      cur = { v0: v0, v1: v1, w: w, lw: lw };
+      svg.setAttribute('viewBox', '0 0 ' + w + ' ' + HGT); svg.setAttribute('width', String(w));
+      var clip = document.getElementById('mem-clip-rect');
+      if (clip) { clip.setAttribute('x', String(lw)); clip.setAttribute('width', String(w - lw)); }
+      svg.querySelectorAll('line, text').forEach(function (el) { // the axis: stretched to the width
+        if (el.id === 'mem-cursor') return;
+        if (el.getAttribute('x2') !== null && +el.getAttribute('x2') > lw + 1) el.setAttribute('x2', String(w - 8));
+        if (el.tagName === 'text' && +el.getAttribute('x') > lw + 1) el.setAttribute('x', String(w - 8));
+      });
+      series.forEach(function (s) {
+        var el = lines[s.m.device];
+        if (!el) return;
+        var pts = [X(0).toFixed(1) + ',' + Y(0).toFixed(1)], prev = 0;
+        for (var i = 0; i < s.t.length; i++) {
+          var x = X(s.t[i]).toFixed(1);
+          pts.push(x + ',' + Y(prev).toFixed(1), x + ',' + Y(s.b[i]).toFixed(1));
+          prev = s.b[i];
+        }
+        pts.push(X(TL.span).toFixed(1) + ',' + Y(prev).toFixed(1));
+        el.setAttribute('points', pts.join(' '));
+        var pk = peaks[s.m.device];
+        if (pk && pk.getAttribute('data-t-ns')) {
+          var px = X(+pk.getAttribute('data-t-ns'));
+          pk.setAttribute('cx', px.toFixed(1));
+          pk.setAttribute('visibility', px < lw || px > w ? 'hidden' : 'visible');
+        }
+      });
+    }
+    function holdersAt(t) {
+      while (panel.firstChild) panel.removeChild(panel.firstChild);
+      panel.setAttribute('data-t-ns', String(Math.round(t)));
+      var head = document.createElement('b');
+      head.textContent = 'held at ' + fmtNs(t) + ':';
+      panel.appendChild(head);
+      series.forEach(function (s) {
+        var st = s.m.snap_t, k = -1;
+        for (var i = 0; i < st.length && st[i] <= t; i++) k = i;
+        var li = document.createElement('div');
+        li.className = 'mem-holders';
+        li.setAttribute('data-device', s.m.device);
+        var live = 0;
+        for (i = 0; i < s.t.length && s.t[i] <= t; i++) live = s.b[i];
+        var rows = k >= 0 ? s.m.snaps[k] : [];
+        li.textContent = s.m.device + ': ' + fmtBytes(live) + ' live' + (rows.length ? ' \u2014 ' : '') +
+          rows.map(function (r) { return r[0] + ' ' + fmtBytes(r[1]) + ' (' + r[2] + (r[2] === 1 ? ' array)' : ' arrays)'); }).join('; ');
+        panel.appendChild(li);
+      });
+    }
+    svg.addEventListener('click', function (e) {
+      var rect = svg.getBoundingClientRect(), x = (e.clientX - rect.left) * cur.w / rect.width;
+      if (x < cur.lw) return;
+      var t = cur.v0 + (x - cur.lw) / (cur.w - cur.lw) * (cur.v1 - cur.v0), c = document.getElementById('mem-cursor');
+      if (c) { c.setAttribute('x1', x.toFixed(1)); c.setAttribute('x2', x.toFixed(1)); c.setAttribute('visibility', 'visible'); }
+      holdersAt(t);
+    });
+    api.memoryHoldersAt = holdersAt;
+    api.onView(redraw);
   }
 
   function stepChart(S) {

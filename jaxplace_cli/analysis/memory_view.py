@@ -1,0 +1,102 @@
+"""Device memory on the timeline's clock (issue 28 item 4): what the report's memory chart
+draws under the timeline, and who held the bytes at its moments.
+
+``analysis/memory.py`` counts live bytes by event order (seq); the page draws them against
+time, aligned with the timeline above it. Per device: at most ``MAX_POINTS`` points (each
+seq bucket drawn at its largest value, so no peak is smoothed away), each with its time, and
+the top lines holding the bytes at up to ``SNAPSHOTS`` of those points (the peak always
+among them): what a click on the chart shows. Both are bounded, whatever the run's size.
+
+Memory events carry a seq, not a time: a seq that is an op, transfer or marker takes that
+event's time; any other is placed between the known seqs around it (linear in seq).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jaxplace_cli.store import timeline as q
+
+MAX_POINTS = 2000
+SNAPSHOTS = 200
+TOP = 5  # lines listed per snapshot
+
+
+def buckets(series: list[tuple[int, int]], lo: int, hi: int, limit: int = MAX_POINTS) -> list[tuple[int, int]]:
+    """At most ``limit`` (seq, bytes), the largest value of each seq bucket; the end state exact."""
+    if len(series) <= limit:
+        return series
+    width = max(1, (hi - lo + 1) // limit + 1)
+    out: dict[int, tuple[int, int]] = {}
+    last = 0
+    for seq, nbytes in series:
+        k = (seq - lo) // width
+        if k not in out or nbytes > out[k][1]:
+            out[k] = (seq, nbytes)
+        last = k
+    out[last] = series[-1]
+    return [out[k] for k in sorted(out)]
+
+
+def _snapshots(report, dm, seqs: list[int]) -> dict[int, list]:
+    """seq -> the top lines holding ``dm.device``'s bytes after every event up to ``seq``:
+    [[file, line, bytes, arrays]]. One sweep over the device's events, live bytes kept per
+    site (a run's sites are few; its buffers are not)."""
+    want, out, i = sorted(set(seqs)), {}, 0
+    ev = report.events.get(dm.device, [])
+    origin = report.origin
+    held: dict[int, list[int]] = {}  # site -> [bytes, arrays]
+    for seq in want:
+        while i < len(ev) and ev[i][0] <= seq:
+            _s, delta, b = ev[i]
+            acc = held.get(origin[b][0] if b in origin else 0)
+            if acc is None:
+                acc = held[origin[b][0] if b in origin else 0] = [0, 0]
+            acc[0] += delta
+            acc[1] += 1 if delta >= 0 else -1
+            i += 1
+        top = sorted(((v[0], sid, v[1]) for sid, v in held.items() if v[1] > 0), key=lambda r: -r[0])[:TOP]
+        rows = []
+        for nbytes, sid, n in top:
+            s = report.sites.get(sid)
+            rows.append([s.file if s else "?", s.line if s else 0, nbytes, n])
+        out[seq] = rows
+    return out
+
+
+def _times(conn, seqs: set[int], known: dict[int, int], t0: int) -> dict[int, int]:
+    """seq -> ns since ``t0``: exact for an event's seq, else between its known neighbours."""
+    exact = {s: t - t0 for s, t in q.seq_times(conn, seqs).items()}
+    pairs = sorted({**known, **exact}.items())
+    if not pairs:
+        return dict.fromkeys(seqs, 0)
+    xs = np.array([p[0] for p in pairs], dtype=np.float64)
+    ys = np.maximum.accumulate(np.array([p[1] for p in pairs], dtype=np.float64))
+    rest = sorted(seqs - exact.keys())
+    guess = np.interp(np.array(rest, dtype=np.float64), xs, ys) if rest else []
+    return {**exact, **{s: int(g) for s, g in zip(rest, guess)}}
+
+
+def memory_view(conn, report, known: dict[int, int], t0: int) -> list[dict]:
+    """Per device: ``{"device", "t", "bytes", "peak_t", "snap_t", "snaps"}`` (``t``/``bytes``:
+    the points; ``snaps[i]``: the holders at ``snap_t[i]``). ``known``: seq -> ns of events the
+    timeline already holds. Empty for a run without memory events (or a job's merged audit)."""
+    if report is None or not report.events:
+        return []
+    seqs_all = [s for d in report.devices for s, _ in d.series]
+    if not seqs_all:
+        return []
+    lo, hi = min(seqs_all), max(seqs_all)
+    plan = []
+    for dm in report.devices:
+        pts = buckets(dm.series, lo, hi)
+        step = max(1, len(pts) // SNAPSHOTS)
+        snap = sorted({s for s, _ in pts[::step]} | {dm.peak_seq})
+        plan.append((dm, pts, snap))
+    times = _times(conn, {s for _, pts, snap in plan for s in [*snap, *(p[0] for p in pts)]}, known, t0)
+    out = []
+    for dm, pts, snap in plan:
+        held = _snapshots(report, dm, snap)
+        out.append({"device": dm.device, "t": [times[s] for s, _ in pts], "bytes": [b for _, b in pts],
+                    "peak_t": times.get(dm.peak_seq, 0), "peak_bytes": dm.peak_bytes,
+                    "snap_t": [times[s] for s in snap], "snaps": [held[s] for s in snap]})
+    return out
