@@ -214,16 +214,23 @@ def run_path(record_call, call, packed: bool):
         "transfers": _without_clock(rows["transfers"], (1,)),
         "buffers": [tuple(b) for b in rows["buffers"]],
         "sites": [tuple(s) for s in rows["sites"]],
+        "stacks": [tuple(s) for s in rows["stacks"]],  # the call-stack trie (issue 28)
+        "transfer_stacks": [tuple(s) for s in rows.get("transfer_stacks", ())],
         "tail": dict(rec.tail),
         "recording_errors": rec.recording_errors,
     }, outcome
 
 
+def both_paths(call, packed: bool):
+    """[(rows, outcome) native, (rows, outcome) Python]: from one line, so that the whole call
+    stack (issue 28: its outer frames too) is the same for both."""
+    return [run_path(path, call, packed) for path in (NATIVE, dispatch.python_record_call)]
+
+
 @SETTINGS
 @given(call=calls(), packed=st.booleans())
 def test_native_and_python_record_call_append_the_same_rows(call, packed):
-    native_rows, native_out = run_path(NATIVE, call, packed)
-    python_rows, python_out = run_path(dispatch.python_record_call, call, packed)
+    (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed)
     assert native_out == python_out
     assert native_rows == python_rows
     assert native_rows["recording_errors"] == 0
@@ -247,8 +254,7 @@ def test_the_generated_calls_reach_every_branch():
         (("eager", "asarray", [committed], {}, False), (0, 0, 0)),  # nothing dispatched
     ]
     for call, (n_ops, n_transfers, n_buffers) in cases:
-        rows, out = run_path(NATIVE, call, packed=False)
-        twin, twin_out = run_path(dispatch.python_record_call, call, packed=False)
+        (rows, out), (twin, twin_out) = both_paths(call, packed=False)
         assert (rows, out) == (twin, twin_out), call
         assert (len(rows["ops"]), len(rows["transfers"]), len(rows["buffers"])) == (n_ops, n_transfers, n_buffers), call
 

@@ -10,7 +10,17 @@ from __future__ import annotations
 import typing
 from typing import NamedTuple
 
-from jaxplace_cli.model.events import BufferEvent, FreeEvent, Marker, OpEvent, ShardEvent, Site, TransferEvent
+from jaxplace_cli.model.events import (
+    BufferEvent,
+    FreeEvent,
+    Marker,
+    OpEvent,
+    ShardEvent,
+    Site,
+    StackNode,
+    TransferEvent,
+    TransferStack,
+)
 
 SCHEMA_VERSION = 1
 MAGIC = "jaxplace-events"
@@ -28,6 +38,12 @@ TABLES: dict[str, type[NamedTuple]] = {
 MEMORY_TABLES: dict[str, type[NamedTuple]] = {
     "frees": FreeEvent,
     "shards": ShardEvent,
+}
+# Tables a run written before issue 28 lacks: the user call stacks of transfers; a store without
+# them audits as before (a transfer's stack is then its site alone: analysis/stacks.py).
+STACK_TABLES: dict[str, type[NamedTuple]] = {
+    "stacks": StackNode,
+    "transfer_stacks": TransferStack,
 }
 _SQL_TYPES = {int: "INTEGER", str: "TEXT", bool: "INTEGER"}
 
