@@ -113,6 +113,15 @@ class Audit:
             out.append((f"p{v.index}", v.result, part.timeline(detail_max)))
         return out
 
+    def stacks(self, max_frames: int | None = None):
+        """Bytes by call stack (``analysis.stacks.StackTree``) of a run; None for a trace or a job."""
+        if self.kind != RUN:
+            return None
+        from jaxplace_cli.analysis.stacks import MAX_FRAMES, stack_tree
+
+        cap = MAX_FRAMES if max_frames is None else max_frames
+        return self._guarded(lambda: stack_tree(self.run.store, self.run.store.sites(), cap))
+
     def sources(self) -> dict:
         """(file, line) -> the source line of each top site, finding and related site, read
         now (``analysis.timeline.source_lines``: regular .py files only)."""

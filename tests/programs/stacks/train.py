@@ -1,0 +1,17 @@
+"""A sample with nested user functions over three files (issue 28, tests/test_stacks.py):
+train.py:step -> model.py:loss -> layers.py:attn, and two callers of layers.helper. Every
+transfer's bytes are set by hand, so each frame's total is known without the recorder."""
+import jax
+import numpy as np
+
+import model
+
+
+def step(x):
+    return model.loss(x)
+
+
+w = model.init()
+x = jax.device_put(np.arange(256, dtype=np.float32), jax.devices()[0])  # h2d: 1024 bytes
+for _ in range(3):
+    step(x)
