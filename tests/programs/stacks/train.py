@@ -2,9 +2,8 @@
 train.py:step -> model.py:loss -> layers.py:attn, and two callers of layers.helper. Every
 transfer's bytes are set by hand, so each frame's total is known without the recorder."""
 import jax
-import numpy as np
-
 import model
+import numpy as np
 
 
 def step(x):
