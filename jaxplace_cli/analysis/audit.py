@@ -95,7 +95,9 @@ class Audit:
 
         result = self.result()
         limit = DETAIL_MAX if detail_max is None else detail_max
-        return self._guarded(lambda: build_timeline(self.run, result, detail_max=limit))
+        tl = self._guarded(lambda: build_timeline(self.run, result, detail_max=limit))
+        tl.stacks = self.stacks()  # the page's #bytes-by-stack (report/html_stacks.py)
+        return tl
 
     def timelines(self, detail_max: float | None = None) -> list[tuple[str, AuditResult, object]]:
         """``(label, result, timeline)`` per run: one for a run (label ``""``), one per readable
