@@ -2,8 +2,9 @@
 
 A pure function over a store reader. Every transfer names its stack (a ``StackNode`` of the
 trie capture/stacks.py builds) or, in a run recorded before stacks and for a transfer without
-one, only its site, which is then a stack of one frame. Frames are merged by site along the
-path from the outermost user frame, so two instruction offsets on one line are one box; each
+one, only its site, which is then a stack of one frame. Frames are merged by file, line and
+function along the path from the outermost user frame, so two instruction offsets on one line
+are one box; each
 frame holds the bytes and count per kind of every transfer made at or below it (inclusive, as
 a flame graph's widths). The tree is bounded: past ``max_frames`` the smallest frames are
 folded into one ``(N more)`` box under their parent, and ``folded`` says how many.
@@ -22,11 +23,11 @@ MAX_DEPTH = 256  # a parent chain longer than the capture keeps (128) is a damag
 
 @dataclass
 class Frame:
-    """One box: a user frame (``site`` > 0) under its parent, or the folded rest (``site`` 0,
+    """One box: a user frame (``real``) under its parent, or the folded rest (not ``real``,
     ``folded`` frames). ``bytes``/``count``: per kind, of every transfer at or below it;
     ``self_bytes``/``self_count``: of those made in this frame itself (its leaf transfers)."""
 
-    site: int
+    real: bool
     file: str
     line: int
     function: str
@@ -66,9 +67,10 @@ class StackTree:
             todo.extend((depth + 1, c) for c in reversed(f.children))
 
 
-def _path(node: int, site: int, nodes: dict, cache: dict) -> tuple:
-    """Site ids from the outermost frame down to ``node``'s; a node the trie lacks, a cycle or
-    a chain past MAX_DEPTH (a damaged store) leaves what was walked, ending at the row's site."""
+def _path(node: int, site: tuple, nodes: dict, cache: dict) -> tuple:
+    """(file, line, function) of each frame from the outermost down to ``node``'s; ``site``'s
+    alone for no node. A node the trie lacks, a cycle or a chain past MAX_DEPTH (a damaged
+    store) leaves what was walked."""
     if not node:
         return (site,)
     got = cache.get(node)
@@ -77,8 +79,9 @@ def _path(node: int, site: int, nodes: dict, cache: dict) -> tuple:
     out, n, seen = [], node, set()
     while n and n in nodes and n not in seen and len(out) < MAX_DEPTH:
         seen.add(n)
-        out.append(nodes[n].site)
-        n = nodes[n].parent
+        s = nodes[n]
+        out.append((s.file, s.line, s.function))
+        n = s.parent
     path = tuple(reversed(out)) or (site,)
     cache[node] = path
     return path
@@ -91,19 +94,18 @@ def _add(d: dict, kind: str, n: int) -> None:
 def stack_tree(store, sites: dict, max_frames: int = MAX_FRAMES) -> StackTree:
     """The run's transfers as a tree of user frames; ``sites``: id -> Site (the reader's)."""
     nodes, cache = stack_nodes(store), {}
-    root = Frame(0, "", 0, "")
+    root = Frame(False, "", 0, "")
     index: dict = {}  # path -> Frame
     for t in stack_totals(store):
         if t.kind not in TRANSFER_KINDS:
             continue
-        path = _path(t.node, t.site, nodes, cache)
+        s = sites.get(t.site)
+        path = _path(t.node, (s.file, s.line, s.function) if s else ("?", 0, "?"), nodes, cache)
         parent = root
         for i in range(len(path)):
             f = index.get(path[:i + 1])
             if f is None:
-                s = sites.get(path[i])
-                f = index[path[:i + 1]] = Frame(path[i], s.file if s else "?", s.line if s else 0,
-                                                s.function if s else "?")
+                f = index[path[:i + 1]] = Frame(True, *path[i])
                 parent.children.append(f)
             _add(f.bytes, t.kind, t.bytes)
             _add(f.count, t.kind, t.count)
@@ -138,7 +140,7 @@ def _bound(root: Frame, max_frames: int) -> tuple[int, int]:
         kept = sorted((c for c in f.children if id(c) in keep), key=_order)
         rest = [c for c in f.children if id(c) not in keep]
         if rest:
-            other = Frame(0, "", 0, f"({_frames(rest)} more)", folded=_frames(rest))
+            other = Frame(False, "", 0, f"({_frames(rest)} more)", folded=_frames(rest))
             for c in rest:
                 for k, v in c.bytes.items():
                     _add(other.bytes, k, v)
@@ -149,7 +151,7 @@ def _bound(root: Frame, max_frames: int) -> tuple[int, int]:
             folded += other.folded
             kept.append(other)
         f.children = kept
-        todo.extend(c for c in kept if c.site)
+        todo.extend(c for c in kept if c.real)
     return len(keep), folded
 
 

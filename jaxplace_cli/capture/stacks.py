@@ -26,7 +26,7 @@ class Stacks:
     def _init_stacks(self, maxlen: int | None) -> None:
         self._nodes: dict = {}  # (parent node, id(code), offset) -> node
         self._node_ids = itertools.count(1)
-        self.node_site: dict = {}  # node -> its frame's site id
+        self.node_frame: dict = {}  # node -> (file, line, function) of its frame
         self._new_nodes: deque = deque(maxlen=maxlen)  # StackNode rows for the store
 
     def stack_of(self, frame) -> int:
@@ -66,14 +66,10 @@ class Stacks:
         key = (parent, id(code), f.f_lasti)
         nid = self._nodes.get(key)
         if nid is None:
-            skey = key[1:]
-            sid = self._sites.get(skey)
-            if sid is None:
-                sid = self._intern_site(skey, f)
             nid = self._nodes[key] = next(self._node_ids)
             self._codes.append(code)  # keeps id(code) unique while it is a key
-            self.node_site[nid] = sid
-            self._new_nodes.append(StackNode(nid, parent, sid))
+            where = self.node_frame[nid] = (code.co_filename, f.f_lineno, code.co_name)
+            self._new_nodes.append(StackNode(nid, parent, *where))
         return nid
 
     def with_stack(self, ev, frame) -> tuple:
@@ -82,8 +78,10 @@ class Stacks:
         attributed to another frame) or the lookup failed (counted, never raised)."""
         try:
             node = self.stack_of(frame)
-            if node and self.node_site.get(node) != ev[_TRANSFER_SITE]:
-                node = 0
+            if node:
+                site = self.site_info.get(ev[_TRANSFER_SITE])
+                if site is None or self.node_frame.get(node) != tuple(site[1:]):
+                    node = 0
         except Exception as exc:
             self.recording_failed(exc)
             node = 0

@@ -97,13 +97,16 @@ class TransferEvent(NamedTuple):
 
 class StackNode(NamedTuple):
     """One frame of the user's call stacks (issue 28), interned as a trie: ``node``'s frame is
-    ``site``, called from ``parent``'s frame (0: the outermost user frame). A node stands for
-    the whole stack from the outermost user frame down to its own, so a transfer names its
-    stack with one id (``TransferStack``); its leaf's site is the transfer's ``site``."""
+    ``file:line`` in ``function``, called from ``parent``'s frame (0: the outermost user frame).
+    A node stands for the whole stack from the outermost user frame down to its own, so a
+    transfer names its stack with one id (``TransferStack``); its leaf is the transfer's site.
+    Frames are not ``Site`` rows: site ids stay those of the events' first user frames."""
 
     node: int
     parent: int
-    site: int
+    file: str
+    line: int
+    function: str
 
 
 class TransferStack(NamedTuple):

@@ -60,18 +60,18 @@ def stacks_section(result, timeline) -> str:
 def _box(f, i: int, parent: int, depth: int, findings: dict, sites: dict) -> str:
     kind = max(f.bytes, key=lambda k: (f.bytes[k], k)) if f.bytes else "h2d"
     per_kind = "".join(f' data-{k}="{f.bytes.get(k, 0)}" data-{k}-count="{f.count.get(k, 0)}"' for k in TRANSFER_KINDS)
-    name = f"{file_name(f.file)}:{f.line} {f.function}" if f.site else f.function
-    where = f"{below(f.file)}:{f.line} in {f.function}" if f.site else f.function
+    name = f"{file_name(f.file)}:{f.line} {f.function}" if f.real else f.function
+    where = f"{below(f.file)}:{f.line} in {f.function}" if f.real else f.function
     title = f"{where}: {human_bytes(f.total)} ({f.total:,} B) in {f.total_count:,} transfers; " + \
         ", ".join(f"{k} {f.bytes[k]:,} B" for k in sorted(f.bytes))
     links = ""
-    if f.site and not f.children:
+    if f.real and not f.children:
         key = (f.file, f.line)
         if key in findings:
             links += f'<a href="#finding-{findings[key]}" class="stack-finding">findings</a>'
         if key in sites:
             links += f'<a href="#site-{sites[key]}" class="stack-moments" data-site-row="site-{sites[key]}">timeline</a>'
-    cls = f"sbox k-{kind}" + ("" if f.site else " folded") + ("" if f.children else " leaf")
+    cls = f"sbox k-{kind}" + ("" if f.real else " folded") + ("" if f.children else " leaf")
     return (f'<div class="{cls}" data-id="{i}" data-parent="{parent}" data-depth="{depth}" '
             f'data-bytes="{f.total}" data-count="{f.total_count}"{per_kind} data-site="{esc(f"{f.file}:{f.line}")}" '
             f'title="{esc(title)}"><span>{esc(name)}</span>{links}</div>')

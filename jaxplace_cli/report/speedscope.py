@@ -22,11 +22,11 @@ def speedscope(tree, name: str, exporter: str) -> dict:
     samples: list = []  # (path of frame indices, {kind: self bytes})
 
     def frame_index(f) -> int:
-        key = (f.file, f.line, f.function) if f.site else ("", 0, f.function)
+        key = (f.file, f.line, f.function) if f.real else ("", 0, f.function)
         i = index.get(key)
         if i is None:
             i = index[key] = len(frames)
-            frames.append({"name": f.function, "file": f.file, "line": f.line} if f.site
+            frames.append({"name": f.function, "file": f.file, "line": f.line} if f.real
                           else {"name": f.function})
         return i
 

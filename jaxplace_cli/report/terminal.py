@@ -353,7 +353,7 @@ def _to_text(result: AuditResult, options, rich: bool) -> str:
 
 def frame_name(f) -> str:
     """``layers.py:7 attn`` (file name, line, function) of a stack frame; a folded box's name."""
-    if not f.site:
+    if not f.real:
         return f.function
     return f"{file_name(f.file)}:{f.line} {f.function}"
 
