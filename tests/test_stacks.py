@@ -15,7 +15,7 @@ from browser import Browser, find_chromium
 from conftest import REPO, cli
 
 SAMPLE = Path(__file__).parent / "programs" / "stacks"
-N = 3  # steps of train.py
+N = 3  # steps of train.py (the first one is warm-up: N - 1 steady-state steps)
 X = 256 * 4  # x: 256 float32
 
 
@@ -78,6 +78,16 @@ def _tree_lines(text: str) -> dict:
     return out
 
 
+def _steady(path: tuple, nbytes: int) -> int:
+    """Bytes of the steady-state steps: the loop's are the same each step, the rest are none."""
+    return nbytes * (N - 1) // N if path[0].endswith("<module>") and "step(x)" in _source(path[0]) else 0
+
+
+def _source(frame: str) -> str:
+    file, line = frame.split()[0].split(":")
+    return (SAMPLE / file).read_text().splitlines()[int(line) - 1]
+
+
 def test_terminal_tree_has_the_hand_counted_bytes(run):
     proc = cli("audit", run, "--stacks", "-f", "text")
     assert proc.returncode == 0, proc.stderr
@@ -132,15 +142,22 @@ def test_icicle_in_chromium(run, chromium, tmp_path):
     assert page.requests() == [url]
     boxes = page.eval("[...document.querySelectorAll('#stacks-box .sbox')].map(b => [b.dataset.id, "
                       "b.dataset.parent, b.querySelector('span').textContent, +b.dataset.bytes, +b.dataset.count, "
-                      "b.getBoundingClientRect().width])")
-    names = {i: (p, name) for i, p, name, _, _, _ in boxes}
+                      "+b.dataset.steady, b.getBoundingClientRect().width])")
+    names = {i: (p, name) for i, p, name, *_ in boxes}
 
     def path(i):
         p, name = names[i]
         return (*path(p), name) if p != "-1" else (name,)
 
-    assert {path(i): (b, c) for i, _, _, b, c, _ in boxes} == _expected()
+    assert {path(i): (b, c) for i, _, _, b, c, _, _ in boxes} == _expected()
+    assert {path(i): s for i, _, _, _, _, s, _ in boxes} == {k: _steady(k, b) for k, (b, _) in _expected().items()}
     assert all(w > 0 for *_, w in boxes)  # every frame drawn
+    # the step filter: the steady-state steps leave out init's and the upload's frames
+    page.eval("document.querySelector('#stacks-tools button[data-step=\"steady\"]').click()")
+    shown = page.eval("[...document.querySelectorAll('#stacks-box .sbox')].filter(b => b.style.display !== 'none')"
+                      ".map(b => b.querySelector('span').textContent)")
+    assert len(shown) == 7 and not any("init" in s for s in shown)
+    page.eval("document.querySelector('#stacks-tools button[data-step=\"all\"]').click()")
     # the d2h filter hides the frames that moved none; a click zooms, a second one zooms out
     page.eval("document.querySelector('#stacks-tools button[data-kind=\"d2h\"]').click()")
     shown = page.eval("[...document.querySelectorAll('#stacks-box .sbox')].filter(b => b.style.display !== 'none')"

@@ -119,10 +119,11 @@ class Audit:
         """Bytes by call stack (``analysis.stacks.StackTree``) of a run; None for a trace or a job."""
         if self.kind != RUN:
             return None
-        from jaxplace_cli.analysis.stacks import MAX_FRAMES, stack_tree
+        from jaxplace_cli.analysis.stacks import MAX_FRAMES, stack_tree, steady_window
 
         cap = MAX_FRAMES if max_frames is None else max_frames
-        return self._guarded(lambda: stack_tree(self.run.store, self.run.store.sites(), cap))
+        steady = steady_window(self.result().steps)
+        return self._guarded(lambda: stack_tree(self.run.store, self.run.store.sites(), cap, steady))
 
     def sources(self) -> dict:
         """(file, line) -> the source line of each top site, finding and related site, read

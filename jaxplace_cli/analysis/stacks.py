@@ -25,7 +25,8 @@ MAX_DEPTH = 256  # a parent chain longer than the capture keeps (128) is a damag
 class Frame:
     """One box: a user frame (``real``) under its parent, or the folded rest (not ``real``,
     ``folded`` frames). ``bytes``/``count``: per kind, of every transfer at or below it;
-    ``self_bytes``/``self_count``: of those made in this frame itself (its leaf transfers)."""
+    ``self_bytes``/``self_count``: of those made in this frame itself (its leaf transfers);
+    ``steady_bytes``/``steady_count``: as ``bytes``/``count``, in the steady-state steps."""
 
     real: bool
     file: str
@@ -35,6 +36,8 @@ class Frame:
     count: dict = field(default_factory=dict)
     self_bytes: dict = field(default_factory=dict)
     self_count: dict = field(default_factory=dict)
+    steady_bytes: dict = field(default_factory=dict)
+    steady_count: dict = field(default_factory=dict)
     children: list = field(default_factory=list)
     folded: int = 0
 
@@ -50,13 +53,15 @@ class Frame:
 @dataclass
 class StackTree:
     """The tree: ``roots`` (outermost user frames, biggest first), the run's totals per kind,
-    frames shown and frames folded."""
+    frames shown and frames folded; ``steady``: the steady-state steps' seq range and count
+    (``steady_*`` of the frames), (0, 0, 0) when the run has no steps after warm-up."""
 
     roots: list
     bytes: dict
     count: dict
     frames: int
     folded: int
+    steady: tuple = (0, 0, 0)
 
     def walk(self):
         """(depth, frame) in display order: depth first, children biggest first."""
@@ -91,12 +96,22 @@ def _add(d: dict, kind: str, n: int) -> None:
     d[kind] = d.get(kind, 0) + n
 
 
-def stack_tree(store, sites: dict, max_frames: int = MAX_FRAMES) -> StackTree:
-    """The run's transfers as a tree of user frames; ``sites``: id -> Site (the reader's)."""
+def steady_window(steps) -> tuple[int, int, int]:
+    """(first seq, end seq, steps) of the steady-state steps of ``steps`` (an
+    ``analysis.steps.StepInfo``: the steps after warm-up); (0, 0, 0) when there are none."""
+    if steps is None or len(steps.steps) <= steps.warmup:
+        return (0, 0, 0)
+    steady = steps.steps[steps.warmup:]
+    return (steady[0].start_seq, steady[-1].end_seq, len(steady))
+
+
+def stack_tree(store, sites: dict, max_frames: int = MAX_FRAMES, steady: tuple = (0, 0, 0)) -> StackTree:
+    """The run's transfers as a tree of user frames; ``sites``: id -> Site (the reader's);
+    ``steady``: ``steady_window`` of the run's steps."""
     nodes, cache = stack_nodes(store), {}
     root = Frame(False, "", 0, "")
     index: dict = {}  # path -> Frame
-    for t in stack_totals(store):
+    for t in stack_totals(store, steady[:2]):
         if t.kind not in TRANSFER_KINDS:
             continue
         s = sites.get(t.site)
@@ -109,13 +124,16 @@ def stack_tree(store, sites: dict, max_frames: int = MAX_FRAMES) -> StackTree:
                 parent.children.append(f)
             _add(f.bytes, t.kind, t.bytes)
             _add(f.count, t.kind, t.count)
+            if t.steady_count:
+                _add(f.steady_bytes, t.kind, t.steady_bytes)
+                _add(f.steady_count, t.kind, t.steady_count)
             parent = f
         _add(parent.self_bytes, t.kind, t.bytes)
         _add(parent.self_count, t.kind, t.count)
         _add(root.bytes, t.kind, t.bytes)
         _add(root.count, t.kind, t.count)
     shown, folded = _bound(root, max_frames)
-    return StackTree(root.children, root.bytes, root.count, shown, folded)
+    return StackTree(root.children, root.bytes, root.count, shown, folded, steady)
 
 
 def _order(f: Frame) -> tuple:
@@ -148,6 +166,10 @@ def _bound(root: Frame, max_frames: int) -> tuple[int, int]:
                 for k, v in c.count.items():
                     _add(other.count, k, v)
                     _add(other.self_count, k, v)
+                for k, v in c.steady_bytes.items():
+                    _add(other.steady_bytes, k, v)
+                for k, v in c.steady_count.items():
+                    _add(other.steady_count, k, v)
             folded += other.folded
             kept.append(other)
         f.children = kept

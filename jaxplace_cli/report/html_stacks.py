@@ -41,6 +41,11 @@ def stacks_section(result, timeline) -> str:
     kinds = [k for k in TRANSFER_KINDS if tree.bytes.get(k)]
     tools = "".join(f'<button type="button" data-kind="{k}" aria-pressed="{"true" if k == "all" else "false"}">'
                     f'{k}</button>' for k in ["all", *kinds])
+    first, _, n_steady = tree.steady
+    if n_steady:  # the step filter: every transfer, or those of the steps after warm-up
+        tools += (f'<span class="stack-steps"> · <button type="button" data-step="all" aria-pressed="true">'
+                  f'whole run</button><button type="button" data-step="steady" aria-pressed="false">'
+                  f'{n_steady:,} steady-state steps</button></span>')
     out = [f"<style>{_STYLE}</style>", head,
            f'<p>Transferred bytes by the user\'s call stack: a box per frame, as wide as the bytes moved '
            f'at or below it ({esc(human_bytes(sum(tree.bytes.values())))} in all); click a box to zoom, '
@@ -59,7 +64,10 @@ def stacks_section(result, timeline) -> str:
 
 def _box(f, i: int, parent: int, depth: int, findings: dict, sites: dict) -> str:
     kind = max(f.bytes, key=lambda k: (f.bytes[k], k)) if f.bytes else "h2d"
-    per_kind = "".join(f' data-{k}="{f.bytes.get(k, 0)}" data-{k}-count="{f.count.get(k, 0)}"' for k in TRANSFER_KINDS)
+    per_kind = "".join(f' data-{k}="{f.bytes.get(k, 0)}" data-{k}-count="{f.count.get(k, 0)}"'
+                       f' data-steady-{k}="{f.steady_bytes.get(k, 0)}"' for k in TRANSFER_KINDS)
+    per_kind += (f' data-steady="{sum(f.steady_bytes.values())}"'
+                 f' data-steady-count="{sum(f.steady_count.values())}"')
     name = f"{file_name(f.file)}:{f.line} {f.function}" if f.real else f.function
     where = f"{below(f.file)}:{f.line} in {f.function}" if f.real else f.function
     title = f"{where}: {human_bytes(f.total)} ({f.total:,} B) in {f.total_count:,} transfers; " + \

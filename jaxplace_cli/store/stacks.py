@@ -14,13 +14,16 @@ from jaxplace_cli.model.events import StackNode
 
 
 class StackTotal(NamedTuple):
-    """Transfers of one kind made under one stack node (0: none recorded) at one site."""
+    """Transfers of one kind made under one stack node (0: none recorded) at one site; the
+    ``steady_`` ones: those with a seq in the window asked for (the steady-state steps)."""
 
     node: int
     site: int
     kind: str
     count: int
     bytes: int
+    steady_count: int
+    steady_bytes: int
 
 
 def stack_nodes(store) -> dict[int, StackNode]:
@@ -28,13 +31,15 @@ def stack_nodes(store) -> dict[int, StackNode]:
     return {n.node: n for n in store.stack_nodes()}
 
 
-def stack_totals(store) -> list[StackTotal]:
-    """Count and bytes of the transfers per (stack node, site, kind), in that order."""
+def stack_totals(store, window: tuple[int, int] = (0, 0)) -> list[StackTotal]:
+    """Count and bytes of the transfers per (stack node, site, kind), in that order, and of
+    those with ``window[0] <= seq < window[1]``."""
+    inside = "(t.seq >= ? AND t.seq < ?)"
+    cols = (f"t.site, t.kind, COUNT(*), COALESCE(SUM(t.bytes), 0), COALESCE(SUM({inside}), 0), "
+            f"COALESCE(SUM(CASE WHEN {inside} THEN t.bytes ELSE 0 END), 0)")
     if store.has_stacks:
-        sql = ("SELECT COALESCE(s.node, 0), t.site, t.kind, COUNT(*), COALESCE(SUM(t.bytes), 0) "
-               "FROM transfers t LEFT JOIN transfer_stacks s ON s.seq = t.seq "
-               "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+        sql = (f"SELECT COALESCE(s.node, 0), {cols} FROM transfers t "
+               "LEFT JOIN transfer_stacks s ON s.seq = t.seq GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
     else:
-        sql = ("SELECT 0, site, kind, COUNT(*), COALESCE(SUM(bytes), 0) FROM transfers "
-               "GROUP BY 2, 3 ORDER BY 2, 3")
-    return [StackTotal(*r) for r in store.conn.execute(sql)]
+        sql = f"SELECT 0, {cols} FROM transfers t GROUP BY 2, 3 ORDER BY 2, 3"
+    return [StackTotal(*r) for r in store.conn.execute(sql, (*window, *window))]

@@ -1,5 +1,6 @@
 // The #bytes-by-stack icicle (report/html_stacks.py): lays out the static boxes by their
-// data attributes, filters by kind, zooms on click. Reads only the page's own attributes and
+// data attributes, filters by kind and by step (the whole run, or the steady-state steps),
+// zooms on click. Reads only the page's own attributes and
 // writes styles: no text from the run goes through markup here.
 (function () {
   'use strict';
@@ -12,9 +13,14 @@
     byId[b.dataset.id] = b;
     (kids[b.dataset.parent] = kids[b.dataset.parent] || []).push(b);
   });
-  var kind = 'all', zoom = null;
+  var kind = 'all', step = 'all', zoom = null;
 
-  function weight(b) { return kind === 'all' ? +b.dataset.bytes : +b.dataset[kind]; }
+  function weight(b) {
+    if (step === 'steady') {
+      return kind === 'all' ? +b.dataset.steady : +b.dataset['steady' + kind.charAt(0).toUpperCase() + kind.slice(1)];
+    }
+    return kind === 'all' ? +b.dataset.bytes : +b.dataset[kind];
+  }
 
   function place(b, x, w, depth) {
     b.style.display = w > 0 ? '' : 'none';
@@ -51,6 +57,7 @@
     }
     box.style.height = ((depth + 1) * ROW) + 'px';
     box.dataset.kind = kind;
+    box.dataset.step = step;
     box.dataset.zoom = zoom ? zoom.dataset.id : '';
   }
 
@@ -70,8 +77,9 @@
   if (tools) tools.addEventListener('click', function (ev) {
     var btn = ev.target.closest('button');
     if (!btn) return;
-    kind = btn.dataset.kind;
-    Array.prototype.forEach.call(tools.querySelectorAll('button'), function (x) {
+    var attr = btn.dataset.kind !== undefined ? 'kind' : 'step';
+    if (attr === 'kind') kind = btn.dataset.kind; else step = btn.dataset.step;
+    Array.prototype.forEach.call(tools.querySelectorAll('button[data-' + attr + ']'), function (x) {
       x.setAttribute('aria-pressed', x === btn ? 'true' : 'false');
     });
     draw();
