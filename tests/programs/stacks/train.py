@@ -5,7 +5,6 @@ import jax
 import model
 import numpy as np
 
-
 double = jax.jit(lambda v: v * 2)  # called once a step: the run's steps (no transfer: x is on cpu:0)
 
 
