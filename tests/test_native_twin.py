@@ -259,6 +259,49 @@ def test_the_generated_calls_reach_every_branch():
         assert (len(rows["ops"]), len(rows["transfers"]), len(rows["buffers"])) == (n_ops, n_transfers, n_buffers), call
 
 
+def _caller_a(call, packed):  # two callers of one helper: two stacks, one site (_invoke's)
+    return _helper(call, packed)
+
+
+def _caller_b(call, packed):
+    return _helper(call, packed)
+
+
+def _helper(call, packed):
+    return both_paths(call, packed)
+
+
+def _stack_functions(nodes: list, node: int) -> list[str]:
+    by_id = {n[0]: n for n in nodes}
+    out = []
+    while node:
+        out.append(by_id[node][4])  # StackNode: node, parent, file, line, function
+        node = by_id[node][1]
+    return out[::-1]
+
+
+def test_the_twins_record_the_same_call_stacks():
+    """Each transfer's stack node (issue 28) names the user frames from the test down to the
+    call, both paths alike; the two callers of one helper are two stacks at one site."""
+    upload = ("eager", "multiply", [("committed", ((4,), "float32", 1)), ("scalar", 0.5)], {}, False)
+    moved = ("eager", "add", [("committed", ((4,), "float32", 1)), ("uncommitted", ((4,), "float32", 0))], {}, False)
+    leaves = {}
+    for caller in (_caller_a, _caller_b):
+        for call in (upload, moved):
+            (rows, out), (twin, twin_out) = caller(call, False)
+            assert (rows, out) == (twin, twin_out)
+            (t,) = rows["transfers"]
+            assert t[-1] > 0
+            assert _stack_functions(rows["stacks"], t[-1])[-7:] == [
+                "test_the_twins_record_the_same_call_stacks", caller.__name__, "_helper", "both_paths",
+                "<listcomp>", "run_path", "_invoke"]
+            leaves.setdefault(caller.__name__, set()).add(rows["stacks"][-1][2:])
+        # packed, as under `jaxplace run`: the store's TransferStack row names the same node
+        (rows, _), (twin, _) = caller(upload, True)
+        assert rows == twin and [n for _, n in rows["transfer_stacks"]] == [rows["stacks"][-1][0]]
+    assert leaves["_caller_a"] == leaves["_caller_b"]  # the same leaf frame under both callers
+
+
 # ---------------------------------------------------------------- the decoder
 
 

@@ -175,3 +175,26 @@ def test_icicle_in_chromium(run, chromium, tmp_path):
     links = page.eval("[...document.querySelectorAll('#stacks-box a')].map(a => a.getAttribute('href'))")
     assert links and all(page.eval(f"!!document.getElementById('{h[1:]}')") for h in links)
     assert page.problems() == []
+
+
+def test_damaged_stack_tables_are_read_safely(run, tmp_path):
+    """A hand-edited trie (a node its own parent, a parent that does not exist, a stack row
+    naming no node) is untrusted input: the tree still ends, every transfer still counted."""
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    with sqlite3.connect(copy / "events.sqlite") as c:
+        (top,) = c.execute("SELECT MIN(node) FROM stacks").fetchone()
+        c.execute("UPDATE stacks SET parent = node WHERE node = ?", (top,))
+        c.execute("UPDATE stacks SET parent = 9999 WHERE node = (SELECT MAX(node) FROM stacks)")
+        c.execute("UPDATE transfer_stacks SET node = 12345 WHERE seq = (SELECT MIN(seq) FROM transfer_stacks)")
+        c.execute("UPDATE stacks SET function = '<b>x</b>\x1b[31m' WHERE node = ?", (top,))
+    proc = cli("audit", copy, "--stacks", "-f", "text")
+    assert proc.returncode == 0, proc.stderr
+    total = sum(b for (b, _) in [v for k, v in _expected().items() if len(k) == 1])
+    assert "transfers at or below each frame: " in proc.stdout
+    roots = [line for line in proc.stdout.split("Bytes by call stack", 1)[1].splitlines() if re.match(r"^  \S", line)]
+    assert sum(int(re.search(r"  ([\d,]+) B  ", r).group(1).replace(",", "")) for r in roots) == total
+    assert "\x1b" not in proc.stdout
