@@ -198,3 +198,21 @@ def test_damaged_stack_tables_are_read_safely(run, tmp_path):
     roots = [line for line in proc.stdout.split("Bytes by call stack", 1)[1].splitlines() if re.match(r"^  \S", line)]
     assert sum(int(re.search(r"  ([\d,]+) B  ", r).group(1).replace(",", "")) for r in roots) == total
     assert "\x1b" not in proc.stdout
+
+
+def test_the_tree_is_bounded(run):
+    """Past ``max_frames`` the smallest frames fold into one "(N more)" box per parent, which
+    keeps their bytes: every level still adds up to the run's total."""
+    from jaxplace_cli.analysis.audit import Audit
+
+    full = Audit(run).stacks()
+    assert (full.frames, full.folded) == (len(_expected()), 0)
+    tree = Audit(run).stacks(max_frames=3)
+    assert tree.frames == 3 and tree.folded == len(_expected()) - 3
+    total = sum(b for k, (b, _) in _expected().items() if len(k) == 1)
+    assert sum(f.total for f in tree.roots) == total == sum(tree.bytes.values())
+    names = [f.function for _, f in tree.walk()]
+    # kept: the loop's frame, the step, loss's attn call (the biggest first); folded: attn's two
+    # lines, loss's helper call with its helper, and beside the loop the upload and init's three
+    assert names[:3] == [f.split(" ", 1)[1] for f in next(k for k in _expected() if len(k) == 3)]
+    assert sorted(n for n in names if n.endswith("more)")) == ["(2 more)", "(2 more)", "(4 more)"]
