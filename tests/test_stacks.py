@@ -216,3 +216,23 @@ def test_the_tree_is_bounded(run):
     # lines, loss's helper call with its helper, and beside the loop the upload and init's three
     assert names[:3] == [f.split(" ", 1)[1] for f in next(k for k in _expected() if len(k) == 3)]
     assert sorted(n for n in names if n.endswith("more)")) == ["(2 more)", "(2 more)", "(4 more)"]
+
+
+def test_a_job_has_a_tree_per_process(run, tmp_path):
+    """A job directory (proc-<i>/ runs, as `jaxplace launch` writes them; here two copies of the
+    sample's run): `--stacks` prints one tree per process and the speedscope file holds each
+    process's profiles, with the hand-counted bytes."""
+    import shutil
+
+    job = tmp_path / "job"
+    for i in range(2):
+        shutil.copytree(run, job / f"proc-{i}")
+    proc = cli("audit", job, "--stacks", "-f", "text")
+    assert proc.returncode == 0, proc.stderr
+    parts = proc.stdout.split("Bytes by call stack of process ")[1:]
+    assert [p[:2] for p in parts] == ["p0", "p1"]
+    assert all(_tree_lines("Bytes by call stack" + p) == _expected() for p in parts)
+    out = tmp_path / "job.speedscope.json"
+    assert cli("export", job, "--speedscope", out).returncode == 0
+    names = [p["name"] for p in json.loads(out.read_text())["profiles"]]
+    assert names[0] == "p0 · all transfers (bytes)" and "p1 · all transfers (bytes)" in names

@@ -125,6 +125,21 @@ class Audit:
         steady = steady_window(self.result().steps)
         return self._guarded(lambda: stack_tree(self.run.store, self.run.store.sites(), cap, steady))
 
+    def stacks_by_process(self, max_frames: int | None = None) -> list[tuple[str, object]]:
+        """``(label, StackTree)`` per run, as ``timelines``: one for a run (label ``""``), one
+        per readable process of a job (``p<i>``), none for a trace."""
+        if self.kind == RUN:
+            return [("", self.stacks(max_frames))]
+        if self.kind == TRACE:
+            return []
+        out = []
+        for v in self.result().distributed.processes:
+            if v.result is not None:
+                part = Audit(v.path, self.cfg, select=self.select, ignore=self.ignore, top_sites=10_000)
+                part._result = v.result
+                out.append((f"p{v.index}", part.stacks(max_frames)))
+        return out
+
     def sources(self) -> dict:
         """(file, line) -> the source line of each top site, finding and related site, read
         now (``analysis.timeline.source_lines``: regular .py files only)."""

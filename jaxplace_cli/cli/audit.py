@@ -103,25 +103,27 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
             timeline = audit.timeline()
     page = {"timeline": timeline, "sources": audit.sources()} if fmt == "html" else {}
     options = Options(max_findings=max_findings, verbose=verbose, **page)
-    tree = _stacks(audit, fmt, output) if stacks else None
+    trees = _stacks(audit, fmt, output) if stacks else []
     _emit(result, fmt, output, options)
-    if tree is not None:
+    if trees:
         from jaxplace_cli.report.terminal import render_stacks
 
-        sys.stdout.write("\n" + render_stacks(tree))
+        for label, tree in trees:
+            sys.stdout.write("\n" + render_stacks(tree, label))
     return EXIT_BREACH if result.budget is not None and not result.budget.passed else 0
 
 
-def _stacks(audit, fmt: str, output: Optional[Path]):
-    """``--stacks``: the call-stack tree printed after the terminal report (report/terminal.py)."""
+def _stacks(audit, fmt: str, output: Optional[Path]) -> list:
+    """``--stacks``: the call-stack trees printed after the terminal report (report/terminal.py),
+    one for a run, one per process of a job."""
     from jaxplace_cli.model.errors import UsageError
 
     if fmt not in ("rich", "text") or output is not None:
         raise UsageError("--stacks adds to the terminal report: drop --output and use --format rich or text")
-    tree = audit.stacks()
-    if tree is None:
-        raise UsageError(f"--stacks reads a jaxplace run; {audit.path} is a {audit.kind}")
-    return tree
+    trees = audit.stacks_by_process()
+    if not trees:
+        raise UsageError(f"--stacks reads a jaxplace run or job; {audit.path} is a {audit.kind}")
+    return trees
 
 
 def _emit(result, fmt: str, output: Optional[Path], options) -> None:

@@ -45,19 +45,19 @@ def export(
 
 
 def export_speedscope(path: Path, out: Path) -> int:
-    """Write ``path``'s bytes by call stack (a run's) to ``out``, atomically; returns the frames."""
+    """Write ``path``'s bytes by call stack (a run's, or each process's of a job) to ``out``,
+    atomically; returns the frames."""
     from jaxplace_cli import __version__
-    from jaxplace_cli.analysis.audit import RUN, Audit
+    from jaxplace_cli.analysis.audit import Audit
     from jaxplace_cli.report import write_atomic
     from jaxplace_cli.report.speedscope import render_speedscope
 
     audit = Audit(path)
-    if audit.kind != RUN:
-        raise UsageError(f"{path} is a {audit.kind}: --speedscope reads one jaxplace run (a job's: "
-                         "its proc-<i> directory)")
-    tree = audit.stacks()
-    write_atomic(Path(out), render_speedscope(tree, Path(path).name, f"jaxplace {__version__}"))
-    return tree.frames
+    trees = audit.stacks_by_process()
+    if not trees:
+        raise UsageError(f"{path} is a {audit.kind}: --speedscope reads a jaxplace run or job")
+    write_atomic(Path(out), render_speedscope(trees, Path(path).name, f"jaxplace {__version__}"))
+    return sum(t.frames for _, t in trees)
 
 
 def export_perfetto(path: Path, out: Path, min_bytes: str = "1KiB") -> int:

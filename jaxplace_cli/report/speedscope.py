@@ -15,10 +15,20 @@ from jaxplace_cli.model.events import TRANSFER_KINDS
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
 
-def speedscope(tree, name: str, exporter: str) -> dict:
-    """The speedscope document of ``tree`` (a StackTree); ``name``: the run's."""
+def speedscope(trees: list, name: str, exporter: str) -> dict:
+    """The speedscope document of ``trees``: ``(label, StackTree)`` per run (``Audit.
+    stacks_by_process``: one for a run, label ""; a job's per process, ``p<i>``, each its own
+    profiles over the shared frames); ``name``: the run's or job's."""
     frames: list = []
     index: dict = {}
+    profiles: list = []
+    for label, tree in trees:
+        profiles += _profiles(tree, f"{label} · " if label else "", frames, index)
+    return {"$schema": SCHEMA, "shared": {"frames": frames}, "profiles": profiles,
+            "name": f"{name}: bytes by call stack", "activeProfileIndex": 0, "exporter": exporter}
+
+
+def _profiles(tree, prefix: str, frames: list, index: dict) -> list:
     samples: list = []  # (path of frame indices, {kind: self bytes})
 
     def frame_index(f) -> int:
@@ -36,10 +46,8 @@ def speedscope(tree, name: str, exporter: str) -> dict:
         path.append(frame_index(f))
         if any(f.self_bytes.values()):
             samples.append((list(path), f.self_bytes))
-    profiles = [_profile("all transfers (bytes)", samples, None)]
-    profiles += [_profile(f"{k} (bytes)", samples, k) for k in TRANSFER_KINDS if tree.bytes.get(k)]
-    return {"$schema": SCHEMA, "shared": {"frames": frames}, "profiles": profiles,
-            "name": f"{name}: bytes by call stack", "activeProfileIndex": 0, "exporter": exporter}
+    return [_profile(f"{prefix}all transfers (bytes)", samples, None)] + \
+        [_profile(f"{prefix}{k} (bytes)", samples, k) for k in TRANSFER_KINDS if tree.bytes.get(k)]
 
 
 def _profile(name: str, samples: list, kind: str | None) -> dict:
@@ -53,5 +61,5 @@ def _profile(name: str, samples: list, kind: str | None) -> dict:
             "endValue": sum(weights), "samples": stacks, "weights": weights}
 
 
-def render_speedscope(tree, name: str, exporter: str) -> str:
-    return json.dumps(speedscope(tree, name, exporter), separators=(",", ":")) + "\n"
+def render_speedscope(trees: list, name: str, exporter: str) -> str:
+    return json.dumps(speedscope(trees, name, exporter), separators=(",", ":")) + "\n"

@@ -358,11 +358,13 @@ def frame_name(f) -> str:
     return f"{file_name(f.file)}:{f.line} {f.function}"
 
 
-def render_stacks(tree) -> str:
+def render_stacks(tree, label: str = "") -> str:
     """The call-stack tree (``analysis.stacks.StackTree``) as indented plain lines: each frame
-    with the bytes and count of every transfer at or below it, then per kind."""
+    with the bytes and count of every transfer at or below it, then per kind. ``label``: the
+    process of a job (``p0``)."""
     total = sum(tree.bytes.values())
-    lines = [f"Bytes by call stack (transfers at or below each frame: {human_bytes(total)}, "
+    where = f" of process {label}" if label else ""
+    lines = [f"Bytes by call stack{where} (transfers at or below each frame: {human_bytes(total)}, "
              f"{sum(tree.count.values()):,} transfers)"]
     if not tree.roots:
         lines.append("  no transfers")
