@@ -214,16 +214,23 @@ def run_path(record_call, call, packed: bool):
         "transfers": _without_clock(rows["transfers"], (1,)),
         "buffers": [tuple(b) for b in rows["buffers"]],
         "sites": [tuple(s) for s in rows["sites"]],
+        "stacks": [tuple(s) for s in rows["stacks"]],  # the call-stack trie (issue 28)
+        "transfer_stacks": [tuple(s) for s in rows.get("transfer_stacks", ())],
         "tail": dict(rec.tail),
         "recording_errors": rec.recording_errors,
     }, outcome
 
 
+def both_paths(call, packed: bool):
+    """[(rows, outcome) native, (rows, outcome) Python]: from one line, so that the whole call
+    stack (issue 28: its outer frames too) is the same for both."""
+    return [run_path(path, call, packed) for path in (NATIVE, dispatch.python_record_call)]
+
+
 @SETTINGS
 @given(call=calls(), packed=st.booleans())
 def test_native_and_python_record_call_append_the_same_rows(call, packed):
-    native_rows, native_out = run_path(NATIVE, call, packed)
-    python_rows, python_out = run_path(dispatch.python_record_call, call, packed)
+    (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed)
     assert native_out == python_out
     assert native_rows == python_rows
     assert native_rows["recording_errors"] == 0
@@ -247,10 +254,52 @@ def test_the_generated_calls_reach_every_branch():
         (("eager", "asarray", [committed], {}, False), (0, 0, 0)),  # nothing dispatched
     ]
     for call, (n_ops, n_transfers, n_buffers) in cases:
-        rows, out = run_path(NATIVE, call, packed=False)
-        twin, twin_out = run_path(dispatch.python_record_call, call, packed=False)
+        (rows, out), (twin, twin_out) = both_paths(call, packed=False)
         assert (rows, out) == (twin, twin_out), call
         assert (len(rows["ops"]), len(rows["transfers"]), len(rows["buffers"])) == (n_ops, n_transfers, n_buffers), call
+
+
+def _caller_a(call, packed):  # two callers of one helper: two stacks, one site (_invoke's)
+    return _helper(call, packed)
+
+
+def _caller_b(call, packed):
+    return _helper(call, packed)
+
+
+def _helper(call, packed):
+    return both_paths(call, packed)
+
+
+def _stack_functions(nodes: list, node: int) -> list[str]:
+    by_id = {n[0]: n for n in nodes}
+    out = []
+    while node:
+        out.append(by_id[node][4])  # StackNode: node, parent, file, line, function
+        node = by_id[node][1]
+    return out[::-1]
+
+
+def test_the_twins_record_the_same_call_stacks():
+    """Each transfer's stack node (issue 28) names the user frames from the test down to the
+    call, both paths alike; the two callers of one helper are two stacks at one site."""
+    upload = ("eager", "multiply", [("committed", ((4,), "float32", 1)), ("scalar", 0.5)], {}, False)
+    moved = ("eager", "add", [("committed", ((4,), "float32", 1)), ("uncommitted", ((4,), "float32", 0))], {}, False)
+    leaves = {}
+    for caller in (_caller_a, _caller_b):
+        for call in (upload, moved):
+            (rows, out), (twin, twin_out) = caller(call, False)
+            assert (rows, out) == (twin, twin_out)
+            (t,) = rows["transfers"]
+            assert t[-1] > 0
+            assert _stack_functions(rows["stacks"], t[-1])[-7:] == [
+                "test_the_twins_record_the_same_call_stacks", caller.__name__, "_helper", "both_paths",
+                "<listcomp>", "run_path", "_invoke"]
+            leaves.setdefault(caller.__name__, set()).add(rows["stacks"][-1][2:])
+        # packed, as under `jaxplace run`: the store's TransferStack row names the same node
+        (rows, _), (twin, _) = caller(upload, True)
+        assert rows == twin and [n for _, n in rows["transfer_stacks"]] == [rows["stacks"][-1][0]]
+    assert leaves["_caller_a"] == leaves["_caller_b"]  # the same leaf frame under both callers
 
 
 # ---------------------------------------------------------------- the decoder

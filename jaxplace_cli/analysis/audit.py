@@ -95,7 +95,9 @@ class Audit:
 
         result = self.result()
         limit = DETAIL_MAX if detail_max is None else detail_max
-        return self._guarded(lambda: build_timeline(self.run, result, detail_max=limit))
+        tl = self._guarded(lambda: build_timeline(self.run, result, detail_max=limit))
+        tl.stacks = self.stacks()  # the page's #bytes-by-stack (report/html_stacks.py)
+        return tl
 
     def timelines(self, detail_max: float | None = None) -> list[tuple[str, AuditResult, object]]:
         """``(label, result, timeline)`` per run: one for a run (label ``""``), one per readable
@@ -111,6 +113,31 @@ class Audit:
             part = Audit(v.path, self.cfg, select=self.select, ignore=self.ignore, top_sites=10_000)
             part._result = v.result
             out.append((f"p{v.index}", v.result, part.timeline(detail_max)))
+        return out
+
+    def stacks(self, max_frames: int | None = None):
+        """Bytes by call stack (``analysis.stacks.StackTree``) of a run; None for a trace or a job."""
+        if self.kind != RUN:
+            return None
+        from jaxplace_cli.analysis.stacks import MAX_FRAMES, stack_tree, steady_window
+
+        cap = MAX_FRAMES if max_frames is None else max_frames
+        steady = steady_window(self.result().steps)
+        return self._guarded(lambda: stack_tree(self.run.store, self.run.store.sites(), cap, steady))
+
+    def stacks_by_process(self, max_frames: int | None = None) -> list[tuple[str, object]]:
+        """``(label, StackTree)`` per run, as ``timelines``: one for a run (label ``""``), one
+        per readable process of a job (``p<i>``), none for a trace."""
+        if self.kind == RUN:
+            return [("", self.stacks(max_frames))]
+        if self.kind == TRACE:
+            return []
+        out = []
+        for v in self.result().distributed.processes:
+            if v.result is not None:
+                part = Audit(v.path, self.cfg, select=self.select, ignore=self.ignore, top_sites=10_000)
+                part._result = v.result
+                out.append((f"p{v.index}", part.stacks(max_frames)))
         return out
 
     def sources(self) -> dict:

@@ -6,7 +6,10 @@
    SiteCache: Recorder.site_of in C. The frame walk and its two caches (code object -> tier,
    (code, instruction offset) -> site id) are open-addressing tables keyed on pointers; a miss
    calls back into the recorder's Python methods (_tier, _intern_site), which decide, so the
-   classification rules live in one place (capture/recorder.py).
+   classification rules live in one place (capture/recorder.py). Its `stack` method is
+   Recorder.stack_of in C: the user frames of the whole stack as one node of a trie keyed on
+   (parent node, code, instruction offset), outermost first (a third table; a miss calls
+   rec._intern_node, which numbers nodes for both paths).
 
    record_call: capture/jaxhooks/dispatch.py's python_record_call for the common eager cases,
    the same rows in the same order (tests/test_native_twin.py compares them call by call).
@@ -97,14 +100,17 @@ typedef struct {
     PyObject_HEAD
     PyObject *tier_fn;   /* rec._tier(code) -> int; keeps the code alive (rec._codes) */
     PyObject *intern_fn; /* rec._intern_site(key, frame) -> int */
+    PyObject *node_fn;   /* rec._intern_node(parent, frame) -> int (None: no stacks) */
     PyObject *codes;     /* list: every code object a table holds a pointer to */
     Table tiers;
     Table sites;
+    Table nodes;         /* (code, parent << 32 | offset) -> stack node id */
 } SiteCache;
 
 static int cache_traverse(SiteCache *self, visitproc visit, void *arg) {
     Py_VISIT(self->tier_fn);
     Py_VISIT(self->intern_fn);
+    Py_VISIT(self->node_fn);
     Py_VISIT(self->codes);
     return 0;
 }
@@ -112,6 +118,7 @@ static int cache_traverse(SiteCache *self, visitproc visit, void *arg) {
 static int cache_clear(SiteCache *self) {
     Py_CLEAR(self->tier_fn);
     Py_CLEAR(self->intern_fn);
+    Py_CLEAR(self->node_fn);
     Py_CLEAR(self->codes);
     return 0;
 }
@@ -121,12 +128,15 @@ static void cache_dealloc(SiteCache *self) {
     cache_clear(self);
     PyMem_Free(self->tiers.e);
     PyMem_Free(self->sites.e);
+    PyMem_Free(self->nodes.e);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int cache_init(SiteCache *self, PyObject *args, PyObject *kw) {
-    PyObject *tier_fn, *intern_fn;
-    if (!PyArg_ParseTuple(args, "OO", &tier_fn, &intern_fn)) return -1;
+    PyObject *tier_fn, *intern_fn, *node_fn = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O", &tier_fn, &intern_fn, &node_fn)) return -1;
+    Py_INCREF(node_fn);
+    Py_XSETREF(self->node_fn, node_fn);
     Py_INCREF(tier_fn);
     Py_XSETREF(self->tier_fn, tier_fn);
     Py_INCREF(intern_fn);
@@ -196,6 +206,80 @@ static long site_lookup(SiteCache *c, PyFrameObject *frame) {
     return sid;
 }
 
+#define MAX_STACK 128 /* user frames kept per stack, the innermost (deep recursion is cut) */
+
+/* Stack node id of the user frames at or above `frame` (the first library frame if there is no
+   user frame, as site_lookup): 0 for none, -1 on error. Its leaf is the frame site_lookup picks,
+   so the node's site is the row's site. */
+static long stack_lookup(SiteCache *c, PyFrameObject *frame) {
+    PyFrameObject *user[MAX_STACK], *fallback = NULL, *f = frame;
+    int n = 0;
+    long node = 0;
+    Py_XINCREF(f);
+    while (f) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        long tier;
+        int err = code_tier(c, code, &tier);
+        Py_DECREF(code);
+        if (err < 0) {
+            Py_DECREF(f);
+            node = -1;
+            goto done;
+        }
+        if (tier == USER && n < MAX_STACK) {
+            user[n++] = f;
+            Py_INCREF(f);
+        } else if (tier == LIBRARY && !fallback) {
+            fallback = f;
+            Py_INCREF(f);
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    if (!n && fallback) {
+        user[n++] = fallback;
+        fallback = NULL;
+    }
+    for (int i = n - 1; i >= 0 && node >= 0; i--) {
+        PyCodeObject *code = PyFrame_GetCode(user[i]);
+        int64_t key = ((int64_t)node << 32) | (int64_t)(uint32_t)PyFrame_GetLasti(user[i]);
+        long nid;
+        if (!table_get(&c->nodes, code, key, &nid)) {
+            PyObject *parent = PyLong_FromLong(node);
+            PyObject *r = parent ? PyObject_CallFunctionObjArgs(c->node_fn, parent, (PyObject *)user[i], NULL) : NULL;
+            Py_XDECREF(parent);
+            nid = r ? PyLong_AsLong(r) : -1;
+            Py_XDECREF(r);
+            if ((nid == -1 && PyErr_Occurred()) || nid < 0 || PyList_Append(c->codes, (PyObject *)code) < 0 ||
+                table_put(&c->nodes, code, key, nid) < 0)
+                nid = -1;
+        }
+        Py_DECREF(code);
+        node = nid;
+    }
+done:
+    for (int i = 0; i < n; i++) Py_DECREF(user[i]);
+    Py_XDECREF(fallback);
+    return node;
+}
+
+static PyObject *cache_stack(SiteCache *self, PyObject *frame) {
+    if (frame == Py_None || self->node_fn == Py_None) return PyLong_FromLong(0);
+    if (!PyFrame_Check(frame)) {
+        PyErr_SetString(PyExc_TypeError, "stack() takes a frame");
+        return NULL;
+    }
+    long nid = stack_lookup(self, (PyFrameObject *)frame);
+    if (nid < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "stack(): a negative node id");
+    return nid < 0 ? NULL : PyLong_FromLong(nid);
+}
+
+static PyMethodDef cache_methods[] = {
+    {"stack", (PyCFunction)cache_stack, METH_O, "stack(frame) -> stack node id: Recorder.stack_of in C"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyObject *cache_call(SiteCache *self, PyObject *args, PyObject *kw) {
     PyObject *frame;
     if (!PyArg_ParseTuple(args, "O", &frame)) return NULL;
@@ -217,6 +301,7 @@ static PyTypeObject SiteCacheType = {
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)cache_init,
     .tp_call = (ternaryfunc)cache_call,
+    .tp_methods = cache_methods,
     .tp_traverse = (traverseproc)cache_traverse,
     .tp_clear = (inquiry)cache_clear,
     .tp_dealloc = (destructor)cache_dealloc,
@@ -237,7 +322,7 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
     *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
-    *S_mem_state;
+    *S_mem_state, *S_stack_of;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
@@ -504,6 +589,23 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     return 1;
 }
 
+/* The stack node of a call's transfers (a new reference), looked up when its first transfer
+   row is made (an op that moves nothing pays nothing): rec.stack_of of the hook's frame, as
+   dispatch._after_call does. */
+static PyObject *call_stack(Call *c) {
+    PyObject *cache = PyObject_GetAttr(c->rec, S_site_cache);
+    if (!cache) return NULL;
+    PyFrameObject *frame = PyEval_GetFrame();
+    PyObject *r;
+    if (Py_TYPE(cache) == &SiteCacheType) {
+        r = cache_stack((SiteCache *)cache, frame ? (PyObject *)frame : Py_None);
+    } else { /* a recorder made without the native cache: its Python stack_of */
+        r = PyObject_CallMethodOneArg(c->rec, S_stack_of, frame ? (PyObject *)frame : Py_None);
+    }
+    Py_DECREF(cache);
+    return r;
+}
+
 /* The rows of one recorded call, as dispatch._after_call appends them (the cases c_records
    accepts): 0 recorded, 1 not recorded (a multi-device result: the Python code records it),
    -1 error. One cleanup label (`done`) for every exit. */
@@ -512,6 +614,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
              *transfers = NULL, *bufids = NULL, *tail = NULL, *scalar_bytes = NULL;
     PyObject *kind = NULL, *name = NULL, *tappend = NULL, *on_transfer = NULL, *scalar_api = NULL;
+    PyObject *stack = NULL; /* the transfers' stack node (call_stack), made with the first one */
     int scalars = 0;
     Py_ssize_t nargs = PyTuple_GET_SIZE(c->args);
     PyObject *in_list = NULL;
@@ -563,9 +666,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 }
                 nb = api ? PyObject_CallOneArg(G.array_nbytes, a) : NULL;
                 s = nb ? PyIter_Next(seqs) : NULL;
-                if (s) {
-                    PyObject *ev = row_(PyTuple_Pack(13, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
-                                                Py_False, api, c->site, b, c->seq));
+                if (s && (stack || (stack = call_stack(c)))) {
+                    PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
+                                                Py_False, api, c->site, b, c->seq, stack));
                     err = emit_transfer(tappend, on_transfer, ev);
                 } else {
                     err = -1;
@@ -591,9 +694,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             PyObject *nb = PyObject_GetItem(scalar_bytes, (PyObject *)Py_TYPE(a));
             PyObject *s = nb ? PyIter_Next(seqs) : NULL;
             int err = -1;
-            if (s) {
-                PyObject *ev = row_(PyTuple_Pack(13, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
-                                            Py_False, scalar_api, c->site, ZERO, c->seq));
+            if (s && (stack || (stack = call_stack(c)))) {
+                PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
+                                            Py_False, scalar_api, c->site, ZERO, c->seq, stack));
                 err = emit_transfer(tappend, on_transfer, ev);
             }
             Py_XDECREF(nb);
@@ -704,6 +807,7 @@ done:
     Py_XDECREF(tappend);
     Py_XDECREF(on_transfer);
     Py_XDECREF(scalar_api);
+    Py_XDECREF(stack);
     return rc;
 }
 
@@ -1054,6 +1158,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_tail, "tail");
     INTERN(S_t0, "t0");
     INTERN(S_site_cache, "site_of");
+    INTERN(S_stack_of, "stack_of");
     INTERN(S_on_transfer, "on_transfer");
     INTERN(S_on_dispatch, "on_dispatch");
     INTERN(S_append, "append");

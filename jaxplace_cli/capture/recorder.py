@@ -18,6 +18,7 @@ from collections import deque
 from pathlib import Path
 from time import perf_counter_ns
 
+from jaxplace_cli.capture.stacks import LIBRARY, TRANSFER_FIELDS, USER, Stacks
 from jaxplace_cli.model.events import MARKER_SITE_TEXT, Marker, OpEvent, Site, TransferEvent
 from jaxplace_cli.model.raw import PACKED
 
@@ -26,7 +27,7 @@ _JAXPLACE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # the jaxplac
 BUF_ATTR = "_jaxplace_buf"
 
 # Frame tiers: 2 = the user's code, 1 = a third-party library, 0 = JAX/jaxplace/stdlib.
-USER, LIBRARY, INTERNAL = 2, 1, 0
+INTERNAL = 0
 
 
 def _internal_prefixes() -> tuple[str, ...]:
@@ -48,7 +49,7 @@ def _library_prefixes() -> tuple[str, ...]:
     return tuple({os.path.join(paths[k], "") for k in ("purelib", "platlib") if k in paths})
 
 
-class Recorder:
+class Recorder(Stacks):
     """Collects events from hooks; ``take()`` hands raw rows to the store writer."""
 
     def __init__(self, maxlen: int | None = None) -> None:
@@ -67,6 +68,7 @@ class Recorder:
         self._sites: dict = {}  # (id(code), instruction offset) -> site id
         self._site_by_line: dict = {}  # (file, line, function) -> site id
         self._site_ids = itertools.count(1)
+        self._init_stacks(maxlen)  # call stacks (issue 28, capture/stacks.py)
         # id(code) -> tier. Keyed on id(), not on the code object: hashing a code object hashes
         # its constants, recursively through nested code objects (~0.2 us for a small function,
         # far more for a module body), and site_of does it for every frame it walks, per op.
@@ -114,7 +116,8 @@ class Recorder:
 
         mod = native.module()
         if mod is not None:  # the C frame walk and caches (capture/_native.c); the rules stay here
-            self.site_of = mod.SiteCache(self._tier, self._intern_site)
+            self.site_of = mod.SiteCache(self._tier, self._intern_site, self._intern_node)
+            self.stack_of = self.site_of.stack
 
     # -- identities -------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -228,7 +231,9 @@ class Recorder:
 
     # -- events -----------------------------------------------------------------------------
     def add_transfer(self, ev) -> None:
-        """``ev``: a TransferEvent or a plain tuple in its field order (see dispatch.py)."""
+        """``ev``: a TransferEvent or a tuple in its field order; + its stack (capture/stacks.py)."""
+        if len(ev) == TRANSFER_FIELDS:
+            ev = self.with_stack(ev, sys._getframe(1))
         self.transfers.append(ev)
         if self.on_transfer is not None:
             self.on_transfer(ev)
@@ -323,6 +328,7 @@ class Recorder:
         ops, transfers, buffers = self._deques
         batch = {
             "sites": _pop_all(self._new_sites),
+            "stacks": _pop_all(self._new_nodes),
             "ops": _pop_all(ops),
             "transfers": _pop_all(transfers),
             "buffers": _pop_all(buffers),

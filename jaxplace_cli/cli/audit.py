@@ -47,6 +47,9 @@ def audit(
                                             help="A function compiled more than N times is a finding."),
     run_name: Optional[str] = typer.Option(None, "--run", metavar="NAME",
                                            help="For a jax.profiler log dir: which profiling run (default: the newest)."),
+    stacks: bool = typer.Option(False, "--stacks",
+                                help="Also print the bytes transferred by call stack, as an indented tree "
+                                     "(a run, terminal formats)."),
     budget: Optional[Path] = typer.Option(None, "--budget", "-b", metavar="FILE",
                                           help="Budget file (TOML, docs/budgets.md): exit 1 when a limit is exceeded."),
     **limits,
@@ -58,7 +61,8 @@ def audit(
     """
     flags = given_limits(limits)
     code = audit_path(path, format, output, min_bytes, top, rule, ignore, loop_threshold,
-                      recompile_threshold, run_name, budget, flags, max_findings=max_findings, verbose=verbose)
+                      recompile_threshold, run_name, budget, flags, max_findings=max_findings, verbose=verbose,
+                      stacks=stacks)
     raise typer.Exit(code)
 
 
@@ -74,7 +78,7 @@ def load_gate_budget(budget_path: Optional[Path], flags: dict):
 
 def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=None, ignore=None,
                loop_threshold=3, recompile_threshold=2, run_name=None, budget_path=None, flags=None,
-               max_findings=None, verbose=False) -> int:
+               max_findings=None, verbose=False, stacks=False) -> int:
     """Audit ``path`` and render it; returns the exit code (0, or 1 on a budget breach)."""
     from jaxplace_cli.analysis.audit import Audit
     from jaxplace_cli.analysis.findings import RuleConfig
@@ -101,8 +105,27 @@ def audit_path(path, format=None, output=None, min_bytes="1KiB", top=20, rule=No
             timeline = audit.timeline() if audit.kind != "job" else job_timeline(audit)
     page = {"timeline": timeline, "sources": audit.sources()} if fmt == "html" else {}
     options = Options(max_findings=max_findings, verbose=verbose, **page)
+    trees = _stacks(audit, fmt, output) if stacks else []
     _emit(result, fmt, output, options)
+    if trees:
+        from jaxplace_cli.report.terminal import render_stacks
+
+        for label, tree in trees:
+            sys.stdout.write("\n" + render_stacks(tree, label))
     return EXIT_BREACH if result.budget is not None and not result.budget.passed else 0
+
+
+def _stacks(audit, fmt: str, output: Optional[Path]) -> list:
+    """``--stacks``: the call-stack trees printed after the terminal report (report/terminal.py),
+    one for a run, one per process of a job."""
+    from jaxplace_cli.model.errors import UsageError
+
+    if fmt not in ("rich", "text") or output is not None:
+        raise UsageError("--stacks adds to the terminal report: drop --output and use --format rich or text")
+    trees = audit.stacks_by_process()
+    if not trees:
+        raise UsageError(f"--stacks reads a jaxplace run or job; {audit.path} is a {audit.kind}")
+    return trees
 
 
 def _emit(result, fmt: str, output: Optional[Path], options) -> None:

@@ -14,6 +14,9 @@ def export(
     path: Path = typer.Argument(..., metavar="PATH", help="A jaxplace run directory or launch job directory."),
     perfetto: Optional[Path] = typer.Option(None, "--perfetto", metavar="FILE",
                                             help="Write Chrome trace event JSON here (gzipped when it ends in .gz)."),
+    speedscope: Optional[Path] = typer.Option(None, "--speedscope", metavar="FILE",
+                                              help="Write the bytes transferred by call stack as a speedscope "
+                                                   "JSON file (open it at speedscope.app)."),
     min_bytes: str = typer.Option("1KiB", "--min-bytes", metavar="SIZE",
                                   help="Transfers smaller than this are not findings' moments."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
@@ -26,12 +29,35 @@ def export(
 
     Example: jaxplace export RUN --perfetto run.json.gz   (then open it at ui.perfetto.dev)
     """
+    if perfetto is None and speedscope is None:
+        raise UsageError("say what to export: --perfetto OUT.json[.gz] or --speedscope OUT.json")
+    if speedscope is not None:
+        n = export_speedscope(path, speedscope)
+        if not quiet:
+            print(f"jaxplace: {n:,} call-stack frames written to {speedscope}; open it at speedscope.app",
+                  file=sys.stderr)
     if perfetto is None:
-        raise UsageError("say what to export: --perfetto OUT.json[.gz]")
+        return
     n = export_perfetto(path, perfetto, min_bytes)
     if not quiet:
         print(f"jaxplace: {n:,} trace events written to {perfetto}; open it at ui.perfetto.dev "
               "or chrome://tracing", file=sys.stderr)
+
+
+def export_speedscope(path: Path, out: Path) -> int:
+    """Write ``path``'s bytes by call stack (a run's, or each process's of a job) to ``out``,
+    atomically; returns the frames."""
+    from jaxplace_cli import __version__
+    from jaxplace_cli.analysis.audit import Audit
+    from jaxplace_cli.report import write_atomic
+    from jaxplace_cli.report.speedscope import render_speedscope
+
+    audit = Audit(path)
+    trees = audit.stacks_by_process()
+    if not trees:
+        raise UsageError(f"{path} is a {audit.kind}: --speedscope reads a jaxplace run or job")
+    write_atomic(Path(out), render_speedscope(trees, Path(path).name, f"jaxplace {__version__}"))
+    return sum(t.frames for _, t in trees)
 
 
 def export_perfetto(path: Path, out: Path, min_bytes: str = "1KiB") -> int:

@@ -95,6 +95,29 @@ class TransferEvent(NamedTuple):
     op_seq: int
 
 
+class StackNode(NamedTuple):
+    """One frame of the user's call stacks (issue 28), interned as a trie: ``node``'s frame is
+    ``file:line`` in ``function``, called from ``parent``'s frame (0: the outermost user frame).
+    A node stands for the whole stack from the outermost user frame down to its own, so a
+    transfer names its stack with one id (``TransferStack``); its leaf is the transfer's site.
+    Frames are not ``Site`` rows: site ids stay those of the events' first user frames."""
+
+    node: int
+    parent: int
+    file: str
+    line: int
+    function: str
+
+
+class TransferStack(NamedTuple):
+    """The call stack (a ``StackNode``) a transfer was made under, by the transfer's ``seq``.
+    A table of its own so that ``TransferEvent`` and the stores written before it stay as they
+    are; a transfer without a row here has only its ``site``."""
+
+    seq: int
+    node: int
+
+
 class BufferEvent(NamedTuple):
     """A jax.Array first seen by jaxplace: where it lives and what it holds."""
 

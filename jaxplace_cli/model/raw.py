@@ -10,6 +10,8 @@ description of those tuples: capture writes them, the store reads them, by these
   (``OP_WITH_RESULT`` long): the result's shape tuple, ``(dtype name, itemsize)`` and
   committed flag; the store turns them into that buffer's ``BufferEvent`` (one tuple per op,
   not three: GC-tracked objects per eager op 4.7 -> 1.7).
+- A transfer row is a ``TransferEvent`` in field order, then the node of its call stack (issue
+  28: ``Recorder.stack_of``, 0 = none); the store keeps that as a ``TransferStack`` row.
 - A buffer row is ``(buf, seq, device, shape tuple, (dtype name, itemsize), committed, site)``.
 - Frees (issue 27, capture/memory.py) come as ``bytes``: ``buf, seq, how code`` as three native
   int64 a free (no object per free for the cycle collector); ``frees_rows`` makes the rows.

@@ -24,6 +24,7 @@ from jaxplace_cli.model.severity import SEVERITIES
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.report.html_data import esc, payload, script_json
 from jaxplace_cli.report.html_memory import memory_chart
+from jaxplace_cli.report.html_stacks import stacks_section
 from jaxplace_cli.report.html_tables import matrix, ops, processes, run_metadata, steps
 from jaxplace_cli.report.verdict import cost_text, severity_counts, small_note
 
@@ -39,6 +40,7 @@ def render(result: AuditResult, timeline=None, sources: dict | None = None) -> s
     js = resources.files("jaxplace_cli.report").joinpath("assets/report.js").read_text()
     body = "\n".join([
         _header(result), _verdict(result), _timeline(timeline, result), memory_chart(result, timeline),
+        stacks_section(result, timeline),
         _findings(result, timeline, sources),
         _sites(result, timeline, sources), matrix(result), steps(result), ops(result), processes(result),
         run_metadata(result),

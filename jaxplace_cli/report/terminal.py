@@ -347,3 +347,31 @@ def _to_text(result: AuditResult, options, rich: bool) -> str:
     text = buf.getvalue()
     # rich pads indented blocks to the full width; a text report keeps no trailing blanks
     return text if rich else "\n".join(line.rstrip() for line in text.split("\n"))
+
+
+# -- bytes by call stack (`jaxplace audit RUN --stacks`, issue 28) -----------------------------
+
+def frame_name(f) -> str:
+    """``layers.py:7 attn`` (file name, line, function) of a stack frame; a folded box's name."""
+    if not f.real:
+        return f.function
+    return f"{file_name(f.file)}:{f.line} {f.function}"
+
+
+def render_stacks(tree, label: str = "") -> str:
+    """The call-stack tree (``analysis.stacks.StackTree``) as indented plain lines: each frame
+    with the bytes and count of every transfer at or below it, then per kind. ``label``: the
+    process of a job (``p0``)."""
+    total = sum(tree.bytes.values())
+    where = f" of process {label}" if label else ""
+    lines = [f"Bytes by call stack{where} (transfers at or below each frame: {human_bytes(total)}, "
+             f"{sum(tree.count.values()):,} transfers)"]
+    if not tree.roots:
+        lines.append("  no transfers")
+    for depth, f in tree.walk():
+        kinds = " · ".join(f"{k} {f.bytes[k]:,} B" for k in sorted(f.bytes))
+        lines.append(f"{'  ' * (depth + 1)}{safe.plain(frame_name(f))}  {f.total:,} B  "
+                     f"{f.total_count:,}×  ({kinds})")
+    if tree.folded:
+        lines.append(f"  {tree.folded:,} smaller frames folded into the '(N more)' lines")
+    return "\n".join(lines) + "\n"

@@ -17,8 +17,18 @@ from pathlib import Path
 from typing import Iterator
 
 from jaxplace_cli.model.errors import JaxplaceError
-from jaxplace_cli.model.events import BufferEvent, FreeEvent, Marker, OpEvent, ShardEvent, Site, TransferEvent
-from jaxplace_cli.store.schema import MAGIC, MEMORY_TABLES, SCHEMA_VERSION, TABLES, columns
+from jaxplace_cli.model.events import (
+    BufferEvent,
+    FreeEvent,
+    Marker,
+    OpEvent,
+    ShardEvent,
+    Site,
+    StackNode,
+    TransferEvent,
+    TransferStack,
+)
+from jaxplace_cli.store.schema import MAGIC, MEMORY_TABLES, SCHEMA_VERSION, STACK_TABLES, TABLES, columns
 
 MAX_CHECK_BYTES = 2 << 30  # stores checked with quick_check (JAXPLACE_MAX_CHECK_BYTES): ~7 s at 2 GiB
 
@@ -94,7 +104,9 @@ class StoreReader:
             raise StoreError(f"{self.path} is not a jaxplace events database (no table {not_tables[0]!r})")
         # the memory tables (issue 27) are checked where they exist: older runs lack them
         self.has_memory = all(kinds.get(t) == "table" for t in MEMORY_TABLES)
-        self._tables = {**TABLES, **(MEMORY_TABLES if self.has_memory else {})}
+        self.has_stacks = all(kinds.get(t) == "table" for t in STACK_TABLES)  # issue 28, as memory
+        self._tables = {**TABLES, **(MEMORY_TABLES if self.has_memory else {}),
+                        **(STACK_TABLES if self.has_stacks else {})}
         for name, cls in self._tables.items():
             try:
                 cols = [(r[1], r[2].upper()) for r in self.conn.execute(f"PRAGMA table_info({name})")]
@@ -169,6 +181,13 @@ class StoreReader:
 
     def shards(self) -> Iterator[ShardEvent]:
         return self._rows("shards", ShardEvent) if self.has_memory else iter(())
+
+    def stack_nodes(self) -> Iterator[StackNode]:
+        """The call-stack trie (issue 28); none for a store written before it."""
+        return self._rows("stacks", StackNode) if self.has_stacks else iter(())
+
+    def transfer_stacks(self) -> Iterator[TransferStack]:
+        return self._rows("transfer_stacks", TransferStack) if self.has_stacks else iter(())
 
     def markers(self) -> Iterator[Marker]:
         return self._rows("markers", Marker, "ORDER BY seq")

@@ -5,7 +5,7 @@ the user's threads never pay for it), in-process for ``budget()`` and ``device_p
 """
 from __future__ import annotations
 
-from jaxplace_cli.model.events import BufferEvent, OpEvent
+from jaxplace_cli.model.events import BufferEvent, OpEvent, TransferEvent
 from jaxplace_cli.model.raw import (
     OP_FIELDS,
     OP_IN_BUFS,
@@ -21,6 +21,7 @@ _SHAPE_FORMATS: dict = {}  # shape -> ("32x128", element count)
 _SEQ = OpEvent._fields.index("seq")
 _DEVICES = OpEvent._fields.index("devices")
 _SITE = OpEvent._fields.index("site")
+_TRANSFER_FIELDS = len(TransferEvent._fields)
 
 
 def finish_rows(batch: dict[str, list]) -> dict[str, list]:
@@ -51,15 +52,32 @@ def finish_rows(batch: dict[str, list]) -> dict[str, list]:
                     *op[OP_OUT_BUFS + 1:OP_FIELDS]))
     for b, seq, device, shape, (dtype_s, itemsize), committed, site in batch["buffers"]:
         add_buffer(b, seq, device, shape, dtype_s, itemsize, committed, site)
+    transfers, stacks = _split_stacks(batch["transfers"])
     return {
         "sites": batch["sites"],
+        "stacks": batch.get("stacks") or [],
+        "transfer_stacks": stacks,
         "ops": ops,
-        "transfers": batch["transfers"],
+        "transfers": transfers,
         "buffers": buffers,
         "markers": batch["markers"],
         "frees": frees_rows(batch.get("frees")),
         "shards": batch.get("shards") or [],
     }
+
+
+def _split_stacks(rows: list) -> tuple[list, list]:
+    """Transfer rows with their stack node (model/raw.py) -> (TransferEvent rows, TransferStack
+    rows); a row without a node (0, or none appended) has no TransferStack row."""
+    n = _TRANSFER_FIELDS
+    transfers, stacks = [], []
+    for t in rows:
+        if len(t) > n:
+            if t[n]:
+                stacks.append((t[0], t[n]))
+            t = t[:n]
+        transfers.append(t)
+    return transfers, stacks
 
 
 def _ids(bufs) -> str:

@@ -14,9 +14,17 @@ import threading
 from pathlib import Path
 
 from jaxplace_cli.model.raw import batch_rows
-from jaxplace_cli.store.schema import MAGIC, MEMORY_TABLES, SCHEMA_VERSION, TABLES, create_sql, insert_sql
+from jaxplace_cli.store.schema import (
+    MAGIC,
+    MEMORY_TABLES,
+    SCHEMA_VERSION,
+    STACK_TABLES,
+    TABLES,
+    create_sql,
+    insert_sql,
+)
 
-_ALL_TABLES = {**TABLES, **MEMORY_TABLES}
+_ALL_TABLES = {**TABLES, **MEMORY_TABLES, **STACK_TABLES}
 
 # Loss accounting (issue 25): per counted table, the rows the recorder had handed on
 # (``dispatched``: its running count when the batch was taken) and the rows committed, updated

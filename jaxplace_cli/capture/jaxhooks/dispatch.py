@@ -162,11 +162,14 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
     transfers = rec.transfers
     on_transfer = rec.on_transfer  # set while a trace window is open (TraceAnnotations)
     scalar_bytes = None
+    stack = -1  # the call's stack node (capture/stacks.py), looked up with its first transfer
     if spec.index and (n := index_uploads(args, dev)) is not None:
         scalar_bytes = _SCALAR_BYTES[x64_enabled()]
         for _ in range(n):
+            if stack < 0:
+                stack = rec.stack_of(sys._getframe(1))
             ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dev, scalar_bytes[int], True, False,
-                  spec.scalar_api, site, 0, seq)
+                  spec.scalar_api, site, 0, seq, stack)
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
@@ -187,8 +190,10 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             if adev != dev and "," not in dev and "," not in adev:
                 committed = getattr(a, "_committed", True)
                 api = spec.api + (" (uncommitted input)" if not committed else "")
+                if stack < 0:
+                    stack = rec.stack_of(sys._getframe(1))
                 ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dev, array_nbytes(a), True, False,
-                      api, site, b, seq)
+                      api, site, b, seq, stack)
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)
@@ -196,8 +201,10 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 # a one-device array in a multi-device dispatch: JAX puts it on every device of
                 # the computation, a leg each (onto its own device too: the guard logs it)
                 for dst, nbytes in legs.destinations(outs[0], a, array_nbytes(a)):
+                    if stack < 0:
+                        stack = rec.stack_of(sys._getframe(1))
                     ev = (next(rec.seqs), t0 - base, tid, D2D, adev, dst, nbytes, True, False,
-                          spec.api, site, b, seq)
+                          spec.api, site, b, seq, stack)
                     transfers.append(ev)
                     if on_transfer is not None:
                         on_transfer(ev)
@@ -206,8 +213,10 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
         elif ta in PY_SCALARS and "," not in dev:  # x + 1.0 uploads the 1.0 (jax-facts 7)
             if scalar_bytes is None:
                 scalar_bytes = _SCALAR_BYTES[x64_enabled()]
+            if stack < 0:
+                stack = rec.stack_of(sys._getframe(1))
             ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dev, scalar_bytes[ta], True, False,
-                  spec.scalar_api, site, 0, seq)
+                  spec.scalar_api, site, 0, seq, stack)
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
@@ -219,8 +228,10 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                 dests = sharded_upload(fn, args, kwargs, leaves, a) or legs.destinations(outs[0], a)
             hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
             for dst, nbytes in dests:
+                if stack < 0:
+                    stack = rec.stack_of(sys._getframe(1))
                 ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
-                      True, False, api, site, hid, seq)
+                      True, False, api, site, hid, seq, stack)
                 transfers.append(ev)
                 if on_transfer is not None:
                     on_transfer(ev)

@@ -369,7 +369,7 @@ def annotate_transfer(rec, ev) -> None:
 
         from jaxplace_cli.model.events import TransferEvent
 
-        ev = TransferEvent._make(ev)
+        ev = TransferEvent._make(ev[:len(TransferEvent._fields)])  # a raw row ends with its stack
         with TraceAnnotation(f"jaxplace.transfer.{ev.kind}", src=ev.src, dst=ev.dst,
                              bytes=ev.bytes, implicit=int(ev.implicit), blocking=int(ev.blocking),
                              api=ev.api, site=rec.site_text(ev.site), seq=ev.seq):
