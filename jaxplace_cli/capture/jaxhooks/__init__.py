@@ -133,7 +133,7 @@ def _install_ufunc(report: HookReport) -> None:
     from jax.numpy import ufunc
 
     from jaxplace_cli.capture.jaxhooks import legs
-    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, fast_hook, record_call
 
     original = ufunc.__dict__["__call__"]
     specs: dict[str, CallSpec] = {}
@@ -151,7 +151,7 @@ def _install_ufunc(report: HookReport) -> None:
             spec = specs[name] = CallSpec(name, OP_JNP, scalar_operands=True)
         return record_call(spec, original, (self, *args), kwargs)
 
-    _patch(ufunc, "__call__", __call__)
+    _patch(ufunc, "__call__", fast_hook(original, __call__))  # the forwarding cases in C
     report.installed.append("jax.numpy.ufunc.__call__")
 
 
@@ -184,7 +184,7 @@ def _install_array_methods(report: HookReport) -> None:
             continue
         else:
             spec = CallSpec(attr, OP_METHOD, scalar_operands=False)
-        _patch(ArrayImpl, attr, wrap(obj, spec))
+        _patch(ArrayImpl, attr, wrap(obj, spec, method=True))
         n += 1
     report.installed.append(f"Array operators and methods ({n})")
 
