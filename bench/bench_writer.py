@@ -1,25 +1,29 @@
 """The writer process's cost per row, by phase (issue 29 item 3): what bench P6's writer does
 with each batch — unpickle, unpack (model/_packed.c), finish_rows (store/rows.py), insert
 (store/writer.py) — on batches recorded in-process from many_events.py's loop.
+Each replay runs in a fresh process that never imports JAX (as the writer process), with the
+cyclic GC on and off (what writer_process.serve does), alternated.
 Usage: python bench/bench_writer.py [iterations] [repeats]
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-
 PRAGMAS = [p for p in os.environ.get("BENCH_PRAGMAS", "").split(";") if p]
 
 
 def record(iters: int) -> list[bytes]:
+    import jax
+    import jax.numpy as jnp
+
     from jaxplace_cli.capture.recorder import Recorder
     from jaxplace_cli.capture.recording import Recording
 
@@ -78,11 +82,11 @@ def replay(frames: list[bytes], path: Path) -> dict[str, float]:
     return {k: v / rows / 1000 for k, v in t.items()} | {"rows": rows}
 
 
-def main() -> None:
-    iters = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    frames = record(iters)
-    if os.environ.get("BENCH_GC") == "off":  # the writer process's own setting (writer_process.serve)
+def replay_main(path: str, repeats: int) -> None:
+    """In a process of its own that never imports JAX, as the writer process (its GC sees
+    only what the writer holds, not JAX's objects)."""
+    frames = pickle.loads(Path(path).read_bytes())
+    if os.environ.get("BENCH_GC") == "off":  # what writer_process.serve does
         import gc
 
         gc.collect()
@@ -91,15 +95,34 @@ def main() -> None:
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
             runs.append(replay(frames, Path(d) / "events.db"))
-    rows = runs[0]["rows"]
-    print(f"rows={rows} repeats={repeats} load={os.getloadavg()[0]:.2f}")
-    for k in ("unpickle", "unpack", "finish_rows", "insert"):
-        v = [r[k] for r in runs]
-        print(f"{k:12s} {statistics.median(v):.3f} µs/row [{min(v):.3f}-{max(v):.3f}]")
-    total = [sum(r[k] for k in ("unpickle", "unpack", "finish_rows", "insert")) for r in runs]
-    print(f"{'total':12s} {statistics.median(total):.3f} µs/row [{min(total):.3f}-{max(total):.3f}] "
-          f"= {1000 / statistics.median(total):.0f}k rows/s on one core")
+    print(json.dumps(runs))
+
+
+def main() -> None:
+    iters = int(sys.argv[1]) if len(sys.argv) > 1 else 800
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "frames.pickle"
+        path.write_bytes(pickle.dumps(record(iters)))
+        sides = {"gc on": [], "gc off": []}
+        for _ in range(repeats):  # alternated, one replay each
+            for side in sides:
+                env = dict(os.environ, BENCH_GC=side.split()[1])
+                out = subprocess.run([sys.executable, __file__, "--replay", str(path), "1"], env=env,
+                                     capture_output=True, text=True, check=True).stdout
+                sides[side] += json.loads(out)
+    print(f"rows={sides['gc on'][0]['rows']} repeats={repeats} load={os.getloadavg()[0]:.2f}")
+    for side, runs in sides.items():
+        for k in ("unpickle", "unpack", "finish_rows", "insert"):
+            v = [r[k] for r in runs]
+            print(f"{side:6s} {k:12s} {statistics.median(v):.3f} µs/row [{min(v):.3f}-{max(v):.3f}]")
+        total = [sum(r[k] for k in ("unpickle", "unpack", "finish_rows", "insert")) for r in runs]
+        print(f"{side:6s} {'total':12s} {statistics.median(total):.3f} µs/row [{min(total):.3f}-{max(total):.3f}] "
+              f"= {1000 / statistics.median(total):.0f}k rows/s on one core")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--replay"]:
+        replay_main(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
