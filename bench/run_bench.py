@@ -66,7 +66,8 @@ class Sizes:
     p1_extra_runs: int = 1  # P1: runs of each reference point / setting
     p2_extra_runs: int = 2  # P2: runs of each reference point / setting
     # (--record transfers is left out of P1: on a jit-only loop it installs the same hooks)
-    p1_extras: tuple = ("jaxplace --trace off", "jaxplace --trace full", "jax.profiler.trace")
+    p1_extras: tuple = ("jaxplace --trace off", "jaxplace --trace full", "jax.profiler.trace",
+                        "transfer_guard=log")
     p2_extras: tuple = ("jaxplace --trace off", "jaxplace --trace full", "jaxplace --record transfers",
                         "jaxplace (python path)", "jax.profiler.trace", "transfer_guard=log",
                         "forced slow path")
@@ -84,6 +85,9 @@ class Sizes:
     p8_audit_runs: int = 2  # P8: audits of the 10M-event run
     p3_python_runs: int = 1  # P3/P6: runs of the pure-Python capture path at the long length
     long_steps: int = 100_000  # P12: fori_loop steps of the one long first dispatch
+    lib_steps: int = 300  # LIB: steps of the flax.nnx + optax training program (0: skipped)
+    lib_extra_runs: int = 2  # LIB: runs of each reference point
+    lib_extras: tuple = ("jax.profiler.trace", "transfer_guard=log")
 
 
 PROFILES = {
@@ -91,14 +95,14 @@ PROFILES = {
     # ~3 min: the same workloads, smaller; fewer pairs (ratios are noisier)
     "quick": Sizes(pairs=3, steps=500, ops=9000, events=300_000, events_short=100_000,
                    p1_extra_runs=1, p2_extra_runs=1, audit_runs=1, p5_runs=2, p7_runs=2, launch_pairs=2,
-                   launch_steps=150, events_huge=2_000_000, p8_audit_runs=1),
+                   launch_steps=150, events_huge=2_000_000, p8_audit_runs=1, lib_steps=150, lib_extra_runs=1),
     # test_bench_smoke: every code path once, tiny sizes, numbers meaningless
     "smoke": Sizes(pairs=1, steps=10, batch=8, width=64, ops=60, events=3000, events_short=1500,
                    wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1, p7_runs=1,
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path", "jaxplace (python path)"),
                    p3_plain_short=False, p3_trace_off_runs=0, bounces=200, bounces_long=800,
                    launch_pairs=1, launch_steps=3, launch_trace_off_runs=0, events_huge=6000,
-                   p8_audit_runs=1, long_steps=1000),
+                   p8_audit_runs=1, long_steps=1000, lib_steps=0),  # LIB: not in the smoke (its speed)
 }
 
 # name -> (jaxplace run options or None for plain python, BENCH_MODE[, extra environment])
@@ -735,12 +739,12 @@ def print_table(rows_: list[dict], res: dict, file=sys.stdout) -> None:
             p(f"{'':4}   {r['note']}")
     if res.get("P3"):
         print_p3(res["P3"], p)
-    for pid in ("P1", "P2"):
+    for pid in ("P1", "P2", "LIB"):
         g = res.get(pid)
         if not g:
             continue
         p()
-        p(f"{pid} settings and reference points ({g['workload']} {' '.join(g['args'])}); "
+        p(f"{pid}{' (a real library program)' if pid == 'LIB' else ''} settings and reference points ({g['workload']} {' '.join(g['args'])}); "
           "ratios vs plain python, median")
         p(f"  {'config':<30} {'runs':>4} {'wall':>8} {'loop':>8} {'wall s':>8} {'peak RSS':>9} {'vs plain':>9}  trace")
         base = g["configs"]["plain"]
@@ -835,8 +839,8 @@ def main(argv=None) -> int:
         cur = getattr(sizes, k)
         setattr(sizes, k, (v.lower() in ("1", "true", "yes")) if isinstance(cur, bool) else type(cur)(v))
     only = {x.strip().upper() for x in a.only.split(",") if x.strip()}
-    if only - set(ROW_IDS):
-        ap.error(f"--only: unknown group(s) {', '.join(sorted(only - set(ROW_IDS)))}")
+    if only - set(ROW_IDS) - {"LIB"}:
+        ap.error(f"--only: unknown group(s) {', '.join(sorted(only - set(ROW_IDS) - {'LIB'}))}")
     want = lambda pid: not only or pid in only  # noqa: E731
     need_p3 = want("P3") or want("P4") or want("P6") or want("P9")
 
@@ -860,6 +864,10 @@ def main(argv=None) -> int:
             bench.log(f"P2: eager loop, {sizes.ops} ops")
             res["P2"] = loop_group(bench, "eager_ops.py", ["--ops", str(sizes.ops)], sizes.p2_extras,
                                    sizes.p2_extra_runs)
+        if want("LIB") and sizes.lib_steps > 0:
+            bench.log(f"LIB: flax.nnx + optax training program, {sizes.lib_steps} steps")
+            res["LIB"] = loop_group(bench, "flax_train.py", ["--steps", str(sizes.lib_steps)], sizes.lib_extras,
+                                    sizes.lib_extra_runs)
         if want("P7"):
             bench.log("P7: audit of 4 MiB TPU traces with a huge core_details stat")
             res["P7"] = p7_group(bench)

@@ -33,6 +33,21 @@ def module():
     return _state["module"]
 
 
+def wrap_module():
+    """The ``_wrap`` extension (the Array operator/method hooks in C), or None: missing, failed
+    to import, or ``JAXPLACE_CAPTURE=python``. Independent of ``module()``: it calls whichever
+    record_call the process runs."""
+    if "wrap" not in _state:
+        mod = None
+        if os.environ.get(ENV, "").strip().lower() != "python":
+            try:
+                from jaxplace_cli.capture import _wrap as mod
+            except Exception:  # ImportError, or a broken build
+                mod = None
+        _state["wrap"] = mod
+    return _state["wrap"]
+
+
 def kind() -> str:
     """``native`` or ``python``: what the run manifest records as ``capture``."""
     return "native" if module() is not None else "python"

@@ -16,7 +16,6 @@ eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.dev
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass, field
 
@@ -33,34 +32,6 @@ class HookReport:
 
 _PATCHES: list[tuple[object, str, object]] = []  # (owner, attribute, original)
 _LISTENERS: list = []  # jax.monitoring listeners to unregister
-
-# Module -> op-name prefix. Functions there are wrapped when they are plain functions,
-# jitted functions or custom_jvp/vjp objects; classes, dtypes and constants are left alone.
-WRAPPED_MODULES = {
-    "jax.numpy": "",
-    "jax.numpy.linalg": "linalg.",
-    "jax.numpy.fft": "fft.",
-    "jax.nn": "nn.",
-    "jax.random": "random.",
-    "jax.scipy.linalg": "scipy.linalg.",
-    "jax.scipy.special": "scipy.special.",
-    "jax.scipy.signal": "scipy.signal.",
-    "jax.scipy.fft": "scipy.fft.",
-    "jax.scipy.ndimage": "scipy.ndimage.",
-    "jax.scipy.sparse.linalg": "scipy.sparse.linalg.",
-}
-# Functions whose Python scalar arguments are data the device receives: random.key(0)
-# uploads its seed (recorded as the user's call, not as JAX's internal "stage" primitive).
-SCALAR_DATA = frozenset({"random.key", "random.PRNGKey"})
-
-# Functions that never dispatch device work or must keep their identity.
-NOT_OPS = frozenset({
-    "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "can_cast",
-    "dtype", "iinfo", "finfo", "isdtype", "isscalar", "iterable", "load", "save", "savez",
-    "get_printoptions", "set_printoptions", "printoptions", "vectorize", "frompyfunc",
-    "piecewise", "ufunc", "from_dlpack", "broadcast_shapes", "key_data", "key_impl",
-    "default_prng_impl",
-})
 
 # Array operator -> the jax.numpy name users and policies know it by.
 OPERATOR_NAMES = {
@@ -93,39 +64,10 @@ def _patch(owner, attr: str, new) -> None:
     _PATCHES.append((owner, attr, original))
 
 
-def _is_wrappable(obj) -> bool:
-    if isinstance(obj, type):
-        return False
-    if inspect.isfunction(obj):
-        return True
-    return type(obj).__name__ in ("PjitFunction", "custom_jvp", "custom_vjp")
-
-
 def _install_modules(report: HookReport) -> None:
-    from jaxplace_cli.capture.jaxhooks import legs
-    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
+    from jaxplace_cli.capture.jaxhooks import modules
 
-    for modname, prefix in WRAPPED_MODULES.items():
-        try:
-            mod = importlib.import_module(modname)
-        except Exception as exc:
-            report.failed.append((modname, f"import failed: {exc}"))
-            continue
-        n = 0
-        for name, obj in list(vars(mod).items()):
-            if name.startswith("_") or name in NOT_OPS or not _is_wrappable(obj):
-                continue
-            if getattr(obj, "__jaxplace_original__", None) is not None:
-                continue
-            # a jitted function uploads its host arguments; a plain one's dispatches inside
-            # count their own (legs.py)
-            static = legs.jit_static(obj)
-            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None,
-                            static_argnums=static[0] if static else (),
-                            static_argnames=static[1] if static else ())
-            _patch(mod, name, wrap(obj, spec))
-            n += 1
-        report.installed.append(f"{modname} ({n} functions)")
+    modules.install(_patch, report)
 
 
 def _install_ufunc(report: HookReport) -> None:
@@ -133,7 +75,7 @@ def _install_ufunc(report: HookReport) -> None:
     from jax.numpy import ufunc
 
     from jaxplace_cli.capture.jaxhooks import legs
-    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, fast_hook, record_call
 
     original = ufunc.__dict__["__call__"]
     specs: dict[str, CallSpec] = {}
@@ -151,7 +93,7 @@ def _install_ufunc(report: HookReport) -> None:
             spec = specs[name] = CallSpec(name, OP_JNP, scalar_operands=True)
         return record_call(spec, original, (self, *args), kwargs)
 
-    _patch(ufunc, "__call__", __call__)
+    _patch(ufunc, "__call__", fast_hook(original, __call__))  # the forwarding cases in C
     report.installed.append("jax.numpy.ufunc.__call__")
 
 
@@ -184,7 +126,7 @@ def _install_array_methods(report: HookReport) -> None:
             continue
         else:
             spec = CallSpec(attr, OP_METHOD, scalar_operands=False)
-        _patch(ArrayImpl, attr, wrap(obj, spec))
+        _patch(ArrayImpl, attr, wrap(obj, spec, method=True))
         n += 1
     report.installed.append(f"Array operators and methods ({n})")
 
@@ -385,6 +327,9 @@ def install(record: str = "all") -> HookReport:
 def uninstall() -> None:
     """Deactivate recording and restore every patched attribute (last patched first)."""
     state.active.rec = None
+    from jaxplace_cli.capture.jaxhooks import modules
+
+    modules.GENERATION[0] += 1  # a module imported later is no longer wrapped
     while _LISTENERS:
         try:
             import jax.monitoring

@@ -309,11 +309,20 @@ def _record_failure(rec, spec, args, kwargs, seq, site, t0, t1, exc):
         rec.recording_failed(err)
 
 
-def wrap(fn, spec: CallSpec):
-    """A recording wrapper around ``fn`` (a plain function or a jitted function)."""
+def wrap(fn, spec: CallSpec, method: bool = False):
+    """A recording wrapper around ``fn`` (a plain function or a jitted function).
+
+    ``method``: an Array operator or method. Those are the per-op cost of eager code (every
+    ``x + 1.0``), so where the extension loaded the wrapper is ``capture/_wrap.c``'s
+    ``Wrapper``, the same decisions without a Python frame (issue 29)."""
     # the native path counts an index's Python ints; x[idx] needs index_uploads (Python)
     call = python_record_call if spec.index else None
     static = legs.jit_static(fn)  # a jitted function: its host arguments are uploads
+    if method and _c_wrapper is not None:
+        wrapper = _c_wrapper(fn, spec, call or record_call, static)
+        functools.update_wrapper(wrapper, fn)
+        wrapper.__jaxplace_original__ = fn
+        return wrapper
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -328,6 +337,19 @@ def wrap(fn, spec: CallSpec):
             raise
 
     wrapper.__jaxplace_original__ = fn
+    return wrapper
+
+
+def fast_hook(original, hook):
+    """``hook`` (a Python hook around the method ``original``, e.g. ``ufunc.__call__``) behind
+    a ``capture/_wrap.c`` ``Wrapper`` that calls ``original`` itself where the hook would only
+    forward (not recording, tracing, inside an op at ``tls.depth`` 2: every ``x * y`` passes
+    there); ``hook`` when the extension is not loaded."""
+    if _c_wrapper is None:
+        return hook
+    wrapper = _c_wrapper(original, None, python_record_call, None, hook)
+    functools.update_wrapper(wrapper, hook)
+    wrapper.__jaxplace_original__ = original
     return wrapper
 
 
@@ -355,3 +377,19 @@ def _native_record_call():
 
 # What every hook calls: the native function when it loaded, else the Python one (same rows).
 record_call = _native_record_call() or python_record_call
+
+
+def _wrapper_type():
+    """``capture/_wrap.c``'s ``Wrapper`` configured with this module's objects, or None (no
+    compiler at install, a broken build, ``JAXPLACE_CAPTURE=python``): the Python ``wrapper``."""
+    from jaxplace_cli.capture import native
+
+    mod = native.wrap_module()
+    if mod is None:
+        return None
+    mod.configure(active=active, tls=tls, trace_ctx=_trace_ctx, eval_trace=_EvalTrace,
+                  inner_call=legs.inner_call, drop_own=frames.drop_own)
+    return mod.Wrapper
+
+
+_c_wrapper = _wrapper_type()

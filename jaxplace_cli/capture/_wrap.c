@@ -1,0 +1,261 @@
+/* The Array operator and method hooks as a C callable (issue 29 item 1).
+
+   capture/jaxhooks/dispatch.py's `wrap` is a Python function around each hooked entry point:
+   every `x + 1.0` entered it (a Python frame, a try block, three attribute reads) before the
+   native record_call (capture/_native.c) ran. `Wrapper` does the same decisions in C:
+
+     not recording, or JAX is tracing   -> fn(*args, **kwargs), untouched
+     inside a recorded op that counted  -> fn(*args, **kwargs) (tls.depth 2: what
+       its own host operands               legs.inner_call would do, without its frame)
+     inside another recorded op         -> legs.inner_call(fn, args, kwargs, *static) for a
+                                           jitted fn (its host arguments are that op's legs),
+                                           else fn(*args, **kwargs)
+     otherwise                          -> record_call(spec, fn, args, kwargs)
+
+   With a `hook` (jax.numpy.ufunc.__call__, whose spec depends on the ufunc), the last two
+   cases call the Python hook instead: C only passes through what needs no decision.
+
+   `record_call` is whatever dispatch.py hands over: the native entry point (then a recorded op
+   never enters Python in the common case) or python_record_call. An exception leaves with
+   jaxplace's own frames dropped (frames.drop_own), and this callable adds none: it has no
+   Python frame. It is a method descriptor (binds like a function: Py_TPFLAGS_METHOD_DESCRIPTOR
+   lets CPython call it unbound for `x + y` and `x.sum()`), keeps a __dict__ (functools.wraps
+   fills __wrapped__, __name__, __qualname__, __doc__, __module__) and pickles by reference
+   (__reduce__ gives its qualified name, as a function does).
+
+   Optional like the other extensions: without it dispatch.py keeps the Python wrapper.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+
+static struct {
+    PyObject *active, *tls, *trace_ctx, *eval_trace, *inner_call, *drop_own;
+    int ready;
+} G;
+
+static PyObject *S_rec, *S_trace, *S_depth, *S_qualname;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn, *spec, *call, *static_; /* static_: (static_argnums, static_argnames) or None */
+    PyObject *hook; /* not None: a Python hook that decides every call the checks do not pass through */
+    PyObject *dict, *weaklist;
+    vectorcallfunc vectorcall;
+} Wrapper;
+
+/* The user's call failed (or the checks did): its exception without jaxplace's frames. */
+static void drop_own(void) {
+    if (!G.drop_own || !PyErr_ExceptionMatches(PyExc_Exception)) return;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb && ev) PyException_SetTraceback(ev, tb);
+    PyObject *r = ev ? PyObject_CallOneArg(G.drop_own, ev) : NULL;
+    if (!r) PyErr_Clear(); /* never masks the user's exception */
+    Py_XDECREF(r);
+    if (ev) {
+        PyObject *ntb = PyException_GetTraceback(ev);
+        Py_XDECREF(tb);
+        tb = ntb;
+    }
+    PyErr_Restore(et, ev, tb);
+}
+
+static PyObject *args_tuple(PyObject *const *args, Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    if (!t) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
+    return t;
+}
+
+static PyObject *kwargs_dict(PyObject *const *args, Py_ssize_t n, PyObject *kwnames) {
+    PyObject *d = PyDict_New();
+    if (!d || !kwnames) return d;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    return d;
+}
+
+/* -1 error, 0 pass straight through, 1 inside an op that counts its inner dispatches' host
+   arguments (tls.depth 1), 2 inside one that counted them itself (tls.depth 2: legs.inner_call
+   would only forward), 3 record */
+static int mode(void) {
+    PyObject *rec = PyObject_GetAttr(G.active, S_rec);
+    if (!rec) return -1;
+    int off = rec == Py_None;
+    Py_DECREF(rec);
+    if (off) return 0;
+    PyObject *trace = PyObject_GetAttr(G.trace_ctx, S_trace);
+    if (!trace) return -1;
+    off = (PyObject *)Py_TYPE(trace) != G.eval_trace;
+    Py_DECREF(trace);
+    if (off) return 0;
+    PyObject *depth = PyObject_GetAttr(G.tls, S_depth);
+    if (!depth) return -1;
+    long d = PyLong_Check(depth) ? PyLong_AsLong(depth) : PyObject_IsTrue(depth);
+    Py_DECREF(depth);
+    if (d == -1 && PyErr_Occurred()) return -1;
+    return d == 0 ? 3 : d == 2 ? 2 : 1;
+}
+
+static PyObject *wrapper_vectorcall(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    int m = G.ready ? mode() : 0;
+    PyObject *res = NULL;
+    if (m == 0 || m == 2 || (m == 1 && w->static_ == Py_None && w->hook == Py_None)) {
+        res = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
+    } else if (m > 0 && w->hook != Py_None) {
+        res = PyObject_Vectorcall(w->hook, args, nargsf, kwnames);
+    } else if (m > 0) {
+        PyObject *t = args_tuple(args, n);
+        PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
+        if (kw && m == 1) {
+            PyObject *nums = PyTuple_GET_ITEM(w->static_, 0), *names = PyTuple_GET_ITEM(w->static_, 1);
+            PyObject *argv[5] = {w->fn, t, kw, nums, names};
+            res = PyObject_Vectorcall(G.inner_call, argv, 5, NULL);
+        } else if (kw) {
+            PyObject *argv[4] = {w->spec, w->fn, t, kw};
+            res = PyObject_Vectorcall(w->call, argv, 4, NULL);
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(kw);
+    }
+    if (!res) drop_own();
+    return res;
+}
+
+static PyObject *wrapper_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"fn", "spec", "record_call", "static", "hook", NULL};
+    PyObject *fn, *spec, *call, *st = Py_None, *hook = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO", names, &fn, &spec, &call, &st, &hook)) return NULL;
+    if (!PyCallable_Check(fn) || !PyCallable_Check(call) || (hook != Py_None && !PyCallable_Check(hook)) ||
+        (st != Py_None && !(PyTuple_Check(st) && PyTuple_GET_SIZE(st) == 2))) {
+        PyErr_SetString(PyExc_TypeError, "Wrapper(fn, spec, record_call, static=None|(nums, names), hook=None)");
+        return NULL;
+    }
+    Wrapper *w = (Wrapper *)type->tp_alloc(type, 0);
+    if (!w) return NULL;
+    w->fn = Py_NewRef(fn);
+    w->spec = Py_NewRef(spec);
+    w->call = Py_NewRef(call);
+    w->static_ = Py_NewRef(st);
+    w->hook = Py_NewRef(hook);
+    w->vectorcall = (vectorcallfunc)wrapper_vectorcall;
+    return (PyObject *)w;
+}
+
+static int wrapper_traverse(Wrapper *w, visitproc visit, void *arg) {
+    Py_VISIT(w->fn);
+    Py_VISIT(w->spec);
+    Py_VISIT(w->call);
+    Py_VISIT(w->static_);
+    Py_VISIT(w->hook);
+    Py_VISIT(w->dict);
+    return 0;
+}
+
+static int wrapper_clear(Wrapper *w) {
+    Py_CLEAR(w->fn);
+    Py_CLEAR(w->spec);
+    Py_CLEAR(w->call);
+    Py_CLEAR(w->static_);
+    Py_CLEAR(w->hook);
+    Py_CLEAR(w->dict);
+    return 0;
+}
+
+static void wrapper_dealloc(Wrapper *w) {
+    PyObject_GC_UnTrack(w);
+    if (w->weaklist) PyObject_ClearWeakRefs((PyObject *)w);
+    wrapper_clear(w);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* Binds like a function: Array.__add__ looked up on an array is a bound method. */
+static PyObject *wrapper_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *wrapper_repr(Wrapper *w) { return PyObject_Repr(w->fn); }
+
+/* Pickled by reference, as a function is: its qualified name, looked up in its __module__. */
+static PyObject *wrapper_reduce(PyObject *self, PyObject *unused) { return PyObject_GetAttr(self, S_qualname); }
+
+static PyObject *wrapper_fn(Wrapper *w, void *c) { return Py_NewRef(w->fn); }
+static PyObject *wrapper_spec(Wrapper *w, void *c) { return Py_NewRef(w->spec); }
+
+static PyMethodDef wrapper_methods[] = {
+    {"__reduce__", wrapper_reduce, METH_NOARGS, "pickled by reference (its qualified name)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef wrapper_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {"__jaxplace_fn__", (getter)wrapper_fn, NULL, "the wrapped callable", NULL},
+    {"__jaxplace_spec__", (getter)wrapper_spec, NULL, "the CallSpec it records with", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject WrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "jaxplace_cli.capture._wrap.Wrapper",
+    .tp_basicsize = sizeof(Wrapper),
+    .tp_dealloc = (destructor)wrapper_dealloc,
+    .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)wrapper_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A recording hook around a jax entry point (capture/_wrap.c).",
+    .tp_traverse = (traverseproc)wrapper_traverse,
+    .tp_clear = (inquiry)wrapper_clear,
+    .tp_weaklistoffset = offsetof(Wrapper, weaklist),
+    .tp_methods = wrapper_methods,
+    .tp_getset = wrapper_getset,
+    .tp_descr_get = wrapper_get,
+    .tp_dictoffset = offsetof(Wrapper, dict),
+    .tp_new = wrapper_new,
+};
+
+static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *names[] = {"active", "tls", "trace_ctx", "eval_trace", "inner_call", "drop_own", NULL};
+    PyObject *v[6];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]))
+        return NULL;
+    if (!PyType_Check(v[3])) {
+        PyErr_SetString(PyExc_TypeError, "configure(): eval_trace must be a type");
+        return NULL;
+    }
+    PyObject **slots[] = {&G.active, &G.tls, &G.trace_ctx, &G.eval_trace, &G.inner_call, &G.drop_own};
+    for (int i = 0; i < 6; i++) Py_XSETREF(*slots[i], Py_NewRef(v[i]));
+    G.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(active, tls, trace_ctx, eval_trace, inner_call, drop_own): what every Wrapper reads"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_wrap",
+                                    "jaxplace's Array operator/method hooks in C (issue 29).", -1, methods};
+
+PyMODINIT_FUNC PyInit__wrap(void) {
+    if (!(S_rec = PyUnicode_InternFromString("rec")) || !(S_trace = PyUnicode_InternFromString("trace")) ||
+        !(S_depth = PyUnicode_InternFromString("depth")) ||
+        !(S_qualname = PyUnicode_InternFromString("__qualname__")))
+        return NULL;
+    if (PyType_Ready(&WrapperType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Wrapper", (PyObject *)&WrapperType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,102 @@
+"""The public functions of jax.numpy, jax.nn, jax.random, jax.scipy.* wrapped as recorded ops
+(installed by ``jaxhooks.install``)."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+
+from jaxplace_cli.capture.import_hook import after_import
+from jaxplace_cli.model.events import OP_JNP
+
+# Module -> op-name prefix. Functions there are wrapped when they are plain functions,
+# jitted functions or custom_jvp/vjp objects; classes, dtypes and constants are left alone.
+WRAPPED_MODULES = {
+    "jax.numpy": "",
+    "jax.numpy.linalg": "linalg.",
+    "jax.numpy.fft": "fft.",
+    "jax.nn": "nn.",
+    "jax.random": "random.",
+    "jax.scipy.linalg": "scipy.linalg.",
+    "jax.scipy.special": "scipy.special.",
+    "jax.scipy.signal": "scipy.signal.",
+    "jax.scipy.fft": "scipy.fft.",
+    "jax.scipy.ndimage": "scipy.ndimage.",
+    "jax.scipy.sparse.linalg": "scipy.sparse.linalg.",
+}
+# Functions whose Python scalar arguments are data the device receives: random.key(0)
+# uploads its seed (recorded as the user's call, not as JAX's internal "stage" primitive).
+SCALAR_DATA = frozenset({"random.key", "random.PRNGKey"})
+
+# Functions that never dispatch device work or must keep their identity.
+NOT_OPS = frozenset({
+    "shape", "ndim", "size", "result_type", "promote_types", "issubdtype", "can_cast",
+    "dtype", "iinfo", "finfo", "isdtype", "isscalar", "iterable", "load", "save", "savez",
+    "get_printoptions", "set_printoptions", "printoptions", "vectorize", "frompyfunc",
+    "piecewise", "ufunc", "from_dlpack", "broadcast_shapes", "key_data", "key_impl",
+    "default_prng_impl",
+})
+
+GENERATION = [0]  # bumped by jaxhooks.uninstall(): a module imported later is no longer wrapped
+# modname -> (patch, prefix, generation) of the install waiting for its import: one finder per
+# module however often hooks are installed and removed (a test session does it many times)
+_PENDING: dict[str, tuple] = {}
+
+
+def install(patch, report) -> None:
+    """Wrap the functions of every module of WRAPPED_MODULES already imported; the others
+    (jax.scipy.*: ~28 ms of imports a script that never uses them would pay) when the script
+    first imports them (import_hook.after_import; issue 29)."""
+    for modname, prefix in WRAPPED_MODULES.items():
+        if modname in sys.modules or not modname.startswith("jax.scipy."):
+            _wrap_module(patch, modname, prefix, report)
+            continue
+        if modname not in _PENDING:
+            after_import(modname, lambda modname=modname: _on_import(modname))
+        _PENDING[modname] = (patch, prefix, GENERATION[0])
+        report.installed.append(f"{modname} (when imported)")
+
+
+def _on_import(modname: str) -> None:
+    patch, prefix, generation = _PENDING.pop(modname)
+    if GENERATION[0] == generation:  # not uninstalled (or reinstalled) since
+        _wrap_module(patch, modname, prefix, _Report())
+
+
+def _is_wrappable(obj) -> bool:
+    if isinstance(obj, type):
+        return False
+    if inspect.isfunction(obj):
+        return True
+    return type(obj).__name__ in ("PjitFunction", "custom_jvp", "custom_vjp")
+
+
+class _Report:  # what a module wrapped on import reports to: nobody reads it any more
+    def __init__(self):
+        self.installed, self.failed = [], []
+
+
+def _wrap_module(patch, modname: str, prefix: str, report) -> None:
+    from jaxplace_cli.capture.jaxhooks import legs
+    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
+
+    try:
+        mod = importlib.import_module(modname)
+    except Exception as exc:
+        report.failed.append((modname, f"import failed: {exc}"))
+        return
+    n = 0
+    for name, obj in list(vars(mod).items()):
+        if name.startswith("_") or name in NOT_OPS or not _is_wrappable(obj):
+            continue
+        if getattr(obj, "__jaxplace_original__", None) is not None:
+            continue
+        # a jitted function uploads its host arguments; a plain one's dispatches inside
+        # count their own (legs.py)
+        static = legs.jit_static(obj)
+        spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None,
+                        static_argnums=static[0] if static else (),
+                        static_argnames=static[1] if static else ())
+        patch(mod, name, wrap(obj, spec))
+        n += 1
+    report.installed.append(f"{modname} ({n} functions)")

@@ -1,0 +1,171 @@
+"""The Array operator/method hooks as a C callable (capture/_wrap.c, issue 29): the same rows
+as the Python wrapper it replaces, and the same face as the function it wraps (name, doc,
+__wrapped__, signature, binding, pickling, copying, tracebacks without jaxplace's frames).
+In-process, real JAX on conftest's simulated CPU devices."""
+from __future__ import annotations
+
+import copy
+import inspect
+import pickle
+import sys
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from inprocess import recorded
+from jax._src.array import ArrayImpl
+
+from jaxplace_cli.capture.jaxhooks import dispatch
+from jaxplace_cli.capture.jaxhooks.state import CallSpec
+from jaxplace_cli.model.events import OP_METHOD
+
+try:
+    from jaxplace_cli.capture import _wrap
+except ImportError:  # no C compiler where the package was installed: the Python wrappers run
+    _wrap = None
+
+needs_wrap = pytest.mark.skipif(_wrap is None or dispatch._c_wrapper is None,
+                                reason="capture/_wrap.c is not built here (or JAXPLACE_CAPTURE=python)")
+OWN = "jaxplace_cli"
+
+
+def double(x, y=1):
+    """Twice x, plus y."""
+    return 2 * x + y
+
+
+def _c(fn=double, name="double"):
+    w = _wrap.Wrapper(fn, CallSpec(name, OP_METHOD), dispatch.python_record_call)
+    import functools
+
+    functools.update_wrapper(w, fn)
+    return w
+
+
+def _program(devs):
+    x = jnp.arange(4.0)
+    y = jax.device_put(jnp.ones(4), devs[1])
+    outs = [x + 1.0, x + x, x * 2, 3.0 - x, -x, abs(x), x.sum(), x.reshape(2, 2), x[1], x[1:3],
+            x.astype(jnp.int32), x @ x, x > 1.0, x ** 2, jnp.sin(x), np.float32(2) * x]
+    try:
+        jax.device_put(x, devs[0]) + y  # committed to two devices: JAX raises, the op is recorded
+    except ValueError:
+        pass
+    z = jax.device_put(jnp.ones(4))  # uncommitted on device 0: moved to y's device
+    outs.append(z + y)
+    return [np.asarray(o).tolist() for o in outs]
+
+
+def _rows(rec):
+    ops = [(o.kind, o.name, o.devices, o.error[:40], o.backward) for o in rec.ops]
+    transfers = [(t.kind, t.src, t.dst, t.bytes, t.api) for t in rec.transfers]
+    return ops, transfers
+
+
+def _python_wrappers():
+    """Every C operator/method hook of ArrayImpl swapped for the Python wrapper around the
+    same function and spec; the (attr, C wrapper) pairs to put back."""
+    swapped = []
+    for attr, obj in list(ArrayImpl.__dict__.items()):
+        if type(obj).__name__ == "Wrapper":
+            setattr(ArrayImpl, attr, dispatch.wrap(obj.__jaxplace_fn__, obj.__jaxplace_spec__))
+            swapped.append((attr, obj))
+    return swapped
+
+
+@needs_wrap
+def test_the_c_hooks_record_the_rows_the_python_wrappers_record():
+    devs = jax.devices()
+    with recorded() as c_rec:
+        assert type(ArrayImpl.__dict__["__add__"]).__name__ == "Wrapper"
+        c_out = _program(devs)
+    with recorded() as py_rec:
+        swapped = _python_wrappers()
+        assert swapped
+        try:
+            py_out = _program(devs)
+        finally:
+            for attr, obj in swapped:
+                setattr(ArrayImpl, attr, obj)
+    plain = _program(devs)
+    assert c_out == py_out == plain
+    c_ops, c_transfers = _rows(c_rec)
+    assert (c_ops, c_transfers) == _rows(py_rec)
+    names = [o[1] for o in c_ops]  # counted by hand from _program: every operator is one op
+    for name in ("add", "multiply", "subtract", "negative", "sum", "reshape", "getitem", "astype",
+                 "matmul", "greater", "power", "sin"):
+        assert name in names, name
+    assert any(o[3].startswith("ValueError") for o in c_ops)
+    assert [t for t in c_transfers if t[0] == "h2d" and t[3] == 4]  # x + 1.0 uploads the 1.0
+
+
+@needs_wrap
+def test_an_installed_hook_looks_like_the_function_it_wraps():
+    with recorded():
+        for attr in ("__add__", "__radd__", "__getitem__", "sum", "reshape", "__neg__"):
+            w = ArrayImpl.__dict__[attr]
+            assert type(w).__name__ == "Wrapper", attr
+            fn = w.__wrapped__
+            assert w.__jaxplace_original__ is fn
+            assert (w.__name__, w.__qualname__, w.__doc__, w.__module__) == (
+                fn.__name__, fn.__qualname__, fn.__doc__, fn.__module__)
+            assert inspect.signature(w) == inspect.signature(fn)
+        x = jnp.arange(3.0)
+        assert x.sum.__self__ is x and x.sum.__func__ is ArrayImpl.__dict__["sum"]
+        assert (x + 1).tolist() == [1.0, 2.0, 3.0]
+        assert ArrayImpl.__dict__["__add__"](x, 2.0).tolist() == [2.0, 3.0, 4.0]
+        assert ArrayImpl.__dict__["__add__"].__get__(None, ArrayImpl) is ArrayImpl.__dict__["__add__"]
+    assert type(ArrayImpl.__dict__["__add__"]).__name__ == "function"  # uninstalled: the original
+
+
+@needs_wrap
+def test_a_wrapper_binds_pickles_and_copies_as_a_function():
+    w = _c()
+    mod = sys.modules[__name__]
+    saved = mod.double
+    mod.double = w
+    try:
+        assert pickle.loads(pickle.dumps(w)) is w  # by reference: module + qualified name
+        assert copy.copy(w) is w and copy.deepcopy(w) is w
+    finally:
+        mod.double = saved
+    with pytest.raises(pickle.PicklingError):  # not what its module holds: as for a function
+        pickle.dumps(w)
+
+    class Holder:
+        method = w
+
+    h = Holder()
+    assert Holder.method(3, y=4) == 10  # looked up on the class: the function itself
+    assert h.method.__self__ is h and h.method.__func__ is w
+    assert w(1, 2) == 4 and w(1, y=0) == 2  # not recording: a plain forward
+    assert repr(w) == repr(double)
+
+
+@needs_wrap
+def test_an_error_in_a_hooked_operator_shows_no_jaxplace_frame():
+    def user_line():
+        return jnp.arange(3.0) + "text"
+
+    with recorded():
+        with pytest.raises(TypeError) as info:
+            user_line()
+        frames = [f.filename for f in traceback.extract_tb(info.value.__traceback__)]
+    assert not [f for f in frames if f"/{OWN}/" in f], frames
+    assert any(f.endswith("test_perf_wrap.py") for f in frames)
+
+
+def test_the_wrapper_type_is_optional():
+    """Without the extension (no compiler, JAXPLACE_CAPTURE=python) `wrap` builds the Python
+    wrapper for methods too: the same call, a Python function."""
+    saved = dispatch._c_wrapper
+    dispatch._c_wrapper = None
+    try:
+        w = dispatch.wrap(double, CallSpec("double", OP_METHOD), method=True)
+        assert inspect.isfunction(w) and w.__wrapped__ is double and w(2) == 5
+        hook = dispatch.fast_hook(double, double)
+        assert hook is double
+    finally:
+        dispatch._c_wrapper = saved
