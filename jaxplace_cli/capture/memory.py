@@ -192,6 +192,17 @@ def sample_memory_stats(rec) -> None:
         rec.marker(MARKER_MEMORY_STATS, value)
 
 
+def end_recording(rec) -> None:
+    """The recording ends: sample the devices' own memory statistics (where they exist) and
+    stop following buffers, so what is live now is the run's end state."""
+    if rec.memory.on:
+        try:
+            sample_memory_stats(rec)
+        finally:
+            rec.memory.stop()
+            rec.mem_state = None
+
+
 def sample_step_stats(rec) -> None:
     """A step ends (``jax.profiler.StepTraceAnnotation``'s exit, before its ``step-end``
     marker, so the sample belongs to the step): one ``memory_stats()`` call per device. A

@@ -244,24 +244,6 @@ class Recorder(Stacks):
     def marker(self, kind: str, value: str) -> None:
         self.markers.append(Marker(next(self.seqs), perf_counter_ns() - self.t0, kind, value))
 
-    def step_memory(self) -> None:
-        """A user's step ends: sample the devices' memory statistics (capture/memory.py)."""
-        from jaxplace_cli.capture.memory import sample_step_stats
-
-        sample_step_stats(self)
-
-    def end_memory(self) -> None:
-        """The recording ends: sample the devices' own memory statistics (where they exist) and
-        stop following buffers, so what is live now is the run's end state."""
-        from jaxplace_cli.capture.memory import sample_memory_stats
-
-        if self.memory.on:
-            try:
-                sample_memory_stats(self)
-            finally:
-                self.memory.stop()
-                self.mem_state = None
-
     def recording_failed(self, exc: BaseException) -> None:
         """A hook failed to record a call that itself went as it would under plain python:
         the call's result (or its own error) stands; this counts the failure and keeps the first

@@ -84,7 +84,9 @@ class Recording:
             self._held = False
             _holders.remove(self)
             if self.recorder is not None:  # what is live now is this recording's end state
-                self.recorder.end_memory()
+                from jaxplace_cli.capture.memory import end_recording
+
+                end_recording(self.recorder)
             if self.placer is not None and state.active.placer is self.placer:
                 state.active.placer = self._previous_placer
             if _holders:

@@ -20,6 +20,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from jaxplace_cli.capture.jaxhooks import state
+from jaxplace_cli.capture.memory import sample_step_stats
 from jaxplace_cli.model.events import OP_JNP, OP_METHOD, OP_PRIM
 
 
@@ -244,7 +245,7 @@ def _install_step_annotation(report: HookReport) -> None:
 
         def __exit__(self, *exc):
             if (rec := state.active.rec) is not None:
-                rec.step_memory()  # memory_stats() where the backend has them (issue 27); never raises
+                sample_step_stats(rec)  # memory_stats() where the backend has them (issue 27); never raises
                 rec.marker("step-end", self._jaxplace_label)
             return super().__exit__(*exc)
 
