@@ -33,11 +33,14 @@ os.environ["XLA_FLAGS"] = " ".join(
     + ["--xla_force_host_platform_device_count=4"])
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# A suite started from a non-interactive shell's background job inherits SIGINT ignored, and
-# children inherit an ignored signal across exec: tests that send SIGINT would then wait for
-# nothing. A handler of our own is reset to the default in every child.
+# A suite started from a non-interactive shell's background job inherits SIGINT and SIGQUIT
+# ignored, and children inherit an ignored signal across exec: tests that send them would then
+# wait for nothing (a SIGQUIT test spun for 8 minutes that way). A handler of our own is reset
+# to the default in every child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -54,9 +54,14 @@ def _signal_both(tmp_path, sig, *args):
     for p in procs:
         assert p.stdout.readline() == "ready\n", p.stderr.read() if p.poll() is not None else ""
     time.sleep(0.3)
-    for p in procs:
-        p.send_signal(sig)
-    (py_out, py_err), (jp_out, jp_err) = (p.communicate(timeout=120) for p in procs)
+    try:
+        for p in procs:
+            p.send_signal(sig)
+        (py_out, py_err), (jp_out, jp_err) = (p.communicate(timeout=120) for p in procs)
+    finally:  # a child the signal did not end must not spin on after the test
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     return procs[0].returncode, py_out, procs[1].returncode, jp_out, jp_err, out
 
 
