@@ -91,7 +91,7 @@ def test_a_wheel_from_the_checkout_installs_records_audits_and_renders(tmp_path)
     assert where.returncode == 0, where.stderr
     package = Path(where.stdout.strip()).parent
     assert package == site / "jaxplace_cli"
-    assert sorted(p.name for p in (package / "report" / "assets").iterdir()) == ["report.css", "report.js"]
+    assert sorted(p.name for p in (package / "report" / "assets").iterdir()) == ["report.css", "report.js", "stacks.js"]
     # the C extensions are optional (no compiler: the pure-Python path); built here, the wheel has them
     native = bool(list((REPO / "jaxplace_cli" / "capture").glob("_native*.so")))
     assert bool(list(package.glob("capture/_native*.so")) and list(package.glob("model/_packed*.so"))) == native

@@ -28,4 +28,4 @@ for i in range(4):
     b = jax.device_put(batch, batch_sharding)
     c = jax.make_array_from_callback(batch.shape, batch_sharding, lambda idx, batch=batch: batch[idx])
     total += float(step(w, a, b, c))
-print(f"total {total:.1f}")
+print(f"total {total:.0f}")  # float32 sums differ in the last digit across CPUs
