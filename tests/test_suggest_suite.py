@@ -131,14 +131,12 @@ def test_multi_device_answers_are_short_and_exact(name, default_runs, recorded, 
     plain_stdout, _ = default_runs[name]
     _, run_dir = recorded(name, "rr")
     args = BALANCED[name]
-    objective = args[1]
-    balance = float(args[3]) if len(args) > 2 else None
-    plan = make_plan(open_run(run_dir), objective=objective, balance=balance)
     monkeypatch.chdir(tmp_path)
     code, out, err = cli(capsys, "suggest", run_dir, *args, "-o", "policy.toml", "--verify", PROGRAMS / f"{name}.py",
                          "--verify-out", tmp_path / "replay", "--format", "json")
     assert code == 0, out + err
-    v = json.loads(out)["verification"]
+    doc = json.loads(out)
+    v = doc["verification"]
     assert v["ok"] and v["match"], v
     assert v["script_stdout"] == plain_stdout
     rules = parse_rules(tmp_path / "policy.toml")
@@ -153,4 +151,7 @@ def test_multi_device_answers_are_short_and_exact(name, default_runs, recorded, 
     assert 1 <= len(rules.rules) <= len(off_default)
     text = (tmp_path / "policy.toml").read_text()
     assert "occurrence" not in text
-    assert make_plan(open_run(tmp_path / "replay")).measured.totals == plan.predicted.totals
+    # the plan's prediction (the command's own, not solved again here: a balanced MILP of gp is
+    # 18 s) against the re-run as the plain model reads it
+    predicted = {k: [t["count"], t["bytes"]] for k, t in doc["predicted"]["totals"].items()}
+    assert make_plan(open_run(tmp_path / "replay")).measured.totals == predicted
