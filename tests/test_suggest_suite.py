@@ -119,7 +119,9 @@ def test_suggest_then_rerun(name, policy, default_runs, recorded, tmp_path, caps
     assert make_plan(open_run(tmp_path / "pasted")).measured.totals == replay.measured.totals
 
 
-BALANCED = {"convnet": ["--objective", "makespan"], "gp": ["--objective", "total", "--balance", "0.25"],
+# gp under `total --balance 0.25` is six MILPs of 18 s in all (HiGHS on op-time costs of ~4e8 ns):
+# kernel_ridge keeps that objective here; gp's balanced split is the makespan one (0.3 s)
+BALANCED = {"convnet": ["--objective", "makespan"], "gp": ["--objective", "makespan"],
             "advi": ["--objective", "makespan"], "kernel_ridge": ["--objective", "total", "--balance", "0.25"]}
 
 
