@@ -270,3 +270,15 @@ def sample_run(tmp_path_factory):
             return Recording(slot / "run", json.loads(done.read_text()))
 
     return get
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium for the module's HTML tests (tests/browser.py); skipped without one."""
+    from browser import Browser, find_chromium
+
+    exe, why = find_chromium()
+    if exe is None:
+        pytest.skip(f"no headless Chromium: {why}")
+    with Browser(exe) as b:
+        yield b

@@ -9,7 +9,7 @@ import shutil
 import sqlite3
 
 import pytest
-from browser import Browser, find_chromium, png_pixels
+from browser import png_pixels
 from conftest import SCRIPTS, audit_json, cli, jaxplace
 
 STEPS = 4  # tests/scripts/visual_train.py
@@ -22,15 +22,6 @@ def run_dir(tmp_path_factory):
     proc = jaxplace("run", "--devices", "2", "--out", out, SCRIPTS / "visual_train.py")
     assert proc.returncode == 0, proc.stderr
     return out
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe, why = find_chromium()
-    if exe is None:
-        pytest.skip(f"no headless Chromium: {why}")
-    with Browser(exe) as b:
-        yield b
 
 
 def _report(run_dir, out, *extra):

@@ -9,19 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from browser import Browser, find_chromium
 from conftest import SCRIPTS, audit_json, cli
 
 WARMUP = 1  # visual_train.py: the first of its 4 steps compiles
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe, why = find_chromium()
-    if exe is None:
-        pytest.skip(f"no headless Chromium: {why}")
-    with Browser(exe) as b:
-        yield b
 
 
 @pytest.fixture(scope="module")

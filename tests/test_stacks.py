@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-from browser import Browser, find_chromium
 from conftest import REPO, cli
 
 SAMPLE = Path(__file__).parent / "programs" / "stacks"
@@ -121,15 +120,6 @@ def test_old_run_without_stack_tables_still_audits():
     assert "Bytes by call stack" in proc.stdout
     proc = cli("audit", case, "--stacks", "-f", "json")
     assert proc.returncode == 2 and "--stacks" in proc.stderr
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe, why = find_chromium()
-    if exe is None:
-        pytest.skip(f"no headless Chromium: {why}")
-    with Browser(exe) as b:
-        yield b
 
 
 def test_icicle_in_chromium(run, chromium, tmp_path):
