@@ -3,9 +3,10 @@
 A 1M-event run holds ~480k buffers. Kept as one Python object per row (an ``Allocation``
 tuple, a ``(device, bytes)`` list, an event tuple, a dict entry per buffer) the memory
 report took 6.6 s of a 12 s ``jaxplace report`` under cProfile; as int64 columns it takes
-well under a second (``memory_report`` of a 1M-event run, 3 calls in one process, 2 cores at load
-~5: 4.6-6.5 s per-row, 0.72-0.94 s columnar). Every rule of the per-row code is kept exactly,
-and said where it is computed:
+well under a second (``memory_report`` of a 1M-event run, 3 calls in one process, 2 cores at
+load ~5: 4.4-4.6 s CPU, 4.6-7.1 s wall per-row; 0.7-1.1 s CPU columnar, 0.6 s of it reading
+SQLite). The memory chart's snapshots (memory_view.py) went from 1 s to 0.05 s. Every rule of
+the per-row code is kept exactly, and said where it is computed:
 
 * rows in ``(seq, buf)`` order, a buffer with negative bytes skipped, a ``device_put`` result
   on its argument's device folded into the argument (``_aliases``);
