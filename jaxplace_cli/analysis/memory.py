@@ -15,6 +15,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from jaxplace_cli.analysis import memory_columns as cols
 from jaxplace_cli.store import memory as q
 
 TOP_HOLDERS = 10  # holders listed at a device's peak
@@ -62,9 +65,10 @@ class MemoryReport:
     source: str  # "tracked" | "tracked+memory_stats"
     devices: list[DeviceMemory]
     failed_allocations: list[Failed]
-    # per device: [(seq, +bytes / -bytes, buf)] in seq order, and buf -> (site, alloc seq)
+    # device -> its events as columns (memory_columns.DeviceEvents), and the allocations they
+    # index (memory_columns.Lives); None in a job's merged report
     events: dict = field(default_factory=dict, repr=False)
-    origin: dict = field(default_factory=dict, repr=False)
+    lives: object = field(default=None, repr=False)
     replicated: list = field(default_factory=list, repr=False)  # (buf, site, devices, bytes)
     sites: dict = field(default_factory=dict, repr=False)
 
@@ -77,90 +81,45 @@ class MemoryReport:
         return dm.series[i][1] if i >= 0 else 0
 
 
-def per_device(a, shards: dict) -> list[tuple[str, int]]:
-    """(device, bytes) an allocation holds: its shards, else its one device; a multi-device
-    row without shards (a sharding jaxplace could not read) split evenly."""
-    if a.buf in shards:
-        return shards[a.buf]
-    if "," in a.device:
-        devs = a.device.split(",")
-        return [(d, a.bytes // len(devs)) for d in devs]
-    return [(a.device, a.bytes)]
-
-
-def memory_report(run, steps=None) -> MemoryReport | None:  # long: one sweep per device
+def memory_report(run, steps=None) -> MemoryReport | None:
     """The run's device memory, or None for a run recorded before memory tracking."""
     store = run.store
     if not q.has_memory(store):
         return None
     sites = store.sites()
-    events: dict[str, list] = {}
-    origin: dict[int, tuple[int, int]] = {}
-    replicated = []
-    for r, a, end, parts in lives(store):
-        origin[r] = (a.site, a.seq)
-        if len(parts) > 1 and all(n == a.bytes for _d, n in parts) and a.bytes > 0:
-            replicated.append((r, a.site, [d for d, _n in parts], a.bytes))
-        for dev, nbytes in parts:
-            ev = events.setdefault(dev, [])
-            ev.append((a.seq, nbytes, r))
-            if end is not None:
-                ev.append((end, -nbytes, r))
+    lv = cols.lives(store)
+    events = {lv.devices[d]: ev for d, ev in cols.device_events(lv).items()}
     stats = q.memory_stats(store)
     by_step = _stats_by_step(store, steps) if stats else {}
     devices = []
     for dev in sorted(events, key=_device_key):
-        ev = sorted(events[dev], key=lambda e: (e[0], e[1] >= 0, e[2]))  # a donated free first
-        events[dev] = ev
-        series: list[tuple[int, int]] = []
-        cur = peak = 0
-        peak_seq = 0
-        for i, (seq, delta, _b) in enumerate(ev):
-            cur += delta
-            if i + 1 < len(ev) and ev[i + 1][0] == seq:
-                continue  # every buffer of one call first
-            series.append((seq, cur))
-            if cur > peak:
-                peak, peak_seq = cur, seq
-        live: dict[int, int] = {}
-        for seq, delta, b in ev:
-            if seq > peak_seq:
-                break
-            if delta >= 0:
-                live[b] = live.get(b, 0) + delta
-            else:
-                live.pop(b, None)
+        ev = events[dev]
+        peak, peak_seq = cols.peak(ev.series_seq, ev.series_bytes)
+        n = int(np.searchsorted(ev.seq, peak_seq, "right"))
+        ent, held, entered = cols.live_pop(ev.life, ev.delta, n, len(lv))
+        series = list(zip(ev.series_seq.tolist(), ev.series_bytes.tolist()))
         devices.append(DeviceMemory(dev, peak, peak_seq, _step_of(steps, peak_seq) if peak else None,
-                                    cur, _holders(live, origin, sites), stats.get(dev), series,
-                                    stats_by_step=by_step.get(dev, [])))
+                                    series[-1][1], _holders(lv.site[ent], held, entered, sites), stats.get(dev),
+                                    series, stats_by_step=by_step.get(dev, [])))
     failed = []
     for f in q.failed_allocations(store):
         s = sites.get(f.site)
         failed.append(Failed(s.file if s else "?", s.line if s else 0, f.device, f.bytes, f.error))
     source = "tracked+memory_stats" if stats else "tracked"
-    return MemoryReport(source, devices, failed, events, origin, replicated, sites)
+    return MemoryReport(source, devices, failed, events, lv, _replicated(lv), sites)
 
 
-def lives(store) -> list[tuple[int, q.Allocation, int | None, list[tuple[str, int]]]]:
-    """Every device allocation of the run, once: (its first buffer, that buffer's allocation
-    row, the seq its last alias was freed — None while one was live at the end —, the
-    (device, bytes) it holds). What the audit sweeps and what ``suggest --memory-limit``
-    replays under another placement (suggest/memory_limit.py)."""
-    allocs = q.allocations(store)
-    freed = q.frees(store)
-    shards = q.shards(store)
-    root = _aliases(store, {a.buf: a.device for a in allocs})
-    first: dict[int, object] = {}  # root -> its allocation row
-    ends: dict[int, int | None] = {}  # root -> the last free of its aliases (None: one lives)
-    for a in allocs:
-        if a.bytes < 0:
-            continue
-        r = root.get(a.buf, a.buf)
-        if r not in first:
-            first[r] = a
-        end = freed.get(a.buf)
-        ends[r] = None if end is None or (r in ends and ends[r] is None) else max(end, ends.get(r) or 0)
-    return [(r, a, ends.get(r), per_device(a, shards)) for r, a in first.items()]
+def _replicated(lv) -> list[tuple[int, int, list[str], int]]:
+    """(buf, site, devices, bytes) of each allocation held whole on more than one device."""
+    n = len(lv)
+    count = np.bincount(lv.part_life, minlength=n)
+    whole = np.bincount(lv.part_life, weights=lv.part_bytes == lv.nbytes[lv.part_life], minlength=n)
+    start = np.concatenate([[0], np.cumsum(count)])
+    out = []
+    for i in np.flatnonzero((count > 1) & (whole == count) & (lv.nbytes > 0)).tolist():
+        devs = [lv.devices[d] for d in lv.part_dev[start[i]:start[i + 1]].tolist()]
+        out.append((int(lv.root[i]), int(lv.site[i]), devs, int(lv.nbytes[i])))
+    return out
 
 
 def _stats_by_step(store, steps) -> dict[str, list[tuple[int, int, int]]]:
@@ -176,40 +135,15 @@ def _stats_by_step(store, steps) -> dict[str, list[tuple[int, int, int]]]:
     return out
 
 
-def _aliases(store, device: dict) -> dict[int, int]:
-    """buffer -> the first buffer of its device memory, for results of ``device_put`` onto the
-    device their argument is already on (JAX returns a new Array over the same buffer: one
-    allocation, live until its last alias is freed)."""
-    root: dict[int, int] = {}
-    for ins, outs in q.device_put_pairs(store):
-        a, b = _ids(ins), _ids(outs)
-        if len(a) != len(b):
-            continue
-        for i, o in zip(a, b):
-            if i and o and i != o and device.get(i) is not None and device.get(i) == device.get(o):
-                root[o] = root.get(i, i)
-    return root
-
-
-def _ids(text) -> list[int]:
-    try:
-        return [int(x) for x in str(text).split(",") if x]
-    except ValueError:
-        return []
-
-
-def _holders(live: dict, origin: dict, sites: dict) -> list[Holder]:
-    by_site: dict[int, list[int]] = {}
-    for b, nbytes in live.items():
-        acc = by_site.setdefault(origin[b][0], [0, 0])
-        acc[0] += nbytes
-        acc[1] += 1
+def _holders(site, held, entered, sites: dict) -> list[Holder]:
+    """The top lines holding live buffers: most bytes first, then by line; lines that tie on
+    both in the order their first buffer became live."""
     out = []
-    for sid, (nbytes, n) in by_site.items():
+    for sid, nbytes, n, first in cols.by_site(site, held, entered):
         s = sites.get(sid)
-        out.append(Holder(s.file if s else "?", s.line if s else 0, s.function if s else "?", nbytes, n))
-    out.sort(key=lambda h: (-h.bytes, h.file, h.line, h.function))
-    return out[:TOP_HOLDERS]
+        out.append((Holder(s.file if s else "?", s.line if s else 0, s.function if s else "?", nbytes, n), first))
+    out.sort(key=lambda x: (-x[0].bytes, x[0].file, x[0].line, x[0].function, x[1]))
+    return [h for h, _ in out[:TOP_HOLDERS]]
 
 
 def _step_of(steps, seq: int) -> int | None:
@@ -249,22 +183,17 @@ def growth(report: MemoryReport, steps) -> dict[str, tuple[float, list[int]]]:
 
 def total_peak(report: MemoryReport) -> tuple[int, int, list[Holder]]:
     """(bytes, seq, holders) of the moment the devices together held the most."""
-    merged = sorted((e for ev in report.events.values() for e in ev), key=lambda e: (e[0], e[1] >= 0, e[2]))
-    cur = peak = peak_seq = 0
-    for i, (seq, delta, _b) in enumerate(merged):
-        cur += delta
-        if i + 1 < len(merged) and merged[i + 1][0] == seq:
-            continue
-        if cur > peak:
-            peak, peak_seq = cur, seq
-    live: dict[int, int] = {}
-    for seq, delta, b in merged:
-        if seq > peak_seq:
-            break
-        live[b] = live.get(b, 0) + delta
-        if live[b] <= 0:
-            live.pop(b)
-    return peak, peak_seq, _holders(live, report.origin, report.sites)
+    evs = list(report.events.values())
+    if not evs:
+        return 0, 0, []
+    lv = report.lives
+    seq, delta, life = (np.concatenate([getattr(e, k) for e in evs]) for k in ("seq", "delta", "life"))
+    o = np.lexsort((lv.root[life], delta >= 0, seq))  # stable: a tie keeps its device's order
+    seq, delta, life = seq[o], delta[o], life[o]
+    nbytes, peak_seq = cols.peak(*cols.series(seq, delta))
+    n = int(np.searchsorted(seq, peak_seq, "right"))
+    ent, held, entered = cols.live_reset(life, delta, n)
+    return nbytes, peak_seq, _holders(lv.site[ent], held, entered, report.sites)
 
 
 def merge_processes(reports: list[tuple[int, MemoryReport]]) -> MemoryReport | None:

@@ -26,39 +26,45 @@ def buckets(series: list[tuple[int, int]], lo: int, hi: int, limit: int = MAX_PO
     if len(series) <= limit:
         return series
     width = max(1, (hi - lo + 1) // limit + 1)
-    out: dict[int, tuple[int, int]] = {}
-    last = 0
-    for seq, nbytes in series:
-        k = (seq - lo) // width
-        if k not in out or nbytes > out[k][1]:
-            out[k] = (seq, nbytes)
-        last = k
-    out[last] = series[-1]
-    return [out[k] for k in sorted(out)]
+    seq, nbytes = (np.array(c, dtype=np.int64) for c in zip(*series))
+    k = (seq - lo) // width
+    o = np.lexsort((np.arange(k.size), -nbytes, k))  # per bucket: the first of its largest values
+    head = o[np.concatenate([[True], k[o][1:] != k[o][:-1]])]
+    out = [series[i] for i in head.tolist()]
+    out[int(np.searchsorted(k[head], k[-1]))] = series[-1]  # the end state exact
+    return out
 
 
 def _snapshots(report, dm, seqs: list[int]) -> dict[int, list]:
     """seq -> the top lines holding ``dm.device``'s bytes after every event up to ``seq``:
-    [[file, line, bytes, arrays]]. One sweep over the device's events, live bytes kept per
-    site (a run's sites are few; its buffers are not)."""
-    want, out, i = sorted(set(seqs)), {}, 0
-    ev = report.events.get(dm.device, [])
-    origin = report.origin
-    held: dict[int, list[int]] = {}  # site -> [bytes, arrays]
-    for seq in want:
-        while i < len(ev) and ev[i][0] <= seq:
-            _s, delta, b = ev[i]
-            acc = held.get(origin[b][0] if b in origin else 0)
-            if acc is None:
-                acc = held[origin[b][0] if b in origin else 0] = [0, 0]
-            acc[0] += delta
-            acc[1] += 1 if delta >= 0 else -1
-            i += 1
-        top = sorted(((v[0], sid, v[1]) for sid, v in held.items() if v[1] > 0), key=lambda r: -r[0])[:TOP]
+    [[file, line, bytes, arrays]] (a line counts an array per event of delta >= 0 and uncounts
+    one per negative event; lines that tie on bytes in the order their first event came).
+    Bytes and arrays per line are added up chunk by chunk between the wanted seqs: one pass
+    over the device's events, in numpy (a run's lines are few; its buffers are not)."""
+    want = sorted(set(seqs))
+    ev = report.events.get(dm.device)
+    if ev is None or not ev.seq.size:
+        return {seq: [] for seq in want}
+    _u, first, inv = np.unique(report.lives.site[ev.life], return_index=True, return_inverse=True)
+    order = np.argsort(first)  # lines by their first event
+    code = np.empty_like(order)
+    code[order] = np.arange(order.size)
+    code = code[inv.reshape(-1)]
+    line_sid, line_first = _u[order].tolist(), first[order]
+    nbytes = np.zeros(order.size, dtype=np.int64)
+    arrays = np.zeros(order.size, dtype=np.int64)
+    sign = np.where(ev.delta >= 0, 1, -1)
+    out, done = {}, 0
+    for seq, cut in zip(want, np.searchsorted(ev.seq, want, "right").tolist()):
+        if cut > done:
+            np.add.at(nbytes, code[done:cut], ev.delta[done:cut])
+            np.add.at(arrays, code[done:cut], sign[done:cut])
+            done = cut
+        held = np.flatnonzero((line_first < cut) & (arrays > 0))
         rows = []
-        for nbytes, sid, n in top:
-            s = report.sites.get(sid)
-            rows.append([s.file if s else "?", s.line if s else 0, nbytes, n])
+        for c in held[np.lexsort((held, -nbytes[held]))][:TOP].tolist():
+            s = report.sites.get(line_sid[c])
+            rows.append([s.file if s else "?", s.line if s else 0, int(nbytes[c]), int(arrays[c])])
         out[seq] = rows
     return out
 

@@ -4,20 +4,13 @@ memory tables has none: ``has_memory`` is False and the audit carries no ``memor
 from __future__ import annotations
 
 import json
+import warnings
 from typing import NamedTuple
+
+import numpy as np
 
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, OP_DEVICE_PUT
-
-
-class Allocation(NamedTuple):
-    buf: int
-    seq: int
-    device: str
-    bytes: int
-    site: int
-    shape: str
-    dtype: str
 
 
 class FailedAllocation(NamedTuple):
@@ -32,27 +25,81 @@ def has_memory(store) -> bool:
     return bool(getattr(store, "has_memory", False))
 
 
-def allocations(store) -> list[Allocation]:
-    """Every buffer row, by seq (then buffer id: the results of one call in order)."""
-    return [Allocation._make(r) for r in store.conn.execute(
-        "SELECT buf, seq, device, bytes, site, shape, dtype FROM buffers ORDER BY seq, buf")]
+def buffer_columns(store) -> tuple[dict[str, np.ndarray], list]:
+    """Every ``buffers`` row as columns, in table order: ``buf``, ``seq``, ``bytes``, ``site``
+    (int64) and ``device`` (an index into the labels returned beside)."""
+    return _columns(store, "buffers", ("buf", "seq", "bytes", "site"))
 
 
-def frees(store) -> dict[int, int]:
-    """buffer id -> the seq it was freed at (its first free row)."""
-    out: dict[int, int] = {}
-    if has_memory(store):
-        for buf, seq in store.conn.execute("SELECT buf, seq FROM frees ORDER BY seq"):
-            out.setdefault(buf, seq)
-    return out
+def free_columns(store) -> dict[str, np.ndarray]:
+    """Every ``frees`` row as int64 columns ``buf`` and ``seq``, in table order."""
+    if not has_memory(store):
+        return {"buf": np.zeros(0, np.int64), "seq": np.zeros(0, np.int64)}
+    return _columns(store, "frees", ("buf", "seq"), text=None)[0]
 
 
-def shards(store) -> dict[int, list[tuple[str, int]]]:
-    """buffer id -> [(device, bytes)] of a buffer over several devices."""
-    out: dict[int, list] = {}
-    if has_memory(store):
-        for buf, device, nbytes in store.conn.execute("SELECT buf, device, bytes FROM shards ORDER BY rowid"):
-            out.setdefault(buf, []).append((device, nbytes))
+def shard_columns(store) -> tuple[dict[str, np.ndarray], list]:
+    """Every ``shards`` row (what one device holds of a buffer over several) as columns
+    ``buf``, ``bytes`` and ``device`` (an index into the labels beside), in table order."""
+    if not has_memory(store):
+        return {"buf": np.zeros(0, np.int64), "bytes": np.zeros(0, np.int64), "device": np.zeros(0, np.int64)}, []
+    return _columns(store, "shards", ("buf", "bytes"))
+
+
+# More device labels than this are mapped row by row in Python, not by one CASE in the query.
+MAX_CASE_LABELS = 500
+
+
+def _columns(store, table: str, ints: tuple, text: str | None = "device") -> tuple[dict, list]:
+    """``ints`` (and ``text`` as indices into its distinct values) of every row of ``table``.
+
+    One aggregate query: each column comes back as one comma-joined string that numpy
+    parses (``group_concat`` + ``np.fromstring``). On a 479k-row ``buffers`` table that is
+    0.2 s, against 0.45 s for ``fetchall`` of the rows as tuples and 0.1-0.3 s more to
+    split the tuples into columns (measured, 2 cores). All the aggregates of one query step
+    over the same rows in the same order, so the columns stay aligned. A value that is not
+    an integer (a damaged store) is a ``DataError``, not a silently wrong number."""
+    labels: list = []
+    cols = [f"group_concat({c})" for c in ints]
+    bad = " OR ".join(f"typeof({c}) != 'integer'" for c in ints)
+    params: list = []
+    if text is not None:
+        labels = [r[0] for r in store.conn.execute(f"SELECT DISTINCT {text} FROM {table}")]
+        if len(labels) <= MAX_CASE_LABELS:
+            params = labels
+            whens = " ".join(f"WHEN ? THEN {i}" for i in range(len(labels)))
+            cols.append(f"group_concat(CASE {text} {whens} ELSE -1 END)" if labels else "''")
+    row = store.conn.execute(f"SELECT count(*), coalesce(sum({bad}), 0), {', '.join(cols)} FROM {table}",
+                             params).fetchone()
+    n, nbad = row[0], row[1]
+    if nbad:
+        raise DataError(f"{table}: {nbad} rows hold a value that is not an integer in {', '.join(ints)}")
+    out = {c: _parse(row[2 + i], n, f"{table}.{c}") for i, c in enumerate(ints)}
+    if text is not None:
+        if len(labels) <= MAX_CASE_LABELS:
+            codes = _parse(row[2 + len(ints)], n, f"{table}.{text}")
+        else:
+            index = {v: i for i, v in enumerate(labels)}
+            codes = np.fromiter((index[r[0]] for r in store.conn.execute(f"SELECT {text} FROM {table}")),
+                                np.int64, n)
+        if codes.size and codes.min() < 0:
+            raise DataError(f"{table}.{text} holds a NULL")
+        out[text] = codes
+    return out, labels
+
+
+def _parse(joined, n: int, what: str) -> np.ndarray:
+    """The ``n`` integers of a ``group_concat`` string (None: no row)."""
+    if not n:
+        return np.zeros(0, np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # text numpy cannot read to its end: an error, not a cut
+        try:
+            out = np.fromstring(joined or "", dtype=np.int64, sep=",")
+        except (ValueError, DeprecationWarning):
+            out = None
+    if out is None or out.size != n:
+        raise DataError(f"{what}: the column does not read back as {n} integers")
     return out
 
 

@@ -1,6 +1,6 @@
 """``suggest --memory-limit``: the device memory a placement will hold, and placements that fit.
 
-**The prediction** replays the run's allocation and free rows (analysis/memory.py ``lives``)
+**The prediction** replays the run's allocation and free rows (analysis/memory_columns.py ``lives``)
 with each buffer on the device its producing node is assigned to; an upload's source node
 shares its reader's colour class, so it follows its consumer as ``predict`` routes its bytes;
 a sharded, pinned or unmoved buffer stays where it was recorded. The peak of a device is the
@@ -115,7 +115,7 @@ class MemoryModel:
 def memory_model(run, rg) -> MemoryModel | None:
     """The model of ``run`` placed as ``rg`` (a ``RunGraph``), or None for a run recorded
     before memory tracking."""
-    from jaxplace_cli.analysis.memory import lives
+    from jaxplace_cli.analysis.memory_columns import lives
     from jaxplace_cli.store.memory import has_memory
 
     if not has_memory(run.store):
@@ -123,20 +123,22 @@ def memory_model(run, rg) -> MemoryModel | None:
     g = rg.graph
     index = {d: i for i, d in enumerate(g.devices)}
     never = np.iinfo(np.int64).max // 4
-    mov, fix = [], []
-    for r, a, end, parts in lives(run.store):
-        if a.buf in rg.copies or r in rg.copies:
-            continue  # the recorded placement's copies: the model makes its own
-        stop = never if end is None else end
-        node = rg.producer.get(r, -1)
-        if node >= 0 and len(parts) == 1 and parts[0][0] in index:
-            mov.append((node, index[parts[0][0]], a.seq, stop, parts[0][1]))
-            continue
-        for dev, nbytes in parts:
-            if dev in index:
-                fix.append((index[dev], a.seq, stop, nbytes))
-    m = np.array(mov, dtype=np.int64).reshape(-1, 5)
-    f = np.array(fix, dtype=np.int64).reshape(-1, 4)
+    lv = lives(run.store)
+    copies = np.fromiter(rg.copies, np.int64, len(rg.copies))
+    skip = np.isin(lv.buf, copies) | np.isin(lv.root, copies)  # the recorded placement's copies
+    stop = np.where(lv.ended, lv.end, never)
+    node = np.array([rg.producer.get(r, -1) for r in lv.root.tolist()], dtype=np.int64)
+    count = np.bincount(lv.part_life, minlength=len(lv))
+    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)  # each entry's first part
+    dev = np.array([index.get(d, -1) for d in lv.devices], dtype=np.int64)[lv.part_dev]
+    mov = np.flatnonzero(~skip & (node >= 0) & (count == 1) & (dev[first] >= 0))
+    m = np.stack([node[mov], dev[first[mov]], lv.seq[mov], stop[mov], lv.part_bytes[first[mov]]], axis=1)
+    fixed = np.ones(len(lv), dtype=bool)
+    fixed[mov] = False
+    fixed &= ~skip
+    p = np.flatnonzero(fixed[lv.part_life] & (dev >= 0))
+    pl = lv.part_life[p]
+    f = np.stack([dev[p], lv.seq[pl], stop[pl], lv.part_bytes[p]], axis=1)
     seqs = np.array([nd.seq for nd in rg.nodes], dtype=np.int64)
     return MemoryModel(g.devices, np.asarray(rg.recorded, dtype=np.int64), seqs,
                        m[:, 0], m[:, 1], m[:, 2], m[:, 3], m[:, 4], f[:, 0], f[:, 1], f[:, 2], f[:, 3])

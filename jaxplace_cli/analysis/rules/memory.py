@@ -9,7 +9,10 @@ least ``IMBALANCE_MIN_BYTES`` apart.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from jaxplace_cli.analysis.memory import MemoryReport, growth, memory_report
+from jaxplace_cli.analysis.memory_columns import live_pop
 from jaxplace_cli.analysis.rules.base import INFO, WARNING, Finding, short, site_of
 from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
@@ -43,16 +46,9 @@ def memory_growth(run, cfg) -> list[Finding]:
             continue
         last_end = steps.steps[-1].end_seq - 1
         by_site: dict[int, int] = {}
-        live: dict[int, int] = {}
-        for seq, delta, b in report.events.get(dev, []):
-            if seq > last_end:
-                break
-            if delta >= 0:
-                live[b] = live.get(b, 0) + delta
-            else:
-                live.pop(b, None)
-        for b, nbytes in live.items():
-            site, aseq = report.origin[b]
+        lv, ev = report.lives, report.events[dev]
+        ent, held, _ = live_pop(ev.life, ev.delta, int(np.searchsorted(ev.seq, last_end, "right")), len(lv))
+        for site, aseq, nbytes in zip(lv.site[ent].tolist(), lv.seq[ent].tolist(), held.tolist()):
             if aseq >= steady_start:
                 by_site[site] = by_site.get(site, 0) + nbytes
         sid = max(by_site, key=lambda s: (by_site[s], -s)) if by_site else 0

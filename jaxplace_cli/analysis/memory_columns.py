@@ -1,0 +1,280 @@
+"""The device-memory analysis as numpy columns (analysis/memory.py reads its results).
+
+A 1M-event run holds ~480k buffers. Kept as one Python object per row (an ``Allocation``
+tuple, a ``(device, bytes)`` list, an event tuple, a dict entry per buffer) the memory
+report took 6.6 s of a 12 s ``jaxplace report`` under cProfile; as int64 columns it takes
+well under a second (``memory_report`` of a 1M-event run, 3 calls in one process, 2 cores at
+load ~5: 4.4-4.6 s CPU, 4.6-7.1 s wall per-row; 0.7-1.1 s CPU columnar, 0.6 s of it reading
+SQLite). The memory chart's snapshots (memory_view.py) went from 1 s to 0.05 s. Every rule of
+the per-row code is kept exactly, and said where it is computed:
+
+* rows in ``(seq, buf)`` order, a buffer with negative bytes skipped, a ``device_put`` result
+  on its argument's device folded into the argument (``_aliases``);
+* an allocation's end is the largest first-free seq of its aliases (at least 0), none while
+  one alias was never freed;
+* its parts: its shard rows (table order), else its multi-device label split evenly (floor
+  division), else its one device;
+* events of a device sorted by ``(seq, delta >= 0, root)``: a free before the allocations of
+  its seq; events that tie on that key belong to one allocation and commute;
+* who is live after a prefix of events: ``live_pop`` (a negative delta drops the buffer, the
+  audit's holders and the growth rule) and ``live_reset`` (bytes summed, dropped at <= 0, the
+  total peak), each with the position the buffer entered the live set, which orders holders
+  that tie on bytes and line as the dicts did.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jaxplace_cli.store import memory as q
+
+I64 = np.int64
+
+
+@dataclass
+class Lives:
+    """Every device allocation of a run, once, entry ``i`` per allocation in the order of its
+    first row: ``root`` its first buffer (what events and holders are keyed by), ``buf``/``seq``/
+    ``site``/``nbytes`` of that first row (an alias's, for a device_put onto its own device),
+    ``end`` the seq its last alias was freed (valid where ``ended``; not ended: one alias
+    lived to the end), and its parts (device, bytes) as flat columns grouped by entry."""
+
+    devices: list  # device index -> label
+    root: np.ndarray
+    buf: np.ndarray
+    seq: np.ndarray
+    site: np.ndarray
+    nbytes: np.ndarray
+    end: np.ndarray
+    ended: np.ndarray
+    part_life: np.ndarray
+    part_dev: np.ndarray
+    part_bytes: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.root.size)
+
+
+@dataclass
+class DeviceEvents:
+    """One device's events, sorted by ``(seq, delta >= 0, root)``, and the live bytes after each
+    seq where they changed (``series_seq``/``series_bytes``)."""
+
+    seq: np.ndarray
+    delta: np.ndarray
+    life: np.ndarray  # the Lives entry of each event
+    series_seq: np.ndarray
+    series_bytes: np.ndarray
+
+
+def lives(store) -> Lives:
+    """Every device allocation of the run, once (``Lives``): what the audit sweeps and what
+    ``suggest --memory-limit`` replays under another placement (suggest/memory_limit.py)."""
+    cols, labels = q.buffer_columns(store)
+    order = np.lexsort((cols["buf"], cols["seq"]))  # as ORDER BY seq, buf; ties in table order
+    buf, seq, nbytes, site, dev = (cols[k][order] for k in ("buf", "seq", "bytes", "site", "device"))
+    root = _roots(buf, _aliases(store, buf, dev, labels))
+    keep = nbytes >= 0
+    buf, seq, nbytes, site, dev, root = buf[keep], seq[keep], nbytes[keep], site[keep], dev[keep], root[keep]
+    _uniq, first, inv = np.unique(root, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    life = rank[inv].reshape(-1)  # the entry of each row
+    fi = first[by_first]  # the first row of each entry
+    freed, fseq = _first_frees(store, buf)
+    ended = np.ones(fi.size, dtype=bool)
+    ended[life[~freed]] = False
+    end = np.zeros(fi.size, dtype=I64)  # max(0, the aliases' frees), as the per-row code
+    np.maximum.at(end, life[freed], fseq[freed])
+    end[~ended] = 0
+    labels = list(labels)
+    parts = _parts(store, buf[fi], dev[fi], nbytes[fi], labels)
+    return Lives(labels, root[fi], buf[fi], seq[fi], site[fi], nbytes[fi], end, ended, *parts)
+
+
+def _first_frees(store, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(freed?, the seq of its first free row) of each buffer of ``buf``."""
+    fc = q.free_columns(store)
+    o = np.lexsort((fc["seq"], fc["buf"]))
+    fb, fs = fc["buf"][o], fc["seq"][o]
+    if not fb.size:
+        return np.zeros(buf.size, dtype=bool), np.zeros(buf.size, dtype=I64)
+    head = np.concatenate([[True], fb[1:] != fb[:-1]])
+    fb, fs = fb[head], fs[head]
+    pos = np.minimum(np.searchsorted(fb, buf), fb.size - 1)
+    hit = fb[pos] == buf
+    return hit, np.where(hit, fs[pos], 0)
+
+
+def _aliases(store, buf: np.ndarray, dev: np.ndarray, labels: list) -> dict[int, int]:
+    """buffer -> the first buffer of its device memory, for results of ``device_put`` onto the
+    device their argument is already on (JAX returns a new Array over the same buffer: one
+    allocation, live until its last alias is freed)."""
+    pairs = [(_ids(i), _ids(o)) for i, o in q.device_put_pairs(store)]
+    if not pairs:
+        return {}
+    ids = {x for a, b in pairs for x in (*a, *b) if -(1 << 63) <= x < (1 << 63)}
+    mask = np.isin(buf, np.fromiter(ids, I64, len(ids)))
+    device = dict(zip(buf[mask].tolist(), [labels[c] for c in dev[mask].tolist()]))  # the last row wins
+    root: dict[int, int] = {}
+    for a, b in pairs:
+        if len(a) != len(b):
+            continue
+        for i, o in zip(a, b):
+            if i and o and i != o and device.get(i) is not None and device.get(i) == device.get(o):
+                root[o] = root.get(i, i)
+    return root
+
+
+def _ids(text) -> list[int]:
+    try:
+        return [int(x) for x in str(text).split(",") if x]
+    except ValueError:
+        return []
+
+
+def _roots(buf: np.ndarray, alias: dict) -> np.ndarray:
+    root = buf.copy()
+    if alias:
+        keys = np.fromiter(alias.keys(), I64, len(alias))
+        vals = np.fromiter(alias.values(), I64, len(alias))
+        o = np.argsort(keys)
+        keys, vals = keys[o], vals[o]
+        pos = np.minimum(np.searchsorted(keys, buf), keys.size - 1)
+        hit = keys[pos] == buf
+        root[hit] = vals[pos[hit]]
+    return root
+
+
+def _parts(store, ebuf, edev, ebytes, labels: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(entry, device, bytes) of each part: its shard rows, else its label split, else itself."""
+    index = {v: i for i, v in enumerate(labels)}
+
+    def code(label) -> int:
+        if label not in index:
+            index[label] = len(labels)
+            labels.append(label)
+        return index[label]
+
+    sc, slabels = q.shard_columns(store)
+    sharded = np.isin(ebuf, sc["buf"])
+    so = np.argsort(sc["buf"], kind="stable")
+    L = np.flatnonzero(sharded)
+    lo = np.searchsorted(sc["buf"][so], ebuf[L], "left")
+    cnt = np.searchsorted(sc["buf"][so], ebuf[L], "right") - lo
+    rows = so[np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))]
+    smap = np.array([code(v) for v in slabels], dtype=I64)
+    out = [(np.repeat(L, cnt), smap[sc["device"][rows]], sc["bytes"][rows])]
+    rest = ~sharded
+    for c in np.unique(edev[rest]).tolist():
+        label = labels[c]
+        on = rest & (edev == c)
+        if "," not in label:
+            L = np.flatnonzero(on)
+            out.append((L, edev[L], ebytes[L]))
+            continue
+        devs = [code(d) for d in label.split(",")]
+        L = np.flatnonzero(on)
+        k = len(devs)
+        out.append((np.repeat(L, k), np.tile(np.array(devs, dtype=I64), L.size), np.repeat(ebytes[L] // k, k)))
+    life, dev, nbytes = (np.concatenate([p[i] for p in out]).astype(I64) for i in range(3))
+    o = np.argsort(life, kind="stable")
+    return life[o], dev[o], nbytes[o]
+
+
+def device_events(lv: Lives) -> dict[int, DeviceEvents]:
+    """device index -> its events (an allocation's bytes at its seq, minus them at its end)."""
+    pl = lv.part_life
+    fr = lv.ended[pl]
+    life = np.concatenate([pl, pl[fr]])
+    dev = np.concatenate([lv.part_dev, lv.part_dev[fr]])
+    seq = np.concatenate([lv.seq[pl], lv.end[pl][fr]])
+    delta = np.concatenate([lv.part_bytes, -lv.part_bytes[fr]])
+    if not life.size:
+        return {}
+    o = np.lexsort((lv.root[life], delta >= 0, seq, dev))
+    life, dev, seq, delta = life[o], dev[o], seq[o], delta[o]
+    cuts = np.flatnonzero(dev[1:] != dev[:-1]) + 1
+    out = {}
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), dev.size]):
+        s, d = seq[lo:hi], delta[lo:hi]
+        ss, sb = series(s, d)
+        out[int(dev[lo])] = DeviceEvents(s, d, life[lo:hi], ss, sb)
+    return out
+
+
+def series(seq: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seq, live bytes after it) at the last event of each seq: every buffer of one call first."""
+    cur = np.cumsum(delta, dtype=I64)
+    last = np.flatnonzero(np.concatenate([seq[1:] != seq[:-1], [True]])) if seq.size else seq
+    return seq[last], cur[last]
+
+
+def peak(series_seq: np.ndarray, series_bytes: np.ndarray) -> tuple[int, int]:
+    """(bytes, seq) of the first moment the live bytes reach their maximum; (0, 0) when they
+    never rise above 0."""
+    if not series_bytes.size:
+        return 0, 0
+    i = int(np.argmax(series_bytes))  # the first of equal maxima
+    return (int(series_bytes[i]), int(series_seq[i])) if series_bytes[i] > 0 else (0, 0)
+
+
+def live_pop(life: np.ndarray, delta: np.ndarray, n: int, count: int):
+    """(entries, bytes, position each entered) live after the first ``n`` events, where an
+    event of delta >= 0 adds to its buffer and a negative one drops the buffer: its bytes are
+    those added after its last drop."""
+    life, delta = life[:n], delta[:n]
+    pos = np.arange(n, dtype=I64)
+    neg = delta < 0
+    last = np.full(count, -1, dtype=I64)
+    np.maximum.at(last, life[neg], pos[neg])
+    after = pos > last[life]
+    la = life[after]
+    held = np.zeros(count, dtype=I64)
+    np.add.at(held, la, delta[after])
+    entered = np.full(count, n, dtype=I64)
+    np.minimum.at(entered, la, pos[after])
+    alive = np.zeros(count, dtype=bool)
+    alive[la] = True
+    ent = np.flatnonzero(alive)
+    return ent, held[ent], entered[ent]
+
+
+def live_reset(life: np.ndarray, delta: np.ndarray, n: int):
+    """(entries, bytes, position each entered) live after the first ``n`` events, where every
+    event adds its delta and a buffer at <= 0 bytes is dropped. Per buffer that is
+    ``s = max(s + d, 0)``: after its events ``S[-1] - min(0, min S)`` of their running sums
+    ``S``, entered after the last event at that minimum."""
+    life, delta = life[:n], delta[:n]
+    if not n:
+        return life, delta, life
+    o = np.argsort(life, kind="stable")
+    lf, d = life[o], delta[o]
+    starts = np.flatnonzero(np.concatenate([[True], lf[1:] != lf[:-1]]))
+    ends = np.concatenate([starts[1:], [n]]) - 1
+    c = np.cumsum(d, dtype=I64)
+    gid = np.repeat(np.arange(starts.size), np.diff(np.concatenate([starts, [n]])))
+    s = c - (c[starts] - d[starts])[gid]
+    low = np.minimum(np.minimum.reduceat(s, starts), 0)
+    final = s[ends] - low
+    at_low = np.where(s == low[gid], np.arange(n), -1)
+    k = np.maximum.reduceat(at_low, starts)
+    keep = final > 0  # a buffer still held is above its minimum at its last event
+    entered = o[np.minimum(np.where(k >= 0, k + 1, starts), ends)]
+    return lf[starts][keep], final[keep], entered[keep]
+
+
+def by_site(site: np.ndarray, held: np.ndarray, entered: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """[(site, bytes, arrays, first entry position)] of live buffers grouped by their site."""
+    if not site.size:
+        return []
+    u, inv = np.unique(site, return_inverse=True)
+    inv = inv.reshape(-1)
+    nbytes = np.zeros(u.size, dtype=I64)
+    np.add.at(nbytes, inv, held)
+    first = np.full(u.size, np.iinfo(I64).max, dtype=I64)
+    np.minimum.at(first, inv, entered)
+    arrays = np.bincount(inv, minlength=u.size)
+    return list(zip(u.tolist(), nbytes.tolist(), arrays.tolist(), first.tolist()))
