@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jaxplace_cli.analysis.rules.base import ids
 from jaxplace_cli.store import memory as q
 
 I64 = np.int64
@@ -112,11 +113,11 @@ def _aliases(store, buf: np.ndarray, dev: np.ndarray, labels: list) -> dict[int,
     """buffer -> the first buffer of its device memory, for results of ``device_put`` onto the
     device their argument is already on (JAX returns a new Array over the same buffer: one
     allocation, live until its last alias is freed)."""
-    pairs = [(_ids(i), _ids(o)) for i, o in q.device_put_pairs(store)]
+    pairs = [(ids(i), ids(o)) for i, o in q.device_put_pairs(store)]
     if not pairs:
         return {}
-    ids = {x for a, b in pairs for x in (*a, *b) if -(1 << 63) <= x < (1 << 63)}
-    mask = np.isin(buf, np.fromiter(ids, I64, len(ids)))
+    known = {x for a, b in pairs for x in (*a, *b) if -(1 << 63) <= x < (1 << 63)}
+    mask = np.isin(buf, np.fromiter(known, I64, len(known)))
     device = dict(zip(buf[mask].tolist(), [labels[c] for c in dev[mask].tolist()]))  # the last row wins
     root: dict[int, int] = {}
     for a, b in pairs:
@@ -126,13 +127,6 @@ def _aliases(store, buf: np.ndarray, dev: np.ndarray, labels: list) -> dict[int,
             if i and o and i != o and device.get(i) is not None and device.get(i) == device.get(o):
                 root[o] = root.get(i, i)
     return root
-
-
-def _ids(text) -> list[int]:
-    try:
-        return [int(x) for x in str(text).split(",") if x]
-    except ValueError:
-        return []
 
 
 def _roots(buf: np.ndarray, alias: dict) -> np.ndarray:
