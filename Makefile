@@ -15,6 +15,12 @@ HOW_TO_USE = @echo "jaxplace is installed in $(CURDIR)/$(VENV); to use it from a
 	echo "  source $(CURDIR)/$(BIN)/activate     (then: jaxplace --help)"; \
 	echo "  or call it by its path: $(CURDIR)/$(BIN)/jaxplace"
 
+# The install is editable and PYTHONDONTWRITEBYTECODE may be set (it is on the CI machine), so
+# every child process would compile jaxplace_cli from source again: 0.15 s of CPU per
+# `jaxplace run` (0.74 -> 0.65 s for a 3-op script), ~600 child processes in `make test`.
+# compileall writes the .pyc files whatever that variable says; they are git-ignored.
+COMPILE = @$(BIN)/python -m compileall -q jaxplace_cli tests
+
 install: $(STAMP)
 	$(HOW_TO_USE)
 
@@ -38,9 +44,11 @@ demo: $(STAMP)
 # `make test-python-path` runs the whole suite on it.
 test: install
 	$(BIN)/ruff check jaxplace_cli tests bench sample_scripts
+	$(COMPILE)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-python-path: install
+	$(COMPILE)
 	JAXPLACE_CAPTURE=python $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: install
