@@ -1,8 +1,8 @@
 """The writer process's cost per row, by phase (issue 29 item 3): what bench P6's writer does
 with each batch — unpickle, unpack (model/_packed.c), finish_rows (store/rows.py), insert
 (store/writer.py) — on batches recorded in-process from many_events.py's loop.
-Each replay runs in a fresh process that never imports JAX (as the writer process), with the
-cyclic GC on and off (what writer_process.serve does), alternated.
+Each replay runs in a fresh process that never imports JAX and has the cyclic GC off (as the
+writer process), through the sqlite3 module and through store/_sqlite.c, alternated.
 Usage: python bench/bench_writer.py [iterations] [repeats]
 """
 from __future__ import annotations
@@ -59,7 +59,8 @@ def replay(frames: list[bytes], path: Path) -> dict[str, float]:
     from jaxplace_cli.store.writer import StoreWriter
 
     decoder = packed_module().Decoder()
-    writer = StoreWriter(path)
+    writer = StoreWriter(path, native=os.environ.get("BENCH_SQLITE") == "native")
+    assert writer.native == (os.environ.get("BENCH_SQLITE") == "native"), "store/_sqlite.c not built"
     for pragma in PRAGMAS:  # experiments: BENCH_PRAGMAS="cache_size=-65536;wal_autocheckpoint=0"
         writer.conn.execute(f"PRAGMA {pragma}")
     t = {"unpickle": 0, "unpack": 0, "finish_rows": 0, "insert": 0}
@@ -85,12 +86,11 @@ def replay(frames: list[bytes], path: Path) -> dict[str, float]:
 def replay_main(path: str, repeats: int) -> None:
     """In a process of its own that never imports JAX, as the writer process (its GC sees
     only what the writer holds, not JAX's objects)."""
-    frames = pickle.loads(Path(path).read_bytes())
-    if os.environ.get("BENCH_GC") == "off":  # what writer_process.serve does
-        import gc
+    import gc
 
-        gc.collect()
-        gc.disable()
+    frames = pickle.loads(Path(path).read_bytes())
+    gc.collect()
+    gc.disable()  # what writer_process.serve does
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
@@ -104,20 +104,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "frames.pickle"
         path.write_bytes(pickle.dumps(record(iters)))
-        sides = {"gc on": [], "gc off": []}
+        sides = {"sqlite3": [], "_sqlite.c": []}
         for _ in range(repeats):  # alternated, one replay each
             for side in sides:
-                env = dict(os.environ, BENCH_GC=side.split()[1])
+                env = dict(os.environ, BENCH_SQLITE="python" if side == "sqlite3" else "native")
                 out = subprocess.run([sys.executable, __file__, "--replay", str(path), "1"], env=env,
                                      capture_output=True, text=True, check=True).stdout
                 sides[side] += json.loads(out)
-    print(f"rows={sides['gc on'][0]['rows']} repeats={repeats} load={os.getloadavg()[0]:.2f}")
+    print(f"rows={sides['sqlite3'][0]['rows']} repeats={repeats} load={os.getloadavg()[0]:.2f}")
     for side, runs in sides.items():
         for k in ("unpickle", "unpack", "finish_rows", "insert"):
             v = [r[k] for r in runs]
-            print(f"{side:6s} {k:12s} {statistics.median(v):.3f} µs/row [{min(v):.3f}-{max(v):.3f}]")
+            print(f"{side:9s} {k:12s} {statistics.median(v):.3f} µs/row [{min(v):.3f}-{max(v):.3f}]")
         total = [sum(r[k] for k in ("unpickle", "unpack", "finish_rows", "insert")) for r in runs]
-        print(f"{side:6s} {'total':12s} {statistics.median(total):.3f} µs/row [{min(total):.3f}-{max(total):.3f}] "
+        print(f"{side:9s} {'total':12s} {statistics.median(total):.3f} µs/row [{min(total):.3f}-{max(total):.3f}] "
               f"= {1000 / statistics.median(total):.0f}k rows/s on one core")
 
 

@@ -266,7 +266,7 @@ def test_no_child_python_falls_back_to_a_writer_thread(tmp_path):
                           env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     ev = manifest(out)["events"]
-    assert ev["writer"] == {"kind": "thread"}
+    assert ev["writer"] == {"kind": "thread", "sqlite": "module"}  # in-process: the sqlite3 module
     assert ev["lost_rows"] == 0 and ev["write_error"] == ""
     assert stored_counts(out)[0] == ev["ops"] > 0
 

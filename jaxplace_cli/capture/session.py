@@ -161,8 +161,8 @@ def _writer_manifest(writer) -> dict:
     from jaxplace_cli.store.writer_process import WriterProcess
 
     if isinstance(writer, WriterProcess):
-        return {"kind": "process", "pid": writer.pid, "peak_rss_kb": writer.peak_rss_kb}
-    return {"kind": "thread"}
+        return {"kind": "process", "pid": writer.pid, "peak_rss_kb": writer.peak_rss_kb, "sqlite": writer.sqlite}
+    return {"kind": "thread", "sqlite": "module"}  # in-process: pysqlite lets go of the GIL
 
 
 class Session:
@@ -189,6 +189,7 @@ class Session:
         # room for the final run.json, should the disk fill during the run (finalize drops it)
         self._reserve = self.run_dir / MANIFEST_RESERVE
         make_reserve(self._reserve)
+        from jaxplace_cli.capture.native import module as native_module
         from jaxplace_cli.store.writer import StoreWriter
         from jaxplace_cli.store.writer_process import open_writer
 
@@ -200,8 +201,8 @@ class Session:
         except (OSError, sqlite3.Error) as exc:
             drop_reserve(self._reserve)
             raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
-        # started now, so the child Python starts while this one imports JAX
-        self._writer = open_writer(self.run_dir / EVENTS)
+        # started now, while this process imports JAX; SQLite in C with the C hot path
+        self._writer = open_writer(self.run_dir / EVENTS, native=native_module() is not None)
         self._bg = None
         self._recording = None  # capture.recording.Recording: the hooks, once start() holds them
         self.recorder = None

@@ -52,6 +52,8 @@ class Writer:
     kind: str = "thread"  # process | thread (a thread has no pid or peak of its own)
     pid: int | None = field(default=None, metadata=OPTIONAL_COUNT)
     peak_rss_kb: int | None = field(default=None, metadata=OPTIONAL_COUNT)
+    # how the store was written: "c" (store/_sqlite.c), "module" (Python's sqlite3), "" (unsaid)
+    sqlite: str = ""
 
 
 @dataclass

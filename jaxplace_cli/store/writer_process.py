@@ -32,7 +32,7 @@ from jaxplace_cli.model.raw import batch_rows
 
 _PKG_PARENT = str(Path(__file__).resolve().parents[2])
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-         "from jaxplace_cli.store.writer_process import serve; serve(sys.argv[2])")
+         "from jaxplace_cli.store.writer_process import serve; serve(*sys.argv[2:4])")
 _HEADER = 8
 DISPATCHED = "dispatched"  # a batch's key for the recorder's running counts (store/writer.py COUNTED)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -48,7 +48,7 @@ class WriterProcess:
     Has the attributes the session reads from an in-process ``StoreWriter`` (``rows_written``)
     plus what only a separate writer can know (``lost_rows``, ``error``, ``peak_rss_kb``)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, native: bool = False):
         self.path = Path(path)
         # A socket, not a pipe: MSG_NOSIGNAL. Writing to a pipe whose reader died raises
         # SIGPIPE, and a script that set SIGPIPE to SIG_DFL (common in command-line tools)
@@ -56,7 +56,8 @@ class WriterProcess:
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, _PKG_PARENT, str(self.path)],
+                [sys.executable, "-I", "-c", _BOOT, _PKG_PARENT, str(self.path),
+                 "native" if native else "python"],
                 stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True)
         except BaseException:
@@ -73,6 +74,7 @@ class WriterProcess:
         self.lost_rows = 0
         self.error = ""
         self.peak_rss_kb = 0
+        self.sqlite = ""  # the child's connection: "c" (store/_sqlite.c) or "module" (sqlite3)
         self.committed: dict | None = None  # per counted table, from the child's report or the store
 
     def _send(self, obj) -> None:
@@ -131,6 +133,7 @@ class WriterProcess:
         self.lost_rows = max(int(report.get("lost_rows", 0)), self.sent - self.rows_written)
         self.error = str(report.get("error", ""))
         self.peak_rss_kb = int(report.get("peak_rss_kb", 0))
+        self.sqlite = str(report.get("sqlite", ""))
 
 
 def stored_counts(path: Path) -> dict | None:
@@ -173,14 +176,15 @@ def _count_rows(path: Path) -> int:
 RESERVE = ".events-reserve"  # the writer's reserve file beside the store (store/writer.py)
 
 
-def open_writer(path: Path):
-    """A ``WriterProcess`` for ``path``; an in-process ``StoreWriter`` where no child Python can
-    be started (an embedded interpreter, no ``sys.executable``, process limits)."""
+def open_writer(path: Path, native: bool = False):
+    """A ``WriterProcess`` for ``path`` (its SQLite through ``store/_sqlite.c`` when ``native``
+    and built); an in-process ``StoreWriter`` where no child Python can be started (an embedded
+    interpreter, no ``sys.executable``, process limits)."""
     from jaxplace_cli.store.writer import StoreWriter
 
     if sys.executable and os.path.exists(sys.executable):
         try:
-            return WriterProcess(path)
+            return WriterProcess(path, native)
         except (OSError, ValueError, subprocess.SubprocessError):
             pass
     return StoreWriter(path)
@@ -188,7 +192,7 @@ def open_writer(path: Path):
 
 # -- the child ------------------------------------------------------------------------------------
 
-def serve(path: str) -> None:
+def serve(path: str, native: str = "") -> None:
     """The writer process: frames from stdin into the store at ``path``, then one JSON line.
 
     Without the cyclic GC between batches: every row is a fresh tuple and a batch holds ~30k of
@@ -210,7 +214,7 @@ def serve(path: str) -> None:
     writer = None
     reserve = Path(path).with_name(RESERVE)
     try:
-        writer = StoreWriter(Path(path))
+        writer = StoreWriter(Path(path), native=native == "native")
         make_reserve(reserve)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
@@ -265,5 +269,6 @@ def serve(path: str) -> None:
     if sys.platform == "darwin":
         peak //= 1024  # bytes there, KiB on Linux
     sys.stdout.write(json.dumps({"rows_written": written, "lost_rows": lost, "error": error,
-                                 "peak_rss_kb": peak, "committed": committed}) + "\n")
+                                 "peak_rss_kb": peak, "committed": committed,
+                                 "sqlite": "" if writer is None else "c" if writer.native else "module"}) + "\n")
     sys.stdout.flush()
