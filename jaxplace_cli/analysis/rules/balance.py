@@ -37,7 +37,8 @@ TIME_KIND = ("host-side dispatch time of the op kinds run on several devices (ea
 _JAX_DECIDED = ("", "fallback")
 
 
-def run_loads(run, shared_only: bool = False, own_only: bool = False) -> dict[str, DeviceLoad]:
+def run_loads(run, shared_only: bool = False, own_only: bool = False,
+              with_time: bool = True) -> dict[str, DeviceLoad]:
     """Ops and dispatch time per device, from successful compute ops.
 
     device_put/device_get are transfers, not work; a partitioned jit call's own row repeats its
@@ -48,16 +49,18 @@ def run_loads(run, shared_only: bool = False, own_only: bool = False) -> dict[st
     ``shared_only``: only op names that ran on two or more devices — the work the program
     spreads over devices; a script that makes its data on one device and computes on another
     is not unbalanced, it is serial. ``own_only``: only ops no policy placed (the script's own
-    placement, or JAX's default)."""
-    typical, groups = _op_costs(run, own_only)
+    placement, or JAX's default). ``with_time=False``: ops counts only, ``ns`` left 0 (spares
+    the medians: ~30 ms of a 9,000-op run's verdict, bench P2)."""
+    groups = _op_groups(run, own_only)
     where: dict[str, set] = defaultdict(set)
     for name, devices, _, _ in groups:
         where[name].update(d for d in devices.split(",") if d)
     if shared_only:
         groups = [g for g in groups if len(where[g[0]]) >= 2]
+    typical = _op_medians(run, own_only) if groups and with_time else {}
     loads: dict[str, DeviceLoad] = {}
     for name, devices, site, count in groups:
-        ns = typical[name]
+        ns = typical.get(name, 0)
         for d in devices.split(","):
             if not d:
                 continue
@@ -74,19 +77,34 @@ def run_loads(run, shared_only: bool = False, own_only: bool = False) -> dict[st
 _COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _op_costs(run, own_only: bool):
-    """(median dispatch ns per op name, (name, devices, site, count) groups) of the run's
-    compute ops, aggregated by SQLite; kept per run, as imbalance and idle-device read the
-    same figures up to three times (a 10M-event audit spent ~4 s on them before, bench P8)."""
+def _op_groups(run, own_only: bool) -> list:
+    """(name, devices, site, count) groups of the run's compute ops, aggregated by SQLite;
+    kept per run, as imbalance and idle-device read the same figures up to three times (a
+    10M-event audit spent ~4 s on them before, bench P8)."""
     memo = _COSTS.setdefault(run.store, {})
-    if own_only not in memo:
-        compiling = {c.op_seq for c in queries.compiles(run.store)}
-        skip = container_seqs(run)
+    if ("groups", own_only) not in memo:
         placed_in = _JAX_DECIDED if own_only else None
-        groups = queries.compute_op_groups(run.store, skip, placed_in)
-        typical = queries.compute_op_medians(run.store, skip, compiling, placed_in, {g[0] for g in groups})
-        memo[own_only] = (typical, groups)
-    return memo[own_only]
+        memo["groups", own_only] = queries.compute_op_groups(run.store, _skip(run, memo), placed_in)
+    return memo["groups", own_only]
+
+
+def _skip(run, memo: dict) -> set[int]:
+    if "skip" not in memo:
+        memo["skip"] = container_seqs(run)
+    return memo["skip"]
+
+
+def _op_medians(run, own_only: bool) -> dict[str, int]:
+    """Median dispatch ns per op name of the same ops (memoized alike), only when a load's
+    time is read."""
+    memo = _COSTS.setdefault(run.store, {})
+    if ("medians", own_only) not in memo:
+        compiling = {c.op_seq for c in queries.compiles(run.store)}
+        placed_in = _JAX_DECIDED if own_only else None
+        names = {g[0] for g in _op_groups(run, own_only)}
+        memo["medians", own_only] = queries.compute_op_medians(run.store, _skip(run, memo), compiling,
+                                                               placed_in, names)
+    return memo["medians", own_only]
 
 
 def _devices(run, loads) -> list[str]:
@@ -104,16 +122,17 @@ def imbalance(run, cfg):
 def idle_device(run, cfg):
     """Devices the run had that ran no op, when the program could have used them (module
     docstring: the two cases, and what is not a finding)."""
-    loads = run_loads(run)
+    loads = run_loads(run, with_time=False)
     devices = _devices(run, loads)
     used = [d for d in devices if loads.get(d, DeviceLoad()).ops > 0]
     idle = [d for d in devices if d not in used]
     if not used or not idle:
         return []
-    own = run_loads(run, own_only=True)
+    own = run_loads(run, own_only=True, with_time=False)
     if sum(d.ops for d in own.values()) != sum(d.ops for d in loads.values()):
         return []  # a policy placed ops: where they (and the ops on their data) ran is its choice
     if len(used) >= 2:  # the script itself spread its work over devices and skipped some
+        loads = run_loads(run)
         copying = queries.transfer_endpoints(run.store)
         return balance_findings(loads, devices, cfg, TIME_KIND, select=("idle-device",),
                                 copying=copying, table_ops=table_ops(run))
