@@ -455,10 +455,11 @@ static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyO
         Py_DECREF(st);
         return rc;
     }
-    /* out of the cycle collector's lists, as rows are (row_): one tracked object fewer per op.
-       Its only cycle (tracker -> refs -> weakref -> callback -> tracker) is broken by
-       Tracker.stop, which drops every weakref. */
-    PyObject_GC_UnTrack(wr);
+    /* The weakref stays in the cycle collector's lists. Untracking it (one tracked object
+       fewer per op) crashed the interpreter: when the array itself dies as cyclic garbage (held
+       by a reference cycle, freed by gc.collect or an automatic collection), the collector
+       moves every weakref-with-callback of an unreachable object into its own list, and an
+       untracked one has no list links (tests/test_memory_cycles.py). */
     PyObject *key = NULL, *val = NULL, *hi = NULL;
     if ((key = PyLong_FromVoidPtr(wr)) && (hi = PyNumber_Lshift(site, SITE_SHIFT)) &&
         (val = PyNumber_Or(b, hi)) &&
