@@ -8,7 +8,7 @@ DEMO_DIR := jaxplace-runs/demo-$(shell date +%Y%m%d-%H%M%S)
 # (tests/conftest.py): issue 23.
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
-.PHONY: install demo test test-python-path lint bench gpu-check clean
+.PHONY: install demo test test-python-path lint bench gpu-check accel-check clean
 
 # The command lives in .venv: say how to reach it from any shell (issue 26).
 HOW_TO_USE = @echo "jaxplace is installed in $(CURDIR)/$(VENV); to use it from any shell:"; \
@@ -61,6 +61,11 @@ bench: install
 # sample script. Elsewhere: prints "gpu-check: skipped: no GPU (...)" and exits 0.
 gpu-check: install
 	$(BIN)/python bench/gpu_check.py
+
+# On a TPU or GPU machine: jaxplace's recorded legs vs JAX's transfer guard over every semantics
+# program, sample and corpus program, and the output vs python's. Elsewhere: "skipped", exit 0.
+accel-check: install
+	$(BIN)/python bench/accel_check.py
 
 clean:
 	rm -rf $(VENV) jaxplace-runs .pytest_cache
