@@ -9,9 +9,10 @@ twice, each one process (opening a TPU costs ~15 s a process):
   on the CPU); stdout and stderr in one stream, so each guard line falls in its program's
   section;
 - ``jaxplace run --no-trace`` of the same command.
-Prints, per kind (h2d, d2h, d2d), the guard's legs and bytes beside jaxplace's, then the
-programs whose stdout differs from the oracle's (guard lines removed), the run's capture path
-and writer, whether device memory_stats were sampled (issue 27), and the audit's exit code.
+Prints, per kind (h2d, d2h, d2d), the guard's legs and bytes beside jaxplace's (host
+callbacks apart: docs/fidelity.md), the files where they differ, the programs whose stdout
+differs from the oracle's (guard records removed), the run's capture path and writer, the
+audit's findings, and the devices' own memory_stats() by step of a 5-step loop (issue 27).
 Exits 1 when a count, a byte total or a program's output differs; 0 when all agree.
 
 On a machine whose JAX sees only CPUs it prints ``accel-check: skipped: ...`` and exits 0
@@ -41,9 +42,27 @@ _ORACLE = ("import os, runpy, sys; import jax._src.pjit as p; "
            "sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0]))); "
            "runpy.run_path(sys.argv[0], run_name='__main__')")
 _LEG = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer: "
-                  r"(?:aval=ShapedArray\((\w+)\[([\d,]*)\])?")
+                  r"(?:aval=ShapedArray\((\w+)\[([\d,]*)\]|shape=\(([\d,]*)\), dtype=(\w+))?")
 _KIND = {"host-to-device": "h2d", "device-to-host": "d2h", "device-to-device": "d2d"}
-_GUARD_LINE = re.compile(r"^[WIEF]\d{4} .*\] (host-to-device|device-to-host|device-to-device) transfer")
+# XLA's element types as the guard's device-to-host lines name them
+_XLA_BYTES = {"PRED": 1, "S8": 1, "U8": 1, "S16": 2, "U16": 2, "F16": 2, "BF16": 2, "S32": 4, "U32": 4,
+              "F32": 4, "S64": 8, "U64": 8, "F64": 8, "C64": 8, "C128": 16}
+# One guard record, wherever it fell in the merged stream (it can split a print's output).
+_GUARD_RECORD = re.compile(r"[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ guard_lib\.cc:\d+\] [^\n]*\n")
+# On an accelerator JAX hands a host callback its operands as arrays on the CPU backend: a
+# device_put of host data onto CpuDevice, which the guard logs as host-to-device (a value
+# already on a device: device-to-device). jaxplace records a callback as its operands to the
+# host and its results back to the accelerator (docs/fidelity.md, "Host callbacks"), so both
+# sides' callback legs are counted apart there.
+_TO_CPU = re.compile(r"dst_sharding=SingleDeviceSharding\(device=CpuDevice")
+_CALLBACK_API = ("pure_callback", "io_callback", "debug.callback", "debug_print")
+STEPS = """import jax, jax.numpy as jnp
+x = jnp.zeros((1024, 1024))  # 4 MiB
+for step in range(5):
+    with jax.profiler.StepTraceAnnotation("train", step_num=step):
+        x = x + jnp.ones((1024, 1024)) * step  # a new 4 MiB array a step, the old one freed
+print(float(x.sum()))
+"""
 
 
 def driver() -> list[str]:
@@ -73,33 +92,92 @@ def sections(text: str) -> dict[str, list[str]]:
     return out
 
 
-def guard_legs(lines: list[str]) -> dict[str, list]:
-    """{kind: [legs, bytes, legs without an aval]} of the guard lines among ``lines``."""
+def _is_callback(api: str | None) -> bool:
+    return any(c in (api or "") for c in _CALLBACK_API) and "(reads value)" not in (api or "")
+
+
+def guard_legs(lines: list[str], accelerator: bool = False) -> dict[str, list]:
+    """{kind: [legs, bytes, legs of unknown size]} of the guard lines among ``lines``; on an
+    accelerator, the legs onto the CPU backend (a callback's operands) under "callback"."""
     import numpy as np
 
-    out = {k: [0, 0, 0] for k in KINDS}
+    out = {k: [0, 0, 0] for k in (*KINDS, "callback")}
     for line in lines:
         m = _LEG.search(line)
         if not m:
             continue
-        row = out[_KIND[m.group(1)]]
+        kind = _KIND[m.group(1)]
+        row = out["callback" if accelerator and kind != "d2h" and _TO_CPU.search(line) else kind]
         row[0] += 1
         if m.group(2):
             shape = [int(d) for d in m.group(3).split(",") if d]
             row[1] += int(np.prod(shape, dtype=np.int64)) * np.dtype(m.group(2)).itemsize
+        elif m.group(5) in _XLA_BYTES:
+            shape = [int(d) for d in m.group(4).split(",") if d]
+            row[1] += int(np.prod(shape, dtype=np.int64)) * _XLA_BYTES[m.group(5)]
         else:
             row[2] += 1
     return out
 
 
-def recorded(run: Path) -> dict[str, list]:
+def recorded(run: Path, accelerator: bool = False) -> dict[str, list]:
+    """{kind: [legs, bytes, legs of unknown size]}; on an accelerator a callback's legs (its
+    operands to the host, its results back) under "callback"."""
+    out = {k: [0, 0, 0] for k in (*KINDS, "callback")}
     con = sqlite3.connect(run / "events.sqlite")
     try:
-        rows = {r[0]: [r[1], r[2] or 0, r[3]] for r in con.execute(
-            "SELECT kind, COUNT(*), SUM(bytes), SUM(bytes IS NULL OR bytes < 0) FROM transfers GROUP BY kind")}
+        for kind, api, nbytes in con.execute("SELECT kind, api, bytes FROM transfers"):
+            row = out["callback" if accelerator and _is_callback(api) else kind]
+            row[0] += 1
+            if nbytes is None or nbytes < 0:
+                row[2] += 1
+            else:
+                row[1] += nbytes
     finally:
         con.close()
-    return {k: rows.get(k, [0, 0, 0]) for k in KINDS}
+    return out
+
+
+def per_file(per_program: dict, run: Path, accelerator: bool) -> list:
+    """(file, kind, guard (legs, bytes), jaxplace (legs, bytes)) where they differ: the guard's
+    legs by the program whose section they fall in, jaxplace's by the innermost frame of their
+    call stack that is the program's (the semantics programs print through _show.py, called by
+    run_all.py; a program run twice, as training_loop.py, adds up). d2h only on an accelerator
+    (the CPU backend logs none); host callbacks apart there (``recorded``)."""
+    import collections
+
+    kinds = KINDS if accelerator else ("h2d", "d2d")
+    guard: dict = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0]))
+    for name, legs in per_program.items():
+        f = name.split()[1] if name.startswith(("sample ", "program ")) else f"prog_{name}.py"
+        for k in kinds:
+            guard[f][k][0] += legs[k][0]
+            guard[f][k][1] += legs[k][1]
+    mine: dict = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0]))
+    con = sqlite3.connect(run / "events.sqlite")
+    try:
+        parent = {n: (p, Path(f or "?").name) for n, p, f, *_ in con.execute("SELECT * FROM stacks")}
+        node_of = dict(con.execute("SELECT seq, node FROM transfer_stacks"))
+        site_file = {i: Path(f or "?").name for i, f, *_ in con.execute("SELECT * FROM sites")}
+        for seq, kind, api, nbytes, site in con.execute("SELECT seq, kind, api, bytes, site FROM transfers"):
+            if kind not in kinds or (accelerator and _is_callback(api)):
+                continue
+            files, node = [site_file.get(site, "?")], node_of.get(seq)
+            while node:
+                node, f = parent.get(node, (0, "?"))
+                files.append(f)
+            f = next((x for x in files if x not in ("_show.py", "run_all.py")), "?")
+            mine[f][kind][0] += 1
+            mine[f][kind][1] += max(nbytes or 0, 0)
+    finally:
+        con.close()
+    out = []
+    for f in sorted(set(guard) | set(mine)):
+        for k in kinds:
+            g, m = tuple(guard[f][k]), tuple(mine[f][k])
+            if g != m:
+                out.append((f, k, g, m))
+    return out
 
 
 def _run(cmd: list[str], cwd: Path, env: dict, timeout: float, merge: bool = False):
@@ -114,41 +192,19 @@ def _run(cmd: list[str], cwd: Path, env: dict, timeout: float, merge: bool = Fal
         return subprocess.CompletedProcess(cmd, "timeout", text(exc.stdout), text(exc.stderr))
 
 
-def per_file(per_program: dict, run: Path) -> list:
-    """(file, kind, guard (legs, bytes), jaxplace (legs, bytes)) where they differ, h2d and d2d:
-    the guard's legs by the program whose section they fall in, jaxplace's by the file of their
-    site (a program run twice, as training_loop.py, adds up in both). d2h is left out: the
-    semantics programs print through _show.py, where jaxplace puts their reads."""
-    import collections
-
-    guard: dict = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0]))
-    for name, kinds in per_program.items():
-        f = name.split()[1] if name.startswith(("sample ", "program ")) else f"prog_{name}.py"
-        for k in ("h2d", "d2d"):
-            guard[f][k][0] += kinds[k][0]
-            guard[f][k][1] += kinds[k][1]
-    con = sqlite3.connect(run / "events.sqlite")
+def audit_json(run: Path, env: dict, cwd: Path) -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "jaxplace_cli", "audit", str(run), "--format", "json"],
+                          cwd=cwd, text=True, capture_output=True, timeout=300, env=env)
     try:
-        mine: dict = collections.defaultdict(dict)
-        for file, kind, n, b in con.execute(
-                "SELECT s.file, t.kind, COUNT(*), SUM(t.bytes) FROM transfers t LEFT JOIN sites s ON s.id = t.site"
-                " GROUP BY s.file, t.kind"):
-            mine[Path(file or "?").name][kind] = (n, b or 0)
-    finally:
-        con.close()
-    out = []
-    for f in sorted(set(guard) | set(mine)):
-        for k in ("h2d", "d2d"):
-            g, m = tuple(guard[f][k]) if f in guard else (0, 0), mine.get(f, {}).get(k, (0, 0))
-            if g != tuple(m):
-                out.append((f, k, g, tuple(m)))
-    return out
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        return proc.returncode, {"error": proc.stderr.strip()[-300:]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="keep the run and a JSON summary here")
-    ap.add_argument("--timeout", type=float, default=280, help="seconds for each of the two runs")
+    ap.add_argument("--timeout", type=float, default=280, help="seconds for each run")
     ap.add_argument("--cpu", action="store_true",
                     help="run on the CPU too (to try this script: the CPU backend logs no d2h leg, so d2h is not compared)")
     a = ap.parse_args()
@@ -156,6 +212,7 @@ def main() -> int:
     if plat == "" or (plat == "cpu" and not a.cpu):
         print(f"accel-check: skipped: no accelerator ({what or 'cpu'})")
         return 0
+    accel = plat != "cpu"
     out = a.out or Path(tempfile.mkdtemp(prefix="accel-check-"))
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -176,62 +233,73 @@ def main() -> int:
     (out / "jaxplace.stdout.txt").write_text(rec.stdout)
     (out / "jaxplace.stderr.txt").write_text(rec.stderr)
 
-    oracle_sec = sections(oracle.stdout)
-    guard = guard_legs(oracle.stdout.splitlines())
-    mine = recorded(run) if (run / "events.sqlite").exists() else {k: [0, 0, 0] for k in KINDS}
+    stored = (run / "events.sqlite").exists()
+    guard = guard_legs(oracle.stdout.splitlines(), accel)
+    mine = recorded(run, accel) if stored else {k: [0, 0, 0] for k in (*KINDS, "callback")}
     bad = []
-    print(f"{'kind':5} {'guard legs':>11} {'guard bytes':>13} {'no aval':>8} {'jaxplace legs':>14} "
+    print(f"{'kind':5} {'guard legs':>11} {'guard bytes':>13} {'size?':>6} {'jaxplace legs':>14} "
           f"{'jaxplace bytes':>15}  result")
     for k in KINDS:
         g, m = guard[k], mine[k]
-        same = g[0] == m[0] and (g[2] > 0 or g[1] == m[1])
-        if plat == "cpu" and k == "d2h":
-            print(f"{k:5} {'-':>11} {'-':>13} {'-':>8} {m[0]:>14,} {m[1]:>15,}  not compared (CPU)")
+        if not accel and k == "d2h":
+            print(f"{k:5} {'-':>11} {'-':>13} {'-':>6} {m[0]:>14,} {m[1]:>15,}  not compared (CPU)")
             continue
+        same = g[0] == m[0] and (g[2] > 0 or g[1] == m[1])
         if not same:
             bad.append(k)
-        print(f"{k:5} {g[0]:>11,} {g[1]:>13,} {g[2]:>8,} {m[0]:>14,} {m[1]:>15,}  {'same' if same else 'DIFFERS'}")
-    per_program = {name: guard_legs(lines) for name, lines in oracle_sec.items()}
-    by_file = per_file(per_program, run) if (run / "events.sqlite").exists() else []
+        print(f"{k:5} {g[0]:>11,} {g[1]:>13,} {g[2]:>6,} {m[0]:>14,} {m[1]:>15,}  {'same' if same else 'DIFFERS'}")
+    if accel:
+        g, m = guard["callback"], mine["callback"]
+        print(f"host callbacks, apart (docs/fidelity.md): the guard logs their operands' placement on the CPU "
+              f"backend, {g[0]} legs {g[1]:,} B; jaxplace records operands to host and results back, "
+              f"{m[0]} legs {m[1]:,} B")
+    per_program = {name: guard_legs(lines, accel) for name, lines in sections(oracle.stdout).items()}
+    by_file = per_file(per_program, run, accel) if stored else []
     for f, k, g, m in by_file:
         print(f"  differs: {f} {k}: guard {g[0]} legs {g[1]:,} B, jaxplace {m[0]} legs {m[1]:,} B")
 
-    rec_sec = sections(rec.stdout)
-    differ = [name for name, lines in oracle_sec.items()
-              if [x for x in lines if not _GUARD_LINE.match(x)] != rec_sec.get(name)]
-    differ += [name for name in rec_sec if name not in oracle_sec]
-    print(f"programs: {len(oracle_sec)} in the oracle, {len(rec_sec)} under jaxplace; "
+    plain = sections(_GUARD_RECORD.sub("", oracle.stdout))
+    plain.pop("(before)", None)  # the oracle's stderr before the first program: JAX's own warnings
+    mine_out = sections(rec.stdout)
+    differ = [name for name, lines in plain.items() if lines != mine_out.get(name)]
+    differ += [name for name in mine_out if name not in plain]
+    print(f"programs: {len(plain)} under python, {len(mine_out)} under jaxplace; "
           f"stdout differs for {len(differ)}: {', '.join(differ[:12]) or '-'}")
     raised = [x for x in oracle.stdout.splitlines() if x.startswith("!! ")]
-    print(f"programs that raised under python (both runs alike unless listed above): {len(raised)}")
+    print(f"programs that raised under python (and alike under jaxplace unless listed above): {len(raised)}")
     for x in raised[:20]:
         print("  " + x[:160])
 
     manifest = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
     events = manifest.get("events", {})
-    mem = manifest.get("memory", {})
-    stats = [d.get("name", "?") for d in mem.get("devices", []) if d.get("stats_by_step")]
     print(f"run: status {manifest.get('status', '?')}, capture {manifest.get('capture', '?')}, "
-          f"writer {events.get('writer', {})}, lost rows {events.get('lost_rows', '?')}, "
-          f"memory_stats sampled on: {', '.join(stats) or 'none'}")
-    audit = subprocess.run([sys.executable, "-m", "jaxplace_cli", "audit", str(run), "--format", "json"],
-                           cwd=out, text=True, capture_output=True, timeout=300, env=env)
-    findings = []
-    if audit.returncode in (0, 1):
-        try:
-            findings = [(f.get("rule"), f.get("severity")) for f in json.loads(audit.stdout).get("findings", [])]
-        except ValueError:
-            pass
-    print(f"audit: exit {audit.returncode}, {len(findings)} findings: "
-          f"{', '.join(sorted({f'{r}/{s}' for r, s in findings})) or '-'}; {audit.stderr.strip()[-300:]}")
+          f"writer {events.get('writer', {})}, lost rows {events.get('lost_rows', '?')}")
+    audit_rc, doc = audit_json(run, env, out)
+    findings = sorted({f"{f.get('rule')}/{f.get('severity')}" for f in doc.get("findings", [])})
+    print(f"audit: exit {audit_rc}, findings {', '.join(findings) or '-'} {doc.get('error', '')}")
+
+    # device memory (issue 27): the devices' own memory_stats() at the end and at each step's end
+    (out / "steps.py").write_text(STEPS)
+    steps = _run([sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out", str(out / "steps"),
+                  str(out / "steps.py")], out, env, a.timeout)
+    mem = audit_json(out / "steps", env, out)[1].get("memory") or {} if steps.returncode == 0 else {}
+    for d in mem.get("devices", []):
+        print(f"memory {d['device']}: tracked peak {d['peak_bytes']:,} B (step {d.get('peak_step')}); "
+              f"memory_stats at the end {d.get('memory_stats')}; bytes in use by step "
+              f"{[x['bytes_in_use'] for x in d.get('stats_by_step', [])]}")
+    if not any(d.get("stats_by_step") for d in mem.get("devices", [])):
+        print(f"memory: no memory_stats() by step (steps run exit {steps.returncode}; {steps.stderr.strip()[-200:]})")
+
     (out / "summary.json").write_text(json.dumps({
         "platform": plat, "devices": what, "guard": guard, "jaxplace": mine, "per_program_guard": per_program,
-        "per_file_differs": by_file, "stdout_differs": differ, "raised": raised, "manifest_events": events, "memory_stats_on": stats,
-        "audit_exit": audit.returncode, "findings": findings}, indent=1))
+        "per_file_differs": by_file, "stdout_differs": differ, "raised": raised, "manifest_events": events,
+        "audit_exit": audit_rc, "findings": findings, "memory": mem}, indent=1))
     if rec.returncode != oracle.returncode:
         bad.append("exit code")
     if differ:
         bad.append("stdout")
+    if by_file:
+        bad.append("per file")
     print(f"accel-check: {'FAIL: ' + ', '.join(bad) if bad else 'PASS'}")
     return 1 if bad else 0
 
