@@ -47,6 +47,14 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SAMPLES = REPO / "sample_scripts"
 
 
+# The transfer guard as an oracle: the program under plain python, JAX's C++ fast path withheld,
+# so every dispatch takes the Python path, where the guard (JAX_TRANSFER_GUARD=log_explicit)
+# logs each leg with its aval. Usage: [sys.executable, "-c", GUARD_ORACLE, SCRIPT, ARGS...].
+GUARD_ORACLE = ("import runpy, sys; import jax._src.pjit as p; "
+                "p._get_fastpath_data = lambda *a, **k: None; "
+                "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def child_env(**extra) -> dict:
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # children choose their own device count (--devices)

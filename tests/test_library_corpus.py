@@ -14,16 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import REPO, child_env, jaxplace
+from conftest import GUARD_ORACLE, REPO, child_env, jaxplace
 
 LIBRARY = REPO / "tests" / "library"
 PROGRAMS = ("optax_fit.py", "flax_nnx.py", "equinox_mlp.py", "numpyro_predictive.py",
             "diffrax_ode.py", "no_upload.py")
 
 # The oracle: the program under plain python, the guard on, JAX's fast path withheld.
-_ORACLE = ("import runpy, sys; import jax._src.pjit as p; "
-           "p._get_fastpath_data = lambda *a, **k: None; "
-           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+_ORACLE = GUARD_ORACLE
 _LEG = re.compile(r"(host-to-device|device-to-device) transfer: (?:aval=ShapedArray\((\w+)\[([\d,]*)\])?")
 
 

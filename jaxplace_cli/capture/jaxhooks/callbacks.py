@@ -152,8 +152,45 @@ def make_callback_impl(original, api: str, returns: bool):
     return impl
 
 
+def make_token_input(original):
+    """The runtime token of an ordered effect (``jax.debug.print(..., ordered=True)``, an
+    ordered ``io_callback``): at every call JAX puts it on the call's devices, the first time
+    an empty bool array, later the token itself, and the guard logs each as a host-to-device
+    leg of 0 B (on CPU and on a TPU: docs/fidelity.md). Recorded as implicit uploads of the
+    call; the ``device_put`` inside is hidden (depth), so a leg is never counted twice."""
+    @wraps(original)
+    def get_token_input(self, eff, devices):
+        rec = active.rec
+        if rec is None:
+            return original(self, eff, devices)
+        depth, tls.depth = tls.depth, 1
+        try:
+            tok = original(self, eff, devices)
+        finally:
+            tls.depth = depth
+        try:
+            op = tls.op
+            name, site, op_seq = (op[5], op[2], op[1]) if op is not None else ("ordered effect", 0, 0)
+            t, thread = perf_counter_ns() - rec.t0, _thread_ident()
+            for d in devices:
+                rec.add_transfer(TransferEvent(rec.next_seq(), t, thread, H2D, HOST, label(d), 0, True, False,
+                                               f"{name} (ordered-effects token)", site, 0, op_seq))
+        except Exception as exc:  # recording must never break the user's call
+            rec.recording_failed(exc)
+        return tok
+
+    get_token_input.__jaxplace_original__ = original
+    return get_token_input
+
+
 def install(patch, report) -> None:
     import importlib
+
+    from jax._src import dispatch as jax_dispatch
+
+    tokens = getattr(jax_dispatch, "RuntimeTokenSet", None)
+    if tokens is not None and "get_token_input" in tokens.__dict__:
+        patch(tokens, "get_token_input", make_token_input(tokens.__dict__["get_token_input"]))
 
     names = []
     for modname, owner, attr, api, returns in CALLBACK_IMPLS:
