@@ -17,6 +17,7 @@ memory) are not transfers (``tls.host_side``).
 """
 from __future__ import annotations
 
+import sys
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
 
@@ -24,6 +25,7 @@ import jax
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.frames import drop_own
+from jaxplace_cli.capture.jaxhooks.common import _EvalTrace, _trace_ctx
 from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, upload_nbytes
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, tls, wraps
 from jaxplace_cli.model.events import D2H, H2D, HOST, TransferEvent
@@ -66,24 +68,49 @@ def _device_of(op):
         return "?"
 
 
+def _note(cb, caller) -> None:
+    """Note where callback ``cb`` was traced (``_ORIGIN``): the recorded call in flight on this
+    thread, or, traced outside one (a vmap of a callback, batched as a scan), the user's line
+    that traced it — on a TPU XLA runs callbacks on its own thread, where both were lost (seen
+    at "?", docs/fidelity.md)."""
+    op = tls.op
+    rec = active.rec
+    if cb is None or rec is None or id(cb) in _ORIGIN or len(_ORIGIN) >= _MAX_ORIGINS:
+        return
+    try:
+        if op is not None:
+            _ORIGIN[id(cb)] = (cb, op[2], op[0], _device_of(op))
+        elif type(_trace_ctx.trace) is not _EvalTrace:
+            user, _ = rec.user_frame_and_caller(caller)
+            if user is not None:
+                _ORIGIN[id(cb)] = (cb, rec.site_of(user), None, _device_of(None))
+    except Exception:
+        pass
+
+
 def make_bind(original):
     """``bind`` of a callback primitive: while a recorded call traces the function holding the
     callback (on the user's thread), note that call's line for the callback object, which
     XLA hands back to ``*_callback_impl`` at every execution, on whatever thread runs it."""
 
     def bind(*args, **params):
-        op = tls.op
-        cb = params.get("callback")
-        if (op is not None and cb is not None and active.rec is not None and id(cb) not in _ORIGIN
-                and len(_ORIGIN) < _MAX_ORIGINS):
-            try:
-                _ORIGIN[id(cb)] = (cb, op[2], op[0], _device_of(op))
-            except Exception:
-                pass
+        _note(params.get("callback"), sys._getframe(1))
         return original(*args, **params)
 
     bind.__jaxplace_original__ = original
     return bind
+
+
+def make_lowering(original):
+    """``debugging.debug_callback_lowering``: ``jax.debug.print`` (its own primitive) makes its
+    callback only when the call is lowered, so its origin is noted there (inside the call)."""
+
+    def lowering(*args, **params):
+        _note(params.get("callback"), sys._getframe(1))
+        return original(*args, **params)
+
+    lowering.__jaxplace_original__ = original
+    return lowering
 
 
 def _where(callback):
@@ -97,7 +124,7 @@ def _where(callback):
     op = tls.op
     origin = _ORIGIN.get(id(callback))
     if origin is not None and origin[0] is callback:
-        return origin[3], origin[1], op[1] if op is not None and op[0] == origin[2] else 0
+        return origin[3], origin[1], op[1] if op is not None and origin[2] in (None, op[0]) else 0
     dev = _device_of(op)
     return (dev, op[2], op[1]) if op is not None else (dev, 0, 0)
 
@@ -202,6 +229,9 @@ def install(patch, report) -> None:
         p = getattr(importlib.import_module(modname), prim, None)
         if p is not None:
             patch(p, "bind", make_bind(p.bind))
+    debugging = importlib.import_module("jax._src.debugging")
+    if callable(getattr(debugging, "debug_callback_lowering", None)):
+        patch(debugging, "debug_callback_lowering", make_lowering(debugging.debug_callback_lowering))
     report.installed.append(", ".join(names) + " (operands and results)")
 
 
