@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -134,6 +135,15 @@ def _setenv(key: str, value: str | None) -> None:
         os.environ.pop(key, None)
     else:
         os.environ[key] = value
+
+
+def store_rows(run_dir, sql: str, params=()) -> list[tuple]:
+    """The rows of one query over a run's store (read-only, closed after)."""
+    con = sqlite3.connect(f"file:{Path(run_dir) / 'events.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
 
 
 def audit_json(run_dir, *extra) -> dict:

@@ -3,10 +3,9 @@ JAX's transfer guard logs one 0-byte host-to-device leg per call of a jitted fun
 ordered effect; jaxplace records the same legs, at the call's line. Found by the accelerator
 check on a TPU (bench/accel_check.py) and the same on the CPU backend."""
 import re
-import sqlite3
 import sys
 
-from conftest import GUARD_ORACLE, SCRIPTS, child_env, jaxplace
+from conftest import GUARD_ORACLE, SCRIPTS, child_env, jaxplace, store_rows
 
 SCRIPT = SCRIPTS / "ordered_effects.py"
 
@@ -24,10 +23,6 @@ def test_ordered_effect_tokens_are_the_guards_legs(tmp_path):
     proc = jaxplace("run", "-q", "--no-trace", "--out", out, SCRIPT, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout == oracle.stdout, proc.stderr[-2000:]
     line = next(i for i, t in enumerate(SCRIPT.read_text().splitlines(), 1) if "# L-call" in t)
-    con = sqlite3.connect(out / "events.sqlite")
-    try:
-        rows = con.execute("SELECT t.kind, t.dst, t.bytes, t.implicit, t.api, s.line FROM transfers t"
-                           " JOIN sites s ON s.id = t.site WHERE t.api LIKE '%ordered-effects token%'").fetchall()
-    finally:
-        con.close()
+    rows = store_rows(out, "SELECT t.kind, t.dst, t.bytes, t.implicit, t.api, s.line FROM transfers t"
+                           " JOIN sites s ON s.id = t.site WHERE t.api LIKE '%ordered-effects token%'")
     assert rows == [("h2d", "cpu:0", 0, 1, "jit(g) (ordered-effects token)", line)] * guard

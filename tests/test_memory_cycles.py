@@ -8,10 +8,9 @@ an array in an object with a reference cycle and lives long enough for a collect
 tests/scripts/memory/cycles.py has the expected numbers by hand.
 """
 import re
-import sqlite3
 
 import pytest
-from conftest import SCRIPTS, child_env, jaxplace
+from conftest import SCRIPTS, child_env, jaxplace, store_rows
 
 CYCLES = SCRIPTS / "memory" / "cycles.py"
 
@@ -27,14 +26,10 @@ def test_arrays_freed_by_the_cycle_collector(tmp_path, capture):
     proc = jaxplace("run", "-q", "--no-trace", "--out", out, CYCLES, env=child_env(JAXPLACE_CAPTURE=capture))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "total 3675.0\n"  # 3 * (0 + 1 + ... + 49)
-    con = sqlite3.connect(out / "events.sqlite")
-    try:
-        made, freed, hows = con.execute(
-            "SELECT COUNT(*), COUNT(f.buf), GROUP_CONCAT(DISTINCT f.how) FROM buffers b"
-            " JOIN sites s ON s.id = b.site LEFT JOIN frees f ON f.buf = b.buf WHERE s.line = ?",
-            (_line("L-cycle"),)).fetchone()
-    finally:
-        con.close()
+    [(made, freed, hows)] = store_rows(
+        out, "SELECT COUNT(*), COUNT(f.buf), GROUP_CONCAT(DISTINCT f.how) FROM buffers b"
+             " JOIN sites s ON s.id = b.site LEFT JOIN frees f ON f.buf = b.buf WHERE s.line = ?",
+        (_line("L-cycle"),))
     # each iteration makes two arrays on that line (jnp.ones(3), then * i); both are freed by
     # the end, the ones at once (reference count), the product with its node (the collector)
     assert (made, freed, hows) == (100, 100, "gc")

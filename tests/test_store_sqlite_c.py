@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SAMPLES, child_env
+from conftest import SAMPLES, child_env, store_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -138,9 +138,5 @@ def test_jaxplace_run_says_how_the_store_was_written(tmp_path, capture):
     writer = json.loads((out / "run.json").read_text())["events"]["writer"]
     assert writer["kind"] == "process"
     assert writer["sqlite"] == ("c" if capture == "native" else "module")
-    c = sqlite3.connect(out / "events.sqlite")
-    try:
-        ops, transfers = (c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("ops", "transfers"))
-    finally:
-        c.close()
+    [(ops, transfers)] = store_rows(out, "SELECT (SELECT COUNT(*) FROM ops), (SELECT COUNT(*) FROM transfers)")
     assert ops > 0 and transfers > 0

@@ -88,29 +88,19 @@ def _note(cb, caller) -> None:
         pass
 
 
-def make_bind(original):
-    """``bind`` of a callback primitive: while a recorded call traces the function holding the
-    callback (on the user's thread), note that call's line for the callback object, which
-    XLA hands back to ``*_callback_impl`` at every execution, on whatever thread runs it."""
+def make_noting(original):
+    """``bind`` of a callback primitive, or ``debugging.debug_callback_lowering``
+    (``jax.debug.print`` is a primitive of its own that makes its callback only when the call
+    is lowered): note where the ``callback`` it is given was traced (``_note``), since XLA
+    hands that object back to ``*_callback_impl`` at every execution, on whatever thread runs
+    it."""
 
-    def bind(*args, **params):
+    def noting(*args, **params):
         _note(params.get("callback"), sys._getframe(1))
         return original(*args, **params)
 
-    bind.__jaxplace_original__ = original
-    return bind
-
-
-def make_lowering(original):
-    """``debugging.debug_callback_lowering``: ``jax.debug.print`` (its own primitive) makes its
-    callback only when the call is lowered, so its origin is noted there (inside the call)."""
-
-    def lowering(*args, **params):
-        _note(params.get("callback"), sys._getframe(1))
-        return original(*args, **params)
-
-    lowering.__jaxplace_original__ = original
-    return lowering
+    noting.__jaxplace_original__ = original
+    return noting
 
 
 def _where(callback):
@@ -228,10 +218,10 @@ def install(patch, report) -> None:
     for modname, prim in _PRIMITIVES:
         p = getattr(importlib.import_module(modname), prim, None)
         if p is not None:
-            patch(p, "bind", make_bind(p.bind))
+            patch(p, "bind", make_noting(p.bind))
     debugging = importlib.import_module("jax._src.debugging")
     if callable(getattr(debugging, "debug_callback_lowering", None)):
-        patch(debugging, "debug_callback_lowering", make_lowering(debugging.debug_callback_lowering))
+        patch(debugging, "debug_callback_lowering", make_noting(debugging.debug_callback_lowering))
     report.installed.append(", ".join(names) + " (operands and results)")
 
 
