@@ -156,8 +156,17 @@ static int code_tier(SiteCache *c, PyCodeObject *code, long *tier) {
     return table_put(&c->tiers, code, -1, *tier);
 }
 
+/* Its callables and code list exist: set by __init__, dropped by the collector's tp_clear (a
+   cycle through the recorder), absent on an object made with __new__ alone. */
+static int cache_ready(SiteCache *c) {
+    if (c->tier_fn && c->intern_fn && c->node_fn && c->codes) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "SiteCache used before __init__ or after it was cleared");
+    return 0;
+}
+
 /* Site id of the first user frame at or above `frame` (a library frame if none): -1 on error. */
 static long site_lookup(SiteCache *c, PyFrameObject *frame) {
+    if (!cache_ready(c)) return -1;
     PyFrameObject *f = frame, *fallback = NULL;
     Py_XINCREF(f);
     while (f) {
@@ -212,6 +221,7 @@ static long site_lookup(SiteCache *c, PyFrameObject *frame) {
    user frame, as site_lookup): 0 for none, -1 on error. Its leaf is the frame site_lookup picks,
    so the node's site is the row's site. */
 static long stack_lookup(SiteCache *c, PyFrameObject *frame) {
+    if (!cache_ready(c)) return -1;
     PyFrameObject *user[MAX_STACK], *fallback = NULL, *f = frame;
     int n = 0;
     long node = 0;

@@ -180,17 +180,27 @@ static int rb_init(RowBuffer *self, PyObject *args, PyObject *kw) {
 
 /* take() -> (bytes, ops, transfers, buffers): what was packed since the last take. */
 static PyObject *rb_take(RowBuffer *self, PyObject *unused) {
-    PyObject *data = PyBytes_FromStringAndSize(self->buf, self->len);
-    if (!data) return NULL;
-    PyObject *r = Py_BuildValue("(Nnnn)", data, self->rows[T_OPS], self->rows[T_TRANSFERS], self->rows[T_BUFFERS]);
-    if (r) {
-        self->len = 0;
-        memset(self->rows, 0, sizeof(self->rows));
-        if (self->cap > (16 << 20)) { /* a burst made it large: give the memory back */
-            PyMem_Free(self->buf);
-            self->buf = NULL;
-            self->cap = 0;
-        }
+    /* The result tuple first: allocating it can start a collection, whose finalizers and
+       callbacks may record a row here. Nothing allocated after it is counted by the collector
+       (bytes, ints), so the snapshot and the reset below see the same rows; the other order
+       dropped such a row, and the definition of a string it used first, which broke the
+       decoding of every later batch. */
+    PyObject *r = PyTuple_New(4);
+    if (!r) return NULL;
+    PyObject *items[4] = {PyBytes_FromStringAndSize(self->buf, self->len), PyLong_FromSsize_t(self->rows[T_OPS]),
+                          PyLong_FromSsize_t(self->rows[T_TRANSFERS]), PyLong_FromSsize_t(self->rows[T_BUFFERS])};
+    if (!items[0] || !items[1] || !items[2] || !items[3]) {
+        for (int i = 0; i < 4; i++) Py_XDECREF(items[i]);
+        Py_DECREF(r);
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) PyTuple_SET_ITEM(r, i, items[i]);
+    self->len = 0;
+    memset(self->rows, 0, sizeof(self->rows));
+    if (self->cap > (16 << 20)) { /* a burst made it large: give the memory back */
+        PyMem_Free(self->buf);
+        self->buf = NULL;
+        self->cap = 0;
     }
     return r;
 }
@@ -306,6 +316,10 @@ static PyObject *decode_value(Decoder *d, Reader *r, int depth) {
 
 /* decode(data) -> (ops, transfers, buffers): lists of raw rows, in the order they were packed */
 static PyObject *dec_decode(Decoder *self, PyObject *arg) {
+    if (!self->strings) {
+        PyErr_SetString(PyExc_RuntimeError, "Decoder used before __init__");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Reader r = {view.buf, (const char *)view.buf + view.len};
@@ -459,6 +473,10 @@ static PyObject *rb_sink(RowBuffer *self, PyObject *args) {
     int table;
     PyObject *fallback;
     if (!PyArg_ParseTuple(args, "iO", &table, &fallback)) return NULL;
+    if (!self->strings) {
+        PyErr_SetString(PyExc_RuntimeError, "RowBuffer used before __init__");
+        return NULL;
+    }
     if (table < 0 || table >= N_TABLES) {
         PyErr_SetString(PyExc_ValueError, "table: 0 ops, 1 transfers, 2 buffers");
         return NULL;

@@ -30,6 +30,8 @@ typedef struct {
     PyObject *sql[N_STMTS]; /* the statement's text, compared by identity first */
     sqlite3_stmt *stmt[N_STMTS];
     int next; /* the slot replaced when all are taken */
+    int busy; /* in executemany: the rows' iterator or a str subclass's __eq__ runs Python, which
+                 must not close the connection or evict the statement in use */
 } Conn;
 
 static PyObject *sqlite_error(sqlite3 *db, int rc) {
@@ -81,6 +83,10 @@ static int check_open(Conn *self) {
 
 static PyObject *conn_execute(Conn *self, PyObject *sql) {
     if (check_open(self) < 0) return NULL;
+    if (self->busy) {
+        PyErr_SetString(ProgrammingError, "Recursive use of the connection is not allowed.");
+        return NULL;
+    }
     const char *text = PyUnicode_AsUTF8(sql);
     if (!text) return NULL;
     int rc = sqlite3_exec(self->db, text, NULL, NULL, NULL);
@@ -154,10 +160,23 @@ static int bind(Conn *self, sqlite3_stmt *stmt, int i, PyObject *v) {
     return 0;
 }
 
+static PyObject *executemany_(Conn *self, PyObject *sql, PyObject *rows);
+
 static PyObject *conn_executemany(Conn *self, PyObject *args) {
     PyObject *sql, *rows;
     if (!PyArg_ParseTuple(args, "UO:executemany", &sql, &rows)) return NULL;
     if (check_open(self) < 0) return NULL;
+    if (self->busy) {
+        PyErr_SetString(ProgrammingError, "Recursive use of the connection is not allowed.");
+        return NULL;
+    }
+    self->busy = 1;
+    PyObject *r = executemany_(self, sql, rows);
+    self->busy = 0;
+    return r;
+}
+
+static PyObject *executemany_(Conn *self, PyObject *sql, PyObject *rows) {
     sqlite3_stmt *stmt = prepared(self, sql);
     if (!stmt) return NULL;
     int want = sqlite3_bind_parameter_count(stmt);
@@ -202,6 +221,10 @@ static PyObject *conn_executemany(Conn *self, PyObject *args) {
 }
 
 static PyObject *conn_close(Conn *self, PyObject *unused) {
+    if (self->busy) {
+        PyErr_SetString(ProgrammingError, "Cannot close the connection inside executemany.");
+        return NULL;
+    }
     finalize_all(self);
     if (self->db) {
         int rc = sqlite3_close_v2(self->db);
