@@ -65,6 +65,21 @@ def _signal_both(tmp_path, sig, *args):
     return procs[0].returncode, py_out, procs[1].returncode, jp_out, jp_err, out
 
 
+def test_a_signal_while_jax_starts_its_backend_ends_the_run_as_under_python(tmp_path):
+    """The handler saves the run without calling into JAX (capture/memory.py end_recording):
+    it hung until SIGKILL when the signal had interrupted JAX's backend start."""
+    script, out = SCRIPTS / "faults" / "sigterm_in_backend_init.py", tmp_path / "run"
+    ends = []
+    for cmd in ([sys.executable, str(script)],
+                [sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out", str(out), str(script)]):
+        proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120,
+                              preexec_fn=_child_setup)
+        ends.append((proc.returncode, proc.stdout))
+    assert ends[0] == (-signal.SIGTERM, "before\n")  # the script's own ending, under python
+    assert ends[1] == ends[0]
+    assert json.loads((out / "run.json").read_text())["status"] == "terminated"
+
+
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGTERM", "SIGINT", "SIGQUIT", "SIGUSR1"])
 def test_signal_ends_the_run_like_python_with_nothing_lost(tmp_path, name):
     sig = getattr(signal, name)

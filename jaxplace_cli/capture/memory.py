@@ -192,12 +192,16 @@ def sample_memory_stats(rec) -> None:
         rec.marker(MARKER_MEMORY_STATS, value)
 
 
-def end_recording(rec) -> None:
+def end_recording(rec, sample: bool = True) -> None:
     """The recording ends: sample the devices' own memory statistics (where they exist) and
-    stop following buffers, so what is live now is the run's end state."""
+    stop following buffers, so what is live now is the run's end state. ``sample=False`` from
+    a fatal signal's handler: asking JAX for its devices there waited forever when the signal
+    had interrupted JAX's backend start, which holds the same lock (a SIGTERM during the
+    script's first op hung instead of ending the run)."""
     if rec.memory.on:
         try:
-            sample_memory_stats(rec)
+            if sample:
+                sample_memory_stats(rec)
         finally:
             rec.memory.stop()
             rec.mem_state = None

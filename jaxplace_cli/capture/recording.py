@@ -74,8 +74,9 @@ class Recording:
             _choose_recorder()
         return self.report
 
-    def stop(self) -> None:
-        """Let go of the hooks (removed when no one else holds them); safe to call twice."""
+    def stop(self, sample: bool = True) -> None:
+        """Let go of the hooks (removed when no one else holds them); safe to call twice.
+        ``sample``: the devices' memory statistics at the end (not from a signal handler)."""
         from jaxplace_cli.capture.jaxhooks import state
 
         with _lock:
@@ -86,7 +87,7 @@ class Recording:
             if self.recorder is not None:  # what is live now is this recording's end state
                 from jaxplace_cli.capture.memory import end_recording
 
-                end_recording(self.recorder)
+                end_recording(self.recorder, sample)
             if self.placer is not None and state.active.placer is self.placer:
                 state.active.placer = self._previous_placer
             if _holders:

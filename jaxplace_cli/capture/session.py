@@ -281,6 +281,7 @@ class Session:
             # not apply there): held like the others, acted on once the run is saved
             self._held.append(signum)
             return
+        self._in_signal = True  # no call into JAX from here: it may hold its locks (_finalize)
         self.finalize(Outcome("terminated", 128 + signum, f"terminated by {signal.Signals(signum).name}"))
         _die_of(signum)
 
@@ -320,7 +321,7 @@ class Session:
             self.trace.close()
         placer = None
         if self._recording is not None:
-            self._recording.stop()
+            self._recording.stop(sample=not getattr(self, "_in_signal", False))
             # the placer placed only once the hooks were in (hook_report: start() returned)
             placer = self.opts.placer if self.hook_report is not None else None
         if placer is not None:
@@ -392,9 +393,8 @@ class Session:
         rec = self.recorder
         if rec is None:
             return 0
-        committed = getattr(writer, "committed", None) if writer is not None else {}
-        if committed is None:  # the writer died and its store cannot be read
-            committed = {}
+        # None: the writer died and its store cannot be read
+        committed = (getattr(writer, "committed", None) if writer is not None else {}) or {}
         if writer is not None and not hasattr(writer, "pid"):  # a writer thread: its own count
             committed = writer.committed
         return sum(max(0, rec.counts[t] - int(committed.get(t, 0))) for t in ("ops", "transfers"))
