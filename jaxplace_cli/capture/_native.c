@@ -664,7 +664,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 }
             }
             int err = PyList_Append(in_list, b);
-            int moved = !err && PyUnicode_Compare(adev, dev) != 0 && !has_comma(adev);
+            int cmp = err ? 0 : PyUnicode_Compare(adev, dev);
+            if (cmp == -1 && PyErr_Occurred()) err = -1; /* not str labels: an error, not "moved" */
+            int moved = !err && cmp != 0 && !has_comma(adev);
             if (!err && moved) {
                 PyObject *cm = committed_of(a), *api = NULL, *nb = NULL, *s = NULL;
                 int committed = cm ? PyObject_IsTrue(cm) : -1;
