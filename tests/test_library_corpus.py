@@ -20,8 +20,6 @@ LIBRARY = REPO / "tests" / "library"
 PROGRAMS = ("optax_fit.py", "flax_nnx.py", "equinox_mlp.py", "numpyro_predictive.py",
             "diffrax_ode.py", "no_upload.py")
 
-# The oracle: the program under plain python, the guard on, JAX's fast path withheld.
-_ORACLE = GUARD_ORACLE
 _LEG = re.compile(r"(host-to-device|device-to-device) transfer: (?:aval=ShapedArray\((\w+)\[([\d,]*)\])?")
 
 
@@ -45,7 +43,7 @@ def runs(tmp_path_factory):
 
     def run(program):
         path = LIBRARY / program
-        oracle = subprocess.run([sys.executable, "-c", _ORACLE, str(path)], capture_output=True, text=True,
+        oracle = subprocess.run([sys.executable, "-c", GUARD_ORACLE, str(path)], capture_output=True, text=True,
                                 env=child_env(JAX_TRANSFER_GUARD="log_explicit"), timeout=240, cwd=root)
         out = root / program.removesuffix(".py")
         recorded = jaxplace("run", "--no-trace", "--quiet", "--out", out, path, cwd=root)

@@ -162,7 +162,7 @@ def _writer_manifest(writer) -> dict:
 
     if isinstance(writer, WriterProcess):
         return {"kind": "process", "pid": writer.pid, "peak_rss_kb": writer.peak_rss_kb, "sqlite": writer.sqlite}
-    return {"kind": "thread", "sqlite": "module"}  # in-process: pysqlite lets go of the GIL
+    return {"kind": "thread", "sqlite": getattr(writer, "sqlite", "")}  # None: no writer was made
 
 
 class Session:
@@ -281,7 +281,6 @@ class Session:
             # not apply there): held like the others, acted on once the run is saved
             self._held.append(signum)
             return
-        self._in_signal = True  # no call into JAX from here: it may hold its locks (_finalize)
         self.finalize(Outcome("terminated", 128 + signum, f"terminated by {signal.Signals(signum).name}"))
         _die_of(signum)
 
@@ -321,7 +320,8 @@ class Session:
             self.trace.close()
         placer = None
         if self._recording is not None:
-            self._recording.stop(sample=not getattr(self, "_in_signal", False))
+            # "terminated" comes from a fatal signal's handler only: no call into JAX from there
+            self._recording.stop(sample=outcome.status != "terminated")
             # the placer placed only once the hooks were in (hook_report: start() returned)
             placer = self.opts.placer if self.hook_report is not None else None
         if placer is not None:

@@ -79,7 +79,7 @@ class StoreWriter:
     def __init__(self, path: Path, native: bool = False):
         self.path = Path(path)
         self.conn = connect(self.path, native)
-        self.native = not isinstance(self.conn, sqlite3.Connection)
+        self.native = not isinstance(self.conn, sqlite3.Connection)  # store/_sqlite.c is in use
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=OFF")  # SIGKILL-safe (the OS has the pages); only an OS crash can lose the tail
         for name, cls in _ALL_TABLES.items():
@@ -123,6 +123,11 @@ class StoreWriter:
             except sqlite3.Error:
                 pass  # SQLite already rolled back (disk full, I/O error): report the real error
             raise
+
+    @property
+    def sqlite(self) -> str:
+        """run.json's ``events.writer.sqlite``: "c" (store/_sqlite.c) or "module" (sqlite3)."""
+        return "c" if self.native else "module"
 
     def _progress(self, committed: dict) -> None:
         self.conn.executemany("INSERT OR REPLACE INTO progress VALUES (?, ?, ?)",

@@ -270,5 +270,5 @@ def serve(path: str, native: str = "") -> None:
         peak //= 1024  # bytes there, KiB on Linux
     sys.stdout.write(json.dumps({"rows_written": written, "lost_rows": lost, "error": error,
                                  "peak_rss_kb": peak, "committed": committed,
-                                 "sqlite": "" if writer is None else "c" if writer.native else "module"}) + "\n")
+                                 "sqlite": "" if writer is None else writer.sqlite}) + "\n")
     sys.stdout.flush()

@@ -60,7 +60,7 @@ def run_loads(run, shared_only: bool = False, own_only: bool = False,
     typical = _op_medians(run, own_only) if groups and with_time else {}
     loads: dict[str, DeviceLoad] = {}
     for name, devices, site, count in groups:
-        ns = typical.get(name, 0)
+        ns = typical[name] if with_time else 0
         for d in devices.split(","):
             if not d:
                 continue
