@@ -11,10 +11,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.model.errors import JaxplaceError, UsageError
 from jaxplace_cli.report.base import Options, extensions, formats, renderer
+
+if TYPE_CHECKING:  # not at run time: `jaxplace run` imports report.run_lines before the script,
+    # and the analysis package (numpy, 100 modules) is not needed there (issue 29)
+    from jaxplace_cli.analysis import AuditResult
 
 FORMATS = formats("audit")  # the audit's formats and extensions: views of report/base.py's registry
 EXTENSIONS = extensions("audit")
