@@ -45,6 +45,9 @@ class RunOptions:
     placer: object = None  # placement.engine.Placer, built (and validated) before the run
     command: list[str] = field(default_factory=list)
     progress: bool = False  # a live status line on stderr when it is a terminal (capture/progress.py)
+    # modules the writer process imports while the script runs, for writer_call after it (jaxplace
+    # run's verdict); when given, the writer process stays after the run until end_writer
+    writer_after: list[str] = field(default_factory=list)
 
 
 def simulate_cpu_devices(n: int) -> None:
@@ -203,6 +206,11 @@ class Session:
             raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
         # started now, while this process imports JAX; SQLite in C with the C hot path
         self._writer = open_writer(self.run_dir / EVENTS, native=native_module() is not None)
+        if opts.writer_after and hasattr(self._writer, "preload"):
+            try:
+                self._writer.preload(opts.writer_after)
+            except OSError:
+                pass
         self._bg = None
         self._recording = None  # capture.recording.Recording: the hooks, once start() holds them
         self.recorder = None
@@ -344,7 +352,10 @@ class Session:
             if self._bg is not None and hasattr(writer, "final_progress"):  # a writer thread
                 writer.final_progress(write_error)
             try:
-                writer.close()  # a WriterProcess: waits for the child to write its backlog
+                if hasattr(writer, "preload"):  # a WriterProcess: waits for the child to write its backlog
+                    writer.close(linger=bool(self.opts.writer_after))
+                else:
+                    writer.close()
             except Exception as exc:
                 write_error = write_error or f"closing the events store: {type(exc).__name__}: {exc}"
             write_error = write_error or getattr(writer, "error", "")
@@ -392,6 +403,19 @@ class Session:
             if sys.stderr is not None:  # closed: not into the script's stdout (print(file=None))
                 print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)
         drop_reserve(self._reserve)
+
+    def writer_call(self, module: str, function: str, kwargs: dict, timeout: float):
+        """``module.function(**kwargs)`` in the writer process after the run (``RunOptions.
+        writer_after``); raises ``OSError`` where there is none waiting."""
+        writer = self._writer
+        if not getattr(writer, "lingering", False):
+            raise OSError("no writer process waits for calls")
+        return writer.call(module, function, kwargs, timeout)
+
+    def end_writer(self) -> None:
+        """Let a writer process that stayed for ``writer_call`` go."""
+        if getattr(self._writer, "lingering", False):
+            self._writer.end()
 
     def _lost(self, writer) -> int:
         """Events (ops + transfers) the recorder made that the store does not hold: what the

@@ -68,6 +68,9 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
     opts.devices = n_devices
     opts.trace_ops = trace_ops
     opts.progress = not quiet
+    from jaxplace_cli.cli.run_summary import PRELOAD
+
+    opts.writer_after = PRELOAD  # the writer process stays for the verdict (cli/run_summary.py)
     try:
         session = Session(opts)
     except RunDirError as exc:
@@ -95,7 +98,10 @@ def _end(session, outcome, gate, quiet: bool) -> None:
     from jaxplace_cli.capture.runner import exit_like_python
 
     outcome.finish()
-    _print_run_summary(session, quiet)
+    try:
+        _print_run_summary(session, quiet)
+    finally:
+        session.end_writer()
     code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
@@ -166,54 +172,29 @@ def _print_start(session, n_devices, policy) -> None:
     say(start_line(target, session.run_dir, extra))
 
 
-# Above this many ops + transfers the audit at a run's end would hold the shell for seconds
-# (~1 s per 100,000 events here): the summary says so instead.
-VERDICT_MAX_EVENTS = 1_000_000
-
-
 def _print_run_summary(session, quiet: bool) -> None:
-    """What was recorded and the verdict (``--quiet``: the verdict in one line, and only when
-    it has an error or a warning). Nothing here may change the script's result: a run that
-    cannot be read or audited ends with the lines that need no audit."""
-    from jaxplace_cli.analysis.summary import transfer_kind_counts
-    from jaxplace_cli.report.run_lines import empty_failure, quiet_line, summary_lines
-    from jaxplace_cli.store.layout import EVENTS
-    from jaxplace_cli.store.reader import StoreReader
+    """What was recorded and the verdict (cli/run_summary.py), made by the writer process
+    where it waits for it, else here; nothing at all when stderr is closed."""
+    import os
+
+    from jaxplace_cli.cli import run_summary
 
     if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
         return
-    saved, ev = getattr(session, "saved", True), session.manifest.events
-    big = ev.ops + ev.transfers > VERDICT_MAX_EVENTS
-    worth = saved and not big and not empty_failure(session.manifest) and (
-        not quiet or session.manifest.status == "complete")
-    verdict = _verdict(session.run_dir) if worth else None
-    if quiet:
-        line = quiet_line(session.manifest, verdict, session.run_dir) if verdict is not None else None
-        if line:
-            say(line)
-        return
-    try:  # one aggregate query for the counts line
-        reader = StoreReader(session.run_dir / EVENTS)
+    lines, interrupted = None, False
+    if session.saved:
         try:
-            kinds = transfer_kind_counts(reader.transfer_totals(1024))
-        finally:
-            reader.close()
-    except Exception:
-        kinds = None
-    lines = summary_lines(session.manifest, kinds, session.run_dir, saved, verdict)
-    if big and saved:
-        lines.insert(-1, f"jaxplace: {ev.ops + ev.transfers:,} events: the verdict is left to "
-                         f"`jaxplace audit` (about 1 s per 100,000 events)")
+            ev = session.manifest.events
+            lines = session.writer_call("jaxplace_cli.cli.run_summary", "run_summary",
+                                        {"run_dir": str(session.run_dir), "quiet": quiet, "cwd": os.getcwd()},
+                                        timeout=60 + (ev.ops + ev.transfers) / 10_000)
+        except KeyboardInterrupt:  # Ctrl-C now: the lines that need no audit
+            interrupted = True
+        except Exception:  # noqa: BLE001 - no writer process, or it could not: made here
+            lines = None
+        if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):
+            lines = None
+    if lines is None:
+        lines = run_summary.summary_lines_of(session.manifest, session.run_dir, quiet, session.saved,
+                                             verdict_wanted=not interrupted)
     say(*lines)
-
-
-def _verdict(run_dir):
-    """The run's audit as ``jaxplace audit`` makes it (without the suggestion: its solvers
-    are not worth every run's end), or None when it cannot be made (a run killed mid-write,
-    a Ctrl-C now): the script's exit code and output stay the script's."""
-    from jaxplace_cli.analysis.audit import Audit
-
-    try:
-        return Audit(run_dir).result()
-    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the verdict is an extra, never a failure
-        return None

@@ -14,25 +14,37 @@ At the end the child prints one JSON line — rows written, rows lost, the first
 peak RSS — and exits. If the script's process dies (SIGKILL), the child sees EOF, commits what
 it received and exits: a killed run keeps every row that reached the child.
 
+After the report the child can stay (``close(linger=True)``) for work its parent would rather
+not do itself: ``("call", module, function, kwargs)`` frames, each answered with one JSON line
+(``jaxplace run``'s end-of-run verdict: the audit's ~100 modules are imported here while the
+script runs, ``("preload", modules)``, instead of in the script's process after it: issue 29).
+Only ``jaxplace_cli`` functions, and only from the parent's end of the private socket.
+
 The child runs ``python -I`` (no PYTHONPATH: ``--follow-children``' bootstrap is not loaded)
 in a session of its own (a Ctrl-C at the terminal goes to the script, not to the writer; the
 script's end closes the writer).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
+import selectors
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from jaxplace_cli.model.raw import batch_rows
 
 _PKG_PARENT = str(Path(__file__).resolve().parents[2])
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-         "from jaxplace_cli.store.writer_process import serve; serve(*sys.argv[2:4])")
+# os._exit: everything is committed and reported by then; the interpreter's teardown (its modules,
+# numpy's among them once the verdict was made here) is not worth the parent's wait
+_BOOT = ("import os, sys; sys.path.insert(0, sys.argv[1]); "
+         "from jaxplace_cli.store.writer_process import serve; serve(*sys.argv[2:4]); "
+         "sys.stdout.flush(); os._exit(0)")
 _HEADER = 8
 DISPATCHED = "dispatched"  # a batch's key for the recorder's running counts (store/writer.py COUNTED)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -76,6 +88,10 @@ class WriterProcess:
         self.peak_rss_kb = 0
         self.sqlite = ""  # the child's connection: "c" (store/_sqlite.c) or "module" (sqlite3)
         self.committed: dict | None = None  # per counted table, from the child's report or the store
+        self.lingering = False  # closed with linger=True: the child waits for call() until end()
+        self._pending = b""  # the child's stdout read so far, past the last whole line
+        self._out_tail = b""  # what communicate() collected at the end
+        self._err_tail = b""
 
     def _send(self, obj) -> None:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -97,35 +113,34 @@ class WriterProcess:
     def set_meta(self, key: str, value: str) -> None:
         self._send(("meta", key, value))
 
-    def close(self) -> None:
-        """End the child and collect its account. Waits for it to write what it was sent (a
-        backlog of a few hundred thousand rows takes seconds), never forever."""
+    def preload(self, modules: list[str]) -> None:
+        """Have the child import ``modules`` now (before any rows: while the script imports
+        JAX), for a ``call`` after the run."""
+        self._send(("preload", list(modules)))
+
+    def close(self, linger: bool = False) -> None:
+        """End the child's writing and collect its account: waits for it to write what it was
+        sent (a backlog of a few hundred thousand rows takes seconds), never forever.
+        ``linger``: the child stays for ``call`` until ``end()`` (or this process's exit)."""
         try:
             self._send(("close",))
         except OSError:
             pass
-        self._sock.close()
         timeout = 60 + self.sent / 20_000
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            err = (err or b"") + f"did not finish within {timeout:.0f} s".encode()
-        report = {}
-        for line in (out or b"").decode("utf-8", "replace").splitlines()[-1:]:
-            try:
-                report = json.loads(line)
-            except ValueError:
-                pass
-        if not isinstance(report, dict) or "rows_written" not in report:
-            tail = (err or b"").decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        line = self._read_line(timeout) if linger else None
+        report = _report_of(line)
+        if report is None:
+            self.end(timeout)
+            report = _report_of(self._pending + self._out_tail)
+        if report is None:
+            tail = self._err_tail.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
             self.error = (f"the writer process (pid {self.pid}) exited with code "
                           f"{self.proc.returncode} {tail[0]}").strip()
             self.committed = stored_counts(self.path)
             self.rows_written = _count_rows(self.path)
             self.lost_rows = max(0, self.sent - self.rows_written)
             return
+        self.lingering = linger and self.proc.returncode is None
         committed = report.get("committed")
         self.committed = committed if isinstance(committed, dict) else None
         self.rows_written = int(report.get("rows_written", 0))
@@ -134,6 +149,75 @@ class WriterProcess:
         self.error = str(report.get("error", ""))
         self.peak_rss_kb = int(report.get("peak_rss_kb", 0))
         self.sqlite = str(report.get("sqlite", ""))
+
+    def call(self, module: str, function: str, kwargs: dict, timeout: float):
+        """``module.function(**kwargs)`` in the lingering child; its JSON-able result. Raises
+        ``OSError`` when the child cannot answer (gone, or no answer within ``timeout``: then
+        it is ended) and ``RuntimeError`` with the child's exception."""
+        if not self.lingering:
+            raise OSError("the writer process is not waiting for calls")
+        self._send(("call", module, function, kwargs))
+        try:
+            line = self._read_line(timeout)
+        except BaseException:  # a Ctrl-C while it works: no answer is wanted any more
+            self.end(0)
+            raise
+        try:
+            answer = json.loads(line) if line is not None else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            self.end(0)
+            raise OSError(f"the writer process (pid {self.pid}) gave no answer")
+        if "error" in answer:
+            raise RuntimeError(str(answer["error"]))
+        return answer.get("result")
+
+    def end(self, timeout: float = 5.0) -> None:
+        """Let the child go (it exits on the end of its input) and reap it; safe to call twice."""
+        self.lingering = False
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        if self.proc.returncode is not None:
+            return
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            err = (err or b"") + f"did not finish within {timeout:.0f} s".encode()
+        self._out_tail += out or b""
+        self._err_tail += err or b""
+
+    def _read_line(self, timeout: float) -> bytes | None:
+        """One line of the child's stdout, or None at its end or after ``timeout`` seconds."""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    return None
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return None
+                self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
+
+
+def _report_of(data) -> dict | None:
+    """The child's closing account: the last line of ``data`` when it is one."""
+    for line in (data or b"").decode("utf-8", "replace").splitlines()[-1:]:
+        try:
+            report = json.loads(line)
+        except ValueError:
+            return None
+        return report if isinstance(report, dict) and "rows_written" in report else None
+    return None
 
 
 def stored_counts(path: Path) -> dict | None:
@@ -222,6 +306,7 @@ def serve(path: str, native: str = "") -> None:
     gc.collect()
     gc.disable()
     batches = 0
+    closed = False
     while True:
         batches += 1
         if batches % 64 == 0:
@@ -236,7 +321,11 @@ def serve(path: str, native: str = "") -> None:
         msg = pickle.loads(data)
         if type(msg) is tuple:
             if msg[0] == "close":
+                closed = True
                 break
+            if msg[0] == "preload":
+                _preload(msg[1])
+                continue
             if msg[0] == "meta" and writer is not None:
                 try:
                     writer.set_meta(msg[1], msg[2])
@@ -272,3 +361,45 @@ def serve(path: str, native: str = "") -> None:
                                  "peak_rss_kb": peak, "committed": committed,
                                  "sqlite": "" if writer is None else writer.sqlite}) + "\n")
     sys.stdout.flush()
+    if closed:  # the parent may have work for us (WriterProcess.call) until our input ends
+        gc.enable()
+        _answer_calls(stdin)
+
+
+def _read_frame(stdin):
+    head = stdin.read(_HEADER)
+    if len(head) < _HEADER:
+        return None
+    size = int.from_bytes(head, "little")
+    data = stdin.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def _preload(modules) -> None:
+    for name in modules:
+        if isinstance(name, str):
+            try:
+                importlib.import_module(name)
+            except Exception:  # the call that needs it will say why
+                pass
+
+
+def _answer_calls(stdin) -> None:
+    """``("call", module, function, kwargs)`` frames, one JSON line each, until the input ends."""
+    while True:
+        msg = _read_frame(stdin)
+        if type(msg) is not tuple or len(msg) != 4 or msg[0] != "call":
+            return
+        _, module, function, kwargs = msg
+        try:
+            if not (isinstance(module, str) and module.startswith("jaxplace_cli.")):
+                raise ValueError(f"not a jaxplace module: {module!r}")
+            answer = {"result": getattr(importlib.import_module(module), function)(**kwargs)}
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, which decides
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            line = json.dumps(answer)
+        except (TypeError, ValueError) as exc:
+            line = json.dumps({"error": f"unanswerable result: {exc}"})
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()

@@ -1,0 +1,132 @@
+"""jaxplace run's last lines are made in the writer process (cli/run_summary.py, issue 29): the
+same lines the script's process makes, and the writer process's after-run calls behave."""
+import subprocess
+import sys
+
+import pytest
+from conftest import SAMPLES, child_env, jaxplace
+
+from jaxplace_cli.cli.run_summary import summary_lines_of
+from jaxplace_cli.store.layout import read_manifest
+from jaxplace_cli.store.writer_process import WriterProcess
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_writer_made_lines_are_the_in_process_ones(tmp_path, quiet, monkeypatch):
+    """A run with an error finding (pingpong_eager.py: the demo): what `jaxplace run` printed
+    at its end is what the in-process fallback makes from the same run directory, in the same
+    working directory (file names are said below it)."""
+    run = tmp_path / "run"
+    r = jaxplace("run", "--devices", "2", *(["-q"] if quiet else []), "--out", str(run),
+                 str(SAMPLES / "pingpong_eager.py"), cwd=SAMPLES)
+    assert r.returncode == 0, r.stderr[-2000:]
+    monkeypatch.chdir(SAMPLES)
+    here = summary_lines_of(read_manifest(run), run, quiet, saved=True)
+    assert any("pingpong" in line for line in here)  # the verdict is in them
+    printed = r.stderr.splitlines()
+    assert printed[-len(here):] == here
+    assert quiet or "error pingpong_eager.py:25" in "\n".join(here)
+
+
+CHDIR = """
+import os, sys
+import jax.numpy as jnp
+x = jnp.arange(4.0)
+for _ in range(3):
+    x = jnp.asarray(x.tolist())  # a host round trip each step: a finding at this line
+os.makedirs(sys.argv[1], exist_ok=True)
+os.chdir(sys.argv[1])
+"""
+
+
+def test_file_names_are_said_below_the_script_s_last_directory(tmp_path, monkeypatch):
+    """The script changed directory: the writer process says file names as the script's
+    process would, from where the script ended (not where the writer was started)."""
+    (tmp_path / "w").mkdir()
+    script = tmp_path / "w" / "moves.py"
+    script.write_text(CHDIR)
+    run = tmp_path / "run"
+    r = jaxplace("run", "--out", str(run), str(script), str(tmp_path / "elsewhere"), cwd=tmp_path / "w")
+    assert r.returncode == 0, r.stderr[-2000:]
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    here = summary_lines_of(read_manifest(run), run, False, saved=True)
+    assert r.stderr.splitlines()[-len(here):] == here
+
+
+SCRIPT = """
+import sys
+import jax.numpy as jnp
+print(float((jnp.ones(4) * 2).sum()))
+print(sorted(m for m in sys.modules if m.startswith("jaxplace_cli.analysis")))
+"""
+
+
+def test_the_script_process_imports_no_analysis(tmp_path):
+    """The audit's modules (numpy's analysis, the rules) are the writer process's business:
+    none of them is imported in the script's process before or while it runs."""
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    r = jaxplace("run", "--out", str(tmp_path / "run"), str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["8.0", "[]"]
+    assert "no findings" in r.stderr  # and the verdict was still made
+
+
+def _writer(tmp_path) -> WriterProcess:
+    (tmp_path / "run").mkdir()
+    return WriterProcess(tmp_path / "run" / "events.sqlite")
+
+
+def test_a_lingering_writer_answers_calls_then_goes(tmp_path):
+    w = _writer(tmp_path)
+    w.preload(["jaxplace_cli.model.sizes", "no.such.module"])  # a missing one is the call's business
+    w.close(linger=True)
+    assert w.lingering and w.error == "" and w.rows_written == 0
+    assert w.call("jaxplace_cli.model.sizes", "human_bytes", {"n": 2048}, timeout=30) == "2.0 KiB"
+    with pytest.raises(RuntimeError, match="not a jaxplace module"):
+        w.call("os", "getcwd", {}, timeout=30)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError|TypeError"):
+        w.call("jaxplace_cli.model.sizes", "human_bytes", {"n": "x"}, timeout=30)
+    w.end()
+    assert w.proc.returncode == 0 and not w.lingering
+    with pytest.raises(OSError):
+        w.call("jaxplace_cli.model.sizes", "human_bytes", {"n": 1}, timeout=30)
+
+
+def test_a_writer_that_dies_while_lingering_is_an_oserror(tmp_path):
+    w = _writer(tmp_path)
+    w.close(linger=True)
+    w.proc.kill()
+    with pytest.raises(OSError):
+        w.call("jaxplace_cli.model.sizes", "human_bytes", {"n": 1}, timeout=30)
+    assert w.proc.returncode is not None and not w.lingering
+
+
+def test_closing_without_linger_reaps_the_writer(tmp_path):
+    w = _writer(tmp_path)
+    w.close()
+    assert w.proc.returncode == 0 and not w.lingering and w.sqlite in ("c", "module")
+
+
+def test_a_killed_parent_ends_a_lingering_writer(tmp_path):
+    """The parent dies (SIGKILL) after the run, before letting its writer go: the writer sees
+    its input end and exits, leaving nothing running."""
+    code = (f"import sys; sys.path.insert(0, {str(SAMPLES.parent)!r}); import os, pathlib; "
+            "from jaxplace_cli.store.writer_process import WriterProcess; "
+            f"w = WriterProcess(pathlib.Path({str(tmp_path / 'events.sqlite')!r})); w.close(linger=True); "
+            "print(w.pid, flush=True); os.kill(os.getpid(), 9)")
+    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
+    pid = int(r.stdout.split()[0])
+    import os
+    import time
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the lingering writer outlived its parent")
