@@ -69,3 +69,11 @@ def test_jaxplace_objects_leave_the_collector_to_the_script(tmp_path):
     ours_n, ours_freed = ours.stdout.split()
     assert plain_freed == ours_freed == "True"
     assert int(ours_n) <= int(plain_n), (ours_n, plain_n)
+
+
+def test_the_raise_default_is_the_engine_s():
+    """integrations/placement.py spells the engine's RAISE itself (to import the engine on use)."""
+    from jaxplace_cli.capture.jaxhooks.engine import RAISE
+    from jaxplace_cli.integrations.placement import RAISE as API_RAISE
+
+    assert API_RAISE == RAISE

@@ -16,16 +16,25 @@ function (``capture/jaxhooks/adopt.py``).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from jaxplace_cli.capture.jaxhooks.adopt import PlacementWarning
-from jaxplace_cli.capture.jaxhooks.engine import RAISE, Placer
-from jaxplace_cli.placement.devices import parse_device_spec
-from jaxplace_cli.placement.policies import load_policy
+
+if TYPE_CHECKING:
+    from jaxplace_cli.capture.jaxhooks.engine import Placer
+
+# The engine, policies and rules parser are imported on use: `jaxplace run` imports this module
+# when the script imports JAX (install_jax_alias), and most scripts never place (4 ms, issue 29).
+RAISE = "raise"  # capture/jaxhooks/engine.py's RAISE
 
 __all__ = ["PlacementWarning", "device_placement", "install_jax_alias", "make_placer", "where"]
 
 
 def make_placer(policy, devices=None, on_error: str = RAISE, granularity: str = "unit") -> Placer:
+    from jaxplace_cli.capture.jaxhooks.engine import Placer
+    from jaxplace_cli.placement.devices import parse_device_spec
+    from jaxplace_cli.placement.policies import load_policy
+
     names = parse_device_spec(devices) if isinstance(devices, str) else devices
     if granularity not in ("unit", "op"):
         raise ValueError(f"granularity must be 'unit' or 'op', not {granularity!r}")
