@@ -93,3 +93,44 @@ def test_objects_made_without_init_raise_instead_of_crashing(tmp_path, code):
     proc = _child(code, tmp_path)
     assert proc.returncode == 1 and "RuntimeError" in proc.stderr and "before __init__" in proc.stderr, \
         (proc.returncode, proc.stderr[-1000:])
+
+
+def test_finish_core_survives_rows_that_empty_its_inputs_and_cache(tmp_path):
+    """finish_core (store/_sqlite.c) runs Python in the middle of a row: a result's
+    ``committed`` whose ``__bool__`` empties the shape cache and the batch's lists. The row
+    being made keeps what it reads, and the result is the Python finish_rows' one."""
+    pytest.importorskip("jaxplace_cli.store._sqlite", reason="store/_sqlite.c is not built")
+    proc = _child("""
+        import copy
+        from jaxplace_cli.model.raw import OP_FIELDS, OP_IN_BUFS
+        from jaxplace_cli.store import rows as R
+
+        class Evil:
+            def __bool__(self):
+                R._SHAPE_FORMATS.clear()
+                batch["ops"].clear()
+                batch["buffers"].clear()
+                return True
+            def __eq__(self, other):
+                return isinstance(other, Evil)
+            __hash__ = object.__hash__
+
+        def op(i):
+            row = [i] + [f"v{j}" for j in range(1, OP_FIELDS)]
+            row[OP_IN_BUFS], row[OP_IN_BUFS + 1] = (i, i + 1), i + 2
+            return tuple(row) + ((i + 1, 7), ("float32", 4), Evil())
+
+        def make():
+            return {"sites": [], "stacks": [], "ops": [op(1), op(2), op(3)], "transfers": [],
+                    "buffers": [(9, 9, "cpu:0", (31, 3), ("f32", 4), Evil(), "s")], "markers": [],
+                    "frees": None, "shards": []}
+
+        batch = make()
+        got = R.finish_rows(batch)
+        batch = make()
+        R._SHAPE_FORMATS.clear()
+        want = R.python_finish_rows(batch)
+        print(len(got["ops"]), len(got["buffers"]), got["buffers"][0][3], got == want)
+    """, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["1", "1", "2x7", "True"]

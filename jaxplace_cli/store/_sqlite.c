@@ -19,6 +19,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <sqlite3.h>
+#include <stdint.h>
+#include <string.h>
 
 static PyObject *DatabaseError, *OperationalError, *IntegrityError, *ProgrammingError;
 
@@ -258,8 +260,283 @@ static PyTypeObject ConnType = {
     .tp_methods = conn_methods,
 };
 
+/* ---------------------------------------------------------------- finish_rows */
+
+/* finish_core(ops, transfers, buffers, formats, layout) -> (ops, transfers, stacks, buffers), or
+   None: store/rows.py's finish_rows for the rows it is always given (issue 29 item 3: 0.38 us a
+   row in Python, the writer process's largest cost after the insert). None when a row is not of
+   the exact shape this code knows (a list for a tuple, a shape past int64): rows.py then does the
+   whole batch in Python, so the result never differs from it. `formats` is rows.py's shape cache
+   (shape -> (text, element count)); layout = (op fields, in_bufs, out_bufs, seq, devices, site,
+   transfer fields, shape, dtype, committed, op fields with a result): the event contract's
+   indices, defined once in Python (model/events.py, model/raw.py). */
+
+typedef struct {
+    Py_ssize_t op_fields, in_bufs, out_bufs, seq, devices, site, tr_fields, shape, dtype, committed, with_result;
+} Layout;
+
+#define UNKNOWN 1 /* returned by the helpers: not a row this code knows (no exception set) */
+
+/* (text, count) for `shape` (a tuple of ints), from the cache or made and cached. */
+static int shape_format(PyObject *formats, PyObject *shape, PyObject **fmt) {
+    PyObject *hit = PyDict_GetItemWithError(formats, shape);
+    if (hit) {
+        if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 2) return UNKNOWN;
+        *fmt = hit;
+        return 0;
+    }
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    long long n = 1;
+    PyObject *text;
+    if (nd == 0) {
+        text = PyUnicode_FromString("scalar");
+    } else {
+        char buf[32 * 24];
+        Py_ssize_t len = 0;
+        if (nd > 24) return UNKNOWN;
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            PyObject *d = PyTuple_GET_ITEM(shape, i);
+            if (!PyLong_CheckExact(d)) return UNKNOWN;
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(d, &overflow);
+            if (overflow || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return UNKNOWN;
+            }
+            if (__builtin_mul_overflow(n, v, &n)) return UNKNOWN;
+            len += snprintf(buf + len, sizeof(buf) - (size_t)len, i ? "x%lld" : "%lld", v);
+        }
+        text = PyUnicode_FromStringAndSize(buf, len);
+    }
+    if (!text) return -1;
+    PyObject *count = PyLong_FromLongLong(n);
+    PyObject *made = count ? PyTuple_Pack(2, text, count) : NULL;
+    Py_DECREF(text);
+    Py_XDECREF(count);
+    if (!made) return -1;
+    int rc = PyDict_SetItem(formats, shape, made);
+    Py_DECREF(made); /* the cache holds it */
+    if (rc < 0) return -1;
+    *fmt = PyDict_GetItemWithError(formats, shape);
+    return *fmt ? 0 : -1;
+}
+
+/* BufferEvent(b, seq, device, text, dtype, count * itemsize, bool(committed), site) appended. */
+static int add_buffer(PyObject *out, PyObject *formats, PyObject *b, PyObject *seq, PyObject *device,
+                      PyObject *shape, PyObject *dtype_pair, PyObject *committed, PyObject *site) {
+    if (!PyTuple_CheckExact(shape) || !PyTuple_CheckExact(dtype_pair) || PyTuple_GET_SIZE(dtype_pair) != 2)
+        return UNKNOWN;
+    PyObject *fmt = NULL;
+    int rc = shape_format(formats, shape, &fmt);
+    if (rc) return rc;
+    Py_INCREF(fmt); /* the cache's entry: a __bool__ or __mul__ below may empty the cache */
+    int truth = PyObject_IsTrue(committed);
+    PyObject *nbytes = truth < 0 ? NULL : PyNumber_Multiply(PyTuple_GET_ITEM(fmt, 1), PyTuple_GET_ITEM(dtype_pair, 1));
+    PyObject *row = nbytes ? PyTuple_Pack(8, b, seq, device, PyTuple_GET_ITEM(fmt, 0), PyTuple_GET_ITEM(dtype_pair, 0),
+                                          nbytes, truth ? Py_True : Py_False, site)
+                           : NULL;
+    Py_XDECREF(nbytes);
+    Py_DECREF(fmt);
+    if (!row) return -1;
+    rc = PyList_Append(out, row);
+    Py_DECREF(row);
+    return rc;
+}
+
+/* rows.py's _ids: buffer ids as stored (the text, one int, or a tuple of them joined by ","). */
+static PyObject *ids_text(PyObject *bufs) {
+    if (PyUnicode_CheckExact(bufs)) {
+        Py_INCREF(bufs);
+        return bufs;
+    }
+    if (PyLong_CheckExact(bufs)) return PyObject_Str(bufs);
+    if (!PyTuple_CheckExact(bufs)) return Py_NewRef(Py_None); /* unknown: the caller falls back */
+    Py_ssize_t n = PyTuple_GET_SIZE(bufs);
+    PyObject *parts = PyList_New(n);
+    if (!parts) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(bufs, i);
+        if (!PyLong_CheckExact(item)) {
+            Py_DECREF(parts);
+            return Py_NewRef(Py_None);
+        }
+        PyObject *t = PyObject_Str(item);
+        if (!t) {
+            Py_DECREF(parts);
+            return NULL;
+        }
+        PyList_SET_ITEM(parts, i, t);
+    }
+    PyObject *sep = PyUnicode_FromString(",");
+    PyObject *joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    return joined;
+}
+
+static int finish_op(PyObject *op, const Layout *L, PyObject *formats, PyObject *ops, PyObject *buffers) {
+    if (!PyTuple_CheckExact(op)) return UNKNOWN;
+    Py_ssize_t n = PyTuple_GET_SIZE(op);
+    if (n != L->op_fields && n != L->with_result) return UNKNOWN;
+    PyObject *in = PyTuple_GET_ITEM(op, L->in_bufs), *out = PyTuple_GET_ITEM(op, L->out_bufs);
+    if (PyUnicode_CheckExact(in) && PyUnicode_CheckExact(out)) /* rows.py: `type(...) is str` */
+        return PyList_Append(ops, op);
+    if (PyUnicode_Check(in) && !PyUnicode_CheckExact(in)) return UNKNOWN; /* a str subclass */
+    if (PyUnicode_Check(out) && !PyUnicode_CheckExact(out)) return UNKNOWN;
+    if (n == L->with_result) {
+        int rc = add_buffer(buffers, formats, out, PyTuple_GET_ITEM(op, L->seq), PyTuple_GET_ITEM(op, L->devices),
+                            PyTuple_GET_ITEM(op, L->shape), PyTuple_GET_ITEM(op, L->dtype),
+                            PyTuple_GET_ITEM(op, L->committed), PyTuple_GET_ITEM(op, L->site));
+        if (rc) return rc;
+    }
+    PyObject *row = PyTuple_New(L->op_fields);
+    if (!row) return -1;
+    for (Py_ssize_t i = 0; i < L->op_fields; i++) {
+        PyObject *v;
+        if (i == L->in_bufs || i == L->out_bufs) {
+            v = ids_text(PyTuple_GET_ITEM(op, i));
+            if (!v) {
+                Py_DECREF(row);
+                return -1;
+            }
+            if (v == Py_None) {
+                Py_DECREF(v);
+                Py_DECREF(row);
+                return UNKNOWN;
+            }
+        } else {
+            v = Py_NewRef(PyTuple_GET_ITEM(op, i));
+        }
+        PyTuple_SET_ITEM(row, i, v);
+    }
+    int rc = PyList_Append(ops, row);
+    Py_DECREF(row);
+    return rc;
+}
+
+static int finish_transfer(PyObject *t, Py_ssize_t n, PyObject *transfers, PyObject *stacks) {
+    if (!PyTuple_CheckExact(t)) return UNKNOWN;
+    if (PyTuple_GET_SIZE(t) <= n) return PyList_Append(transfers, t);
+    PyObject *node = PyTuple_GET_ITEM(t, n);
+    int truth = PyObject_IsTrue(node);
+    if (truth < 0) return -1;
+    if (truth) {
+        PyObject *pair = PyTuple_Pack(2, PyTuple_GET_ITEM(t, 0), node);
+        if (!pair) return -1;
+        int rc = PyList_Append(stacks, pair);
+        Py_DECREF(pair);
+        if (rc < 0) return -1;
+    }
+    PyObject *head = PyTuple_GetSlice(t, 0, n);
+    if (!head) return -1;
+    int rc = PyList_Append(transfers, head);
+    Py_DECREF(head);
+    return rc;
+}
+
+static int finish_buffer(PyObject *r, PyObject *formats, PyObject *buffers) {
+    if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 7) return UNKNOWN;
+    return add_buffer(buffers, formats, PyTuple_GET_ITEM(r, 0), PyTuple_GET_ITEM(r, 1), PyTuple_GET_ITEM(r, 2),
+                      PyTuple_GET_ITEM(r, 3), PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5), PyTuple_GET_ITEM(r, 6));
+}
+
+static PyObject *finish_core(PyObject *mod, PyObject *args) {
+    PyObject *ops_in, *transfers_in, *buffers_in, *formats, *layout;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:finish_core", &PyList_Type, &ops_in, &PyList_Type, &transfers_in,
+                          &PyList_Type, &buffers_in, &PyDict_Type, &formats, &PyTuple_Type, &layout))
+        return NULL;
+    Layout L;
+    if (!PyArg_ParseTuple(layout, "nnnnnnnnnnn:layout", &L.op_fields, &L.in_bufs, &L.out_bufs, &L.seq, &L.devices,
+                          &L.site, &L.tr_fields, &L.shape, &L.dtype, &L.committed, &L.with_result))
+        return NULL;
+    Py_ssize_t idx[] = {L.in_bufs, L.out_bufs, L.seq, L.devices, L.site, L.shape, L.dtype, L.committed};
+    for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
+        if (idx[i] < 0 || idx[i] >= L.with_result || (i < 5 && idx[i] >= L.op_fields)) {
+            PyErr_SetString(PyExc_ValueError, "finish_core: a layout index out of range");
+            return NULL;
+        }
+    if (L.tr_fields < 1) {
+        PyErr_SetString(PyExc_ValueError, "finish_core: transfer rows need fields");
+        return NULL;
+    }
+    PyObject *ops = PyList_New(0), *transfers = PyList_New(0), *stacks = PyList_New(0), *buffers = PyList_New(0);
+    int rc = (ops && transfers && stacks && buffers) ? 0 : -1;
+    /* indexed loops that re-read the size: an element's __bool__ or __str__ may run Python */
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(ops_in); i++) {
+        PyObject *op = Py_NewRef(PyList_GET_ITEM(ops_in, i));
+        rc = finish_op(op, &L, formats, ops, buffers);
+        Py_DECREF(op);
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(buffers_in); i++) {
+        PyObject *r = Py_NewRef(PyList_GET_ITEM(buffers_in, i));
+        rc = finish_buffer(r, formats, buffers);
+        Py_DECREF(r);
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(transfers_in); i++) {
+        PyObject *t = Py_NewRef(PyList_GET_ITEM(transfers_in, i));
+        rc = finish_transfer(t, L.tr_fields, transfers, stacks);
+        Py_DECREF(t);
+    }
+    PyObject *result = NULL;
+    if (rc == 0)
+        result = PyTuple_Pack(4, ops, transfers, stacks, buffers);
+    else if (rc == UNKNOWN)
+        result = Py_NewRef(Py_None);
+    Py_XDECREF(ops);
+    Py_XDECREF(transfers);
+    Py_XDECREF(stacks);
+    Py_XDECREF(buffers);
+    return result;
+}
+
+/* frees_core(data, names) -> [(buf, seq, names[how]), ...]: model/raw.py's frees_rows for the
+   recorder's packed frees (three native int64 a row, as capture/_native.c writes them); None
+   for a kind that is not 0 <= how < len(names), which frees_rows then says in its own words. */
+static PyObject *frees_core(PyObject *mod, PyObject *args) {
+    Py_buffer view;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*O!:frees_core", &view, &PyTuple_Type, &names)) return NULL;
+    const Py_ssize_t width = 3 * (Py_ssize_t)sizeof(int64_t);
+    if (view.len % width) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "frees_core: not whole rows");
+        return NULL;
+    }
+    Py_ssize_t n = view.len / width;
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        int64_t v[3];
+        memcpy(v, (const char *)view.buf + i * width, sizeof(v));
+        if (v[2] < 0 || v[2] >= PyTuple_GET_SIZE(names)) {
+            Py_DECREF(out);
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+        PyObject *b = PyLong_FromLongLong(v[0]), *seq = PyLong_FromLongLong(v[1]);
+        PyObject *row = b && seq ? PyTuple_Pack(3, b, seq, PyTuple_GET_ITEM(names, v[2])) : NULL;
+        Py_XDECREF(b);
+        Py_XDECREF(seq);
+        if (!row) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, row);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"frees_core", (PyCFunction)frees_core, METH_VARARGS,
+     "frees_core(data, names): model/raw.py's frees_rows for packed frees."},
+    {"finish_core", (PyCFunction)finish_core, METH_VARARGS,
+     "finish_core(ops, transfers, buffers, formats, layout): store/rows.py's finish_rows for "
+     "the rows it knows, else None."},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_sqlite",
-                                    "The writer process's SQLite connection in C (issue 29).", -1, NULL};
+                                    "The writer process's SQLite connection in C (issue 29).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__sqlite(void) {
     PyObject *sqlite3_mod = PyImport_ImportModule("sqlite3");
