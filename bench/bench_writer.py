@@ -90,7 +90,7 @@ def replay_main(path: str, repeats: int) -> None:
 
     frames = pickle.loads(Path(path).read_bytes())
     gc.collect()
-    gc.disable()  # what writer_process.serve does
+    gc.disable()  # what writer_child.serve does
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:

@@ -70,7 +70,7 @@ def test_ctrl_c_at_a_random_moment_of_the_script(tmp_path, seed):
     run like python (death by SIGINT, traceback ending in KeyboardInterrupt), the run is saved
     as interrupted, and every event handed to the writer is in the store.
 
-    Before the fix in session._on_sigint about one Ctrl-C in five was dropped here: it was
+    Before the fix in signals._on_sigint about one Ctrl-C in five was dropped here: it was
     handled inside JAX's gc callback, where python ignores exceptions (measured 2 of 10; plain
     python 0 of 10)."""
     delay = random.Random(seed).uniform(0.0, 1.2)
@@ -332,7 +332,7 @@ def test_ctrl_c_inside_a_gc_callback_is_delivered_after_it():
     import gc
     import threading
 
-    from jaxplace_cli.capture.session import _on_sigint
+    from jaxplace_cli.capture.signals import _on_sigint
 
     delivered = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda s, f: delivered.set())

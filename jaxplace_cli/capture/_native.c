@@ -322,7 +322,7 @@ static struct {
     PyObject *active, *tls, *labels, *array_type;
     PyObject *dtype_names, *dtype_name, *sharding_label, *array_nbytes, *x64_enabled;
     PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
-    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted;
+    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves;
     int ready;
 } G;
 
@@ -337,18 +337,18 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
-                            "scalar_bytes", "buf_attr", "d2d", "h2d", "host", NULL};
-    PyObject *v[17];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
+                            "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", NULL};
+    PyObject *v[18];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
-                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]))
+                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17]))
         return NULL;
     PyObject **slots[] = {&G.active, &G.tls, &G.labels, &G.array_type, &G.dtype_names,
                           &G.dtype_name, &G.sharding_label,
                           &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
                           &G.record_failure, &G.scalar_bytes, &G.buf_attr, &G.d2d, &G.h2d,
-                          &G.host};
-    for (int i = 0; i < 17; i++) {
+                          &G.host, &G.tree_leaves};
+    for (int i = 0; i < 18; i++) {
         Py_INCREF(v[i]);
         Py_XSETREF(*slots[i], v[i]);
     }
@@ -560,14 +560,36 @@ static int set_tls(PyObject *depth, PyObject *op) {
 
 typedef struct {
     PyObject *rec, *spec, *fn, *args, *kwargs, *out, *site, *seq, *placed, *backward;
+    PyObject *leaves; /* the operands record_fast reads: a new reference (args, or a jit's pytree leaves) */
     int64_t t0, t1, base;
 } Call;
+
+/* The leaves of a jit call's pytree (dispatch._operand_leaves / _out_arrays: jax.tree_util.
+   tree_leaves) as a tuple when every one is an array (or, for operands, a Python scalar), None
+   when one is not (the Python code records those), NULL on error. */
+static PyObject *pytree_leaves(PyObject *tree, int scalars_ok) {
+    PyObject *list = PyObject_CallOneArg(G.tree_leaves, tree);
+    if (!list) return NULL;
+    PyObject *t = PySequence_Tuple(list); /* a copy: a leaf's Python cannot change it under us */
+    Py_DECREF(list);
+    if (!t) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        PyObject *a = PyTuple_GET_ITEM(t, i);
+        if (Py_TYPE(a) != (PyTypeObject *)G.array_type && !(scalars_ok && is_scalar(a))) {
+            Py_DECREF(t);
+            return Py_NewRef(Py_None);
+        }
+    }
+    return t;
+}
 
 /* Can the C post-processing record this call exactly as dispatch._after_call would? 0: no
    (the Python code does it), 1: yes, -1: error. Reads only; records nothing. On 1, *items and
    *nouts are the result arrays: c->out itself (kept alive by the Call), or the items of *held,
    a new reference to a tuple (the result, or a list's items copied: recording calls into
-   Python, which must not pull an item out from under a borrowed pointer). */
+   Python, which must not pull an item out from under a borrowed pointer), and c->leaves the
+   operands: the arguments, or a jit call's pytree leaves (a params dict: every training step;
+   issue 29, measured 25 us a step in the Python code for a 4-array dict and a loss). */
 static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *nouts) {
     *held = NULL;
     if (c->kwargs) return 0; /* keyword arguments: the Python code reads them */
@@ -576,10 +598,23 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     /* static arguments (a jit's, a jitted jnp function's) are never uploaded: Python skips them */
     if ((t = attr_true(c->spec, S_static_argnums))) return t < 0 ? -1 : 0;
     if ((t = attr_true(c->spec, S_static_argnames))) return t < 0 ? -1 : 0;
+    int flatten = -2; /* read when needed */
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    int plain = 1;
+    for (Py_ssize_t i = 0; i < n && plain; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->args, i);
-        if (Py_TYPE(a) != (PyTypeObject *)G.array_type && !is_scalar(a)) return 0;
+        plain = Py_TYPE(a) == (PyTypeObject *)G.array_type || is_scalar(a);
+    }
+    if (plain) {
+        c->leaves = Py_NewRef(c->args);
+    } else {
+        if ((flatten = attr_true(c->spec, S_flatten)) <= 0) return flatten;
+        PyObject *leaves = pytree_leaves(c->args, 1); /* tree_leaves((args, {})): the same leaves */
+        if (!leaves || leaves == Py_None) {
+            Py_XDECREF(leaves);
+            return leaves ? 0 : -1;
+        }
+        c->leaves = leaves;
     }
     PyObject *out = c->out;
     if (Py_TYPE(out) == (PyTypeObject *)G.array_type) {
@@ -587,16 +622,26 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
         *nouts = 1;
         return 1;
     }
-    if (!PyTuple_CheckExact(out) && !PyList_CheckExact(out)) return 0;
-    Py_ssize_t m = PySequence_Fast_GET_SIZE(out);
-    if (m == 0 || m > 4096) return 0;
-    PyObject **its = PySequence_Fast_ITEMS(out);
-    for (Py_ssize_t i = 0; i < m; i++)
-        if (Py_TYPE(its[i]) != (PyTypeObject *)G.array_type) return 0;
-    *held = PyTuple_CheckExact(out) ? Py_NewRef(out) : PyList_AsTuple(out);
+    int seq_of_arrays = PyTuple_CheckExact(out) || PyList_CheckExact(out);
+    Py_ssize_t m = seq_of_arrays ? PySequence_Fast_GET_SIZE(out) : 0;
+    if (seq_of_arrays && (m == 0 || m > 4096)) return 0;
+    PyObject **its = seq_of_arrays ? PySequence_Fast_ITEMS(out) : NULL;
+    for (Py_ssize_t i = 0; i < m && seq_of_arrays; i++)
+        seq_of_arrays = Py_TYPE(its[i]) == (PyTypeObject *)G.array_type;
+    if (seq_of_arrays) {
+        *held = PyTuple_CheckExact(out) ? Py_NewRef(out) : PyList_AsTuple(out);
+    } else { /* a pytree of results: a jit call's only */
+        if (flatten == -2 && (flatten = attr_true(c->spec, S_flatten)) < 0) return -1;
+        if (!flatten) return 0;
+        *held = pytree_leaves(out, 0);
+        if (*held == Py_None || (*held && (PyTuple_GET_SIZE(*held) == 0 || PyTuple_GET_SIZE(*held) > 4096))) {
+            Py_CLEAR(*held);
+            return 0;
+        }
+    }
     if (!*held) return -1;
     *items = PySequence_Fast_ITEMS(*held);
-    *nouts = m;
+    *nouts = PyTuple_GET_SIZE(*held);
     return 1;
 }
 
@@ -627,7 +672,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     PyObject *kind = NULL, *name = NULL, *tappend = NULL, *on_transfer = NULL, *scalar_api = NULL;
     PyObject *stack = NULL; /* the transfers' stack node (call_stack), made with the first one */
     int scalars = 0;
-    Py_ssize_t nargs = PyTuple_GET_SIZE(c->args);
+    Py_ssize_t nargs = PyTuple_GET_SIZE(c->leaves);
     PyObject *in_list = NULL;
 
     dev = device_of(outs[0]);
@@ -643,7 +688,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (scalars && !(scalar_api = PyObject_GetAttr(c->spec, S_scalar_api))) goto done;
     if (!(in_list = PyList_New(0))) goto done;
     for (Py_ssize_t i = 0; i < nargs; i++) {
-        PyObject *a = PyTuple_GET_ITEM(c->args, i);
+        PyObject *a = PyTuple_GET_ITEM(c->leaves, i);
         if (Py_TYPE(a) == (PyTypeObject *)G.array_type) {
             PyObject *adev = device_of(a), *ad = NULL;
             if (!adev) goto done;
@@ -878,6 +923,7 @@ static int recording_failed(PyObject *rec) {
 }
 
 static void call_clear(Call *c) {
+    Py_CLEAR(c->leaves);
     Py_CLEAR(c->rec);
     Py_CLEAR(c->site);
     Py_CLEAR(c->seq);

@@ -16,7 +16,6 @@ import platform
 import signal
 import sqlite3
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from jaxplace_cli import __version__
 from jaxplace_cli.capture import distributed
 from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
+from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _on_sigint, _release_signals
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
 from jaxplace_cli.store.layout import EVENTS, MANIFEST, MANIFEST_RESERVE, RunDirError, create_run_dir, write_manifest
 from jaxplace_cli.store.writer import drop_reserve, make_reserve
@@ -93,69 +93,6 @@ def _file_id(path: Path):
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
-
-
-# Signals whose default action kills python without any cleanup: the run is saved first, then
-# the process dies of the same signal (same status as plain python). SIGINT is python's own
-# KeyboardInterrupt; all of these are held while the run is being saved.
-FATAL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1")
-                      if hasattr(signal, n))
-_HELD_SIGNALS = (signal.SIGINT, *FATAL_SIGNALS)
-
-
-def _hold_signals(held: list) -> dict:
-    """Replace the held signals' handlers by ones that only note the signal (main thread)."""
-    previous = {}
-    if threading.current_thread() is not threading.main_thread():
-        return previous
-    for sig in _HELD_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
-        except (ValueError, OSError, TypeError):
-            pass
-    return previous
-
-
-def _release_signals(previous: dict, held: list, outcome: Outcome) -> None:
-    """Restore the handlers, then act on a signal that came while saving."""
-    for sig, handler in previous.items():
-        try:
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        except (ValueError, OSError, TypeError):
-            pass
-    fatal = [s for s in held if s in FATAL_SIGNALS]
-    if fatal:
-        _die_of(fatal[0])
-    elif signal.SIGINT in held and outcome.status not in ("interrupted", "terminated"):
-        signal.raise_signal(signal.SIGINT)
-
-
-def _die_of(signum: int) -> None:
-    """End the process by ``signum``'s default action, as python without a handler would."""
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _on_sigint(signum, frame) -> None:
-    """Python's Ctrl-C handler (raise KeyboardInterrupt), except where python would drop it.
-
-    Python runs a signal handler in whatever Python code runs next; inside a gc callback or a
-    ``__del__`` a KeyboardInterrupt is "ignored" (printed and dropped) and the script goes on.
-    JAX registers a gc callback, and the many small objects the hooks create make collections
-    frequent, so under recording about one Ctrl-C in five landed there (measured). There, the
-    signal is sent again a few milliseconds later, when that code has returned."""
-    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
-    f = frame
-    while f is not None:
-        if f.f_code in callbacks or f.f_code.co_name == "__del__":
-            # again in a moment, from another thread: re-raising it from here would run this
-            # handler again right away, still inside the callback
-            again = threading.Timer(0.005, os.kill, (os.getpid(), signum))
-            again.daemon = True
-            again.start()
-            return
-        f = f.f_back
-    raise KeyboardInterrupt
 
 
 def _writer_manifest(writer) -> dict:

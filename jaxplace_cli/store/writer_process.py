@@ -26,7 +26,6 @@ script's end closes the writer).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import pickle
@@ -43,7 +42,7 @@ _PKG_PARENT = str(Path(__file__).resolve().parents[2])
 # os._exit: everything is committed and reported by then; the interpreter's teardown (its modules,
 # numpy's among them once the verdict was made here) is not worth the parent's wait
 _BOOT = ("import os, sys; sys.path.insert(0, sys.argv[1]); "
-         "from jaxplace_cli.store.writer_process import serve; serve(*sys.argv[2:4]); "
+         "from jaxplace_cli.store.writer_child import serve; serve(*sys.argv[2:4]); "
          "sys.stdout.flush(); os._exit(0)")
 _HEADER = 8
 DISPATCHED = "dispatched"  # a batch's key for the recorder's running counts (store/writer.py COUNTED)
@@ -156,10 +155,10 @@ class WriterProcess:
         it is ended) and ``RuntimeError`` with the child's exception."""
         if not self.lingering:
             raise OSError("the writer process is not waiting for calls")
-        self._send(("call", module, function, kwargs))
         try:
+            self._send(("call", module, function, kwargs))
             line = self._read_line(timeout)
-        except BaseException:  # a Ctrl-C while it works: no answer is wanted any more
+        except BaseException:  # the child is gone, or a Ctrl-C while it works: no answer wanted
             self.end(0)
             raise
         try:
@@ -272,134 +271,3 @@ def open_writer(path: Path, native: bool = False):
         except (OSError, ValueError, subprocess.SubprocessError):
             pass
     return StoreWriter(path)
-
-
-# -- the child ------------------------------------------------------------------------------------
-
-def serve(path: str, native: str = "") -> None:
-    """The writer process: frames from stdin into the store at ``path``, then one JSON line.
-
-    Without the cyclic GC between batches: every row is a fresh tuple and a batch holds ~30k of
-    them, so collections kept scanning live rows (bench/bench_writer.py: unpack + finish_rows
-    3.6 -> 0.9 µs a row, issue 29). Rows are freed by reference counting; what little cyclic
-    garbage there is (an exception's traceback) is collected every 64 batches."""
-    import gc
-    import resource
-
-    from jaxplace_cli.model.raw import packed_module, unpack
-    from jaxplace_cli.store.rows import finish_rows
-    from jaxplace_cli.store.writer import StoreWriter, drop_reserve, make_reserve
-
-    packed = packed_module()
-    decoder = packed.Decoder() if packed is not None else None  # one per run: strings carry over
-
-    written = lost = 0
-    error = ""
-    writer = None
-    reserve = Path(path).with_name(RESERVE)
-    try:
-        writer = StoreWriter(Path(path), native=native == "native")
-        make_reserve(reserve)
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    stdin = sys.stdin.buffer
-    gc.collect()
-    gc.disable()
-    batches = 0
-    closed = False
-    while True:
-        batches += 1
-        if batches % 64 == 0:
-            gc.collect()
-        head = stdin.read(_HEADER)
-        if len(head) < _HEADER:
-            break  # EOF: the script's process ended without a close frame (killed)
-        size = int.from_bytes(head, "little")
-        data = stdin.read(size)
-        if len(data) < size:
-            break  # the script's process died in the middle of a frame
-        msg = pickle.loads(data)
-        if type(msg) is tuple:
-            if msg[0] == "close":
-                closed = True
-                break
-            if msg[0] == "preload":
-                _preload(msg[1])
-                continue
-            if msg[0] == "meta" and writer is not None:
-                try:
-                    writer.set_meta(msg[1], msg[2])
-                except Exception:
-                    pass
-            continue
-        dispatched = msg.pop(DISPATCHED, None)
-        n = _rows(msg)
-        if writer is not None and dispatched is not None:
-            writer.dispatched = {t: max(writer.dispatched[t], int(dispatched.get(t, 0))) for t in writer.dispatched}
-        if writer is None:
-            lost += n
-            continue
-        try:
-            writer.write(finish_rows(unpack(msg, decoder)), writer.dispatched)
-        except Exception as exc:  # disk full, directory removed: count it and keep draining
-            lost += n
-            if not error:  # the first failure is the cause; later ones repeat it
-                error = f"{type(exc).__name__}: {exc}"
-    committed = None
-    if writer is not None:
-        written, committed = writer.rows_written, writer.committed
-        writer.final_progress(error, reserve)  # the counts as they end (room made on a full disk)
-        try:
-            writer.close()
-        except Exception:
-            pass
-    drop_reserve(reserve)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if sys.platform == "darwin":
-        peak //= 1024  # bytes there, KiB on Linux
-    sys.stdout.write(json.dumps({"rows_written": written, "lost_rows": lost, "error": error,
-                                 "peak_rss_kb": peak, "committed": committed,
-                                 "sqlite": "" if writer is None else writer.sqlite}) + "\n")
-    sys.stdout.flush()
-    if closed:  # the parent may have work for us (WriterProcess.call) until our input ends
-        gc.enable()
-        _answer_calls(stdin)
-
-
-def _read_frame(stdin):
-    head = stdin.read(_HEADER)
-    if len(head) < _HEADER:
-        return None
-    size = int.from_bytes(head, "little")
-    data = stdin.read(size)
-    return pickle.loads(data) if len(data) == size else None
-
-
-def _preload(modules) -> None:
-    for name in modules:
-        if isinstance(name, str):
-            try:
-                importlib.import_module(name)
-            except Exception:  # the call that needs it will say why
-                pass
-
-
-def _answer_calls(stdin) -> None:
-    """``("call", module, function, kwargs)`` frames, one JSON line each, until the input ends."""
-    while True:
-        msg = _read_frame(stdin)
-        if type(msg) is not tuple or len(msg) != 4 or msg[0] != "call":
-            return
-        _, module, function, kwargs = msg
-        try:
-            if not (isinstance(module, str) and module.startswith("jaxplace_cli.")):
-                raise ValueError(f"not a jaxplace module: {module!r}")
-            answer = {"result": getattr(importlib.import_module(module), function)(**kwargs)}
-        except BaseException as exc:  # noqa: BLE001 - said to the parent, which decides
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        try:
-            line = json.dumps(answer)
-        except (TypeError, ValueError) as exc:
-            line = json.dumps({"error": f"unanswerable result: {exc}"})
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()

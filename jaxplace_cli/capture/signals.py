@@ -1,0 +1,71 @@
+"""Signals during a recorded run: the run is saved before a fatal signal kills the process,
+signals that come while it is being saved are held until it is, and Ctrl-C is python's own
+(capture/session.py installs these)."""
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+
+# Signals whose default action kills python without any cleanup: the run is saved first, then
+# the process dies of the same signal (same status as plain python). SIGINT is python's own
+# KeyboardInterrupt; all of these are held while the run is being saved.
+FATAL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1")
+                      if hasattr(signal, n))
+_HELD_SIGNALS = (signal.SIGINT, *FATAL_SIGNALS)
+
+
+def _hold_signals(held: list) -> dict:
+    """Replace the held signals' handlers by ones that only note the signal (main thread)."""
+    previous = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for sig in _HELD_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+        except (ValueError, OSError, TypeError):
+            pass
+    return previous
+
+
+def _release_signals(previous: dict, held: list, outcome) -> None:
+    """Restore the handlers, then act on a signal that came while saving."""
+    for sig, handler in previous.items():
+        try:
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        except (ValueError, OSError, TypeError):
+            pass
+    fatal = [s for s in held if s in FATAL_SIGNALS]
+    if fatal:
+        _die_of(fatal[0])
+    elif signal.SIGINT in held and outcome.status not in ("interrupted", "terminated"):
+        signal.raise_signal(signal.SIGINT)
+
+
+def _die_of(signum: int) -> None:
+    """End the process by ``signum``'s default action, as python without a handler would."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _on_sigint(signum, frame) -> None:
+    """Python's Ctrl-C handler (raise KeyboardInterrupt), except where python would drop it.
+
+    Python runs a signal handler in whatever Python code runs next; inside a gc callback or a
+    ``__del__`` a KeyboardInterrupt is "ignored" (printed and dropped) and the script goes on.
+    JAX registers a gc callback, and the many small objects the hooks create make collections
+    frequent, so under recording about one Ctrl-C in five landed there (measured). There, the
+    signal is sent again a few milliseconds later, when that code has returned."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    f = frame
+    while f is not None:
+        if f.f_code in callbacks or f.f_code.co_name == "__del__":
+            # again in a moment, from another thread: re-raising it from here would run this
+            # handler again right away, still inside the callback
+            again = threading.Timer(0.005, os.kill, (os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
+        f = f.f_back
+    raise KeyboardInterrupt
