@@ -37,6 +37,14 @@ except ImportError:  # no C compiler where the package was installed: nothing to
 
 pytestmark = pytest.mark.skipif(_native is None, reason="the C extensions are not built here")
 
+@pytest.fixture(autouse=True)
+def _no_placement(monkeypatch):
+    """No placer of an earlier test in this process: with ``active.placing`` on (it stays on
+    once a policy was used), record_call hands every call to the Python path, and the twins
+    would compare the Python code with itself."""
+    monkeypatch.setattr(active, "placing", False)
+
+
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -445,7 +453,7 @@ PYTREE_CALLS = [  # jit calls whose operands or results are pytrees of arrays (a
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_jit_pytrees_are_recorded_in_c_as_in_python(packed, monkeypatch):
+def test_jit_pytrees_are_recorded_in_c_as_in_python(packed):
     """A jit call with a pytree of operands or results (a params dict: every training step) is
     recorded by the C code itself, not handed to dispatch._after_call, and its rows are the
     Python twin's (issue 29: the Python code cost ~25 us a step)."""
@@ -458,13 +466,14 @@ def test_jit_pytrees_are_recorded_in_c_as_in_python(packed, monkeypatch):
 
     for call in PYTREE_CALLS:
         handed.clear()
-        monkeypatch.setattr(dispatch, "_after_call", counted)
-        counting = dispatch.configure_native(_native)  # calls `counted` for what it hands over
-        try:
-            run_path(counting, call, packed)
-        finally:
-            monkeypatch.undo()
-            dispatch.configure_native(_native)
+        with pytest.MonkeyPatch.context() as mp:  # not `monkeypatch`: its undo would end _no_placement's
+            mp.setattr(dispatch, "_after_call", counted)
+            counting = dispatch.configure_native(_native)  # calls `counted` for what it hands over
+            try:
+                run_path(counting, call, packed)
+            finally:
+                mp.undo()
+                dispatch.configure_native(_native)
         assert handed == [], call  # recorded in C
         (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed)
         assert native_out == python_out and native_rows == python_rows, call

@@ -130,3 +130,25 @@ def test_a_killed_parent_ends_a_lingering_writer(tmp_path):
     else:
         os.kill(pid, 9)
         pytest.fail("the lingering writer outlived its parent")
+
+
+def test_only_a_store_trusted_by_its_writer_skips_the_integrity_check(tmp_path):
+    """store.reader.trusting: the writer process reads the store it just committed without
+    SQLite's quick_check; the same damaged store is refused everywhere else."""
+    from jaxplace_cli.store.reader import StoreError, StoreReader, trusting
+
+    run = tmp_path / "run"
+    r = jaxplace("run", "-q", "--devices", "2", "--out", str(run), str(SAMPLES / "pingpong_eager.py"), cwd=SAMPLES)
+    assert r.returncode == 0, r.stderr[-2000:]
+    store = run / "events.sqlite"
+    data = bytearray(store.read_bytes())
+    page = 4096
+    assert len(data) > 8 * page
+    data[len(data) - 2 * page:len(data) - page] = b"\xa5" * page  # a table page near the end: garbage
+    store.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="integrity check"):
+        StoreReader(store)
+    with trusting(store):
+        StoreReader(store).close()  # opened: the check was skipped
+    with pytest.raises(StoreError, match="integrity check"):
+        StoreReader(store)  # trusted only inside the block

@@ -25,11 +25,13 @@ def run_summary(run_dir: str, quiet: bool, cwd: str | None = None) -> list[str]:
     """The summary of the run saved in ``run_dir`` (its ``run.json`` written), made where the
     script's process would make it: file names below ``cwd``, the script's working directory
     at its end (this may be another process)."""
-    from jaxplace_cli.store.layout import read_manifest
+    from jaxplace_cli.store.layout import EVENTS, read_manifest
+    from jaxplace_cli.store.reader import trusting
 
     if cwd is not None and cwd != os.getcwd():
         os.chdir(cwd)
-    return summary_lines_of(read_manifest(Path(run_dir)), run_dir, quiet, saved=True)
+    with trusting(Path(run_dir) / EVENTS):  # this process wrote it and committed it just now
+        return summary_lines_of(read_manifest(Path(run_dir)), run_dir, quiet, saved=True)
 
 
 def summary_lines_of(manifest, run_dir, quiet: bool, saved: bool, verdict_wanted: bool = True) -> list[str]:
