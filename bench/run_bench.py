@@ -838,6 +838,12 @@ def main(argv=None) -> int:
             ap.error(f"--set: unknown size {k!r}")
         cur = getattr(sizes, k)
         setattr(sizes, k, (v.lower() in ("1", "true", "yes")) if isinstance(cur, bool) else type(cur)(v))
+    # jaxplace's bytecode written once, as `make test` does: an editable install under
+    # PYTHONDONTWRITEBYTECODE=1 (this machine) otherwise compiles every jaxplace module in
+    # every `jaxplace run` of the bench, ~0.15 s of CPU each, which plain python never pays
+    # for JAX (pip compiled it)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "jaxplace_cli")], check=False,
+                   stdout=subprocess.DEVNULL)
     only = {x.strip().upper() for x in a.only.split(",") if x.strip()}
     if only - set(ROW_IDS) - {"LIB"}:
         ap.error(f"--only: unknown group(s) {', '.join(sorted(only - set(ROW_IDS) - {'LIB'}))}")

@@ -17,7 +17,6 @@ import math
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 
 from jaxplace_cli.model.errors import JaxplaceError
@@ -165,6 +164,8 @@ def load_toml(path, what: str, error: type[JaxplaceError] = UntrustedFileError,
     """A budget or rules file: at most ``limit`` bytes, finite floats, integers of at most
     ``MAX_INT_DIGITS`` digits (checked again by the caller's own range checks)."""
     text = read_text(path, what, limit, error)
+    import tomllib  # on use: `jaxplace run` reads no TOML before the script (2 ms, issue 29)
+
     try:
         data = tomllib.loads(text, parse_float=_parse_float)
     except tomllib.TOMLDecodeError as exc:

@@ -70,7 +70,10 @@ class WriterProcess:
                 [sys.executable, "-I", "-c", _BOOT, _PKG_PARENT, str(self.path),
                  "native" if native else "python"],
                 stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, close_fds=True)
+                start_new_session=True, close_fds=True,
+                # numpy for the verdict (cli/run_summary.py) but no linear algebra: no OpenBLAS
+                # thread beside the script (~1 % of a P2 run's CPU samples was its idle loop)
+                env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
         except BaseException:
             ours.close()
             raise
