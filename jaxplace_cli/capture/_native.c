@@ -322,7 +322,7 @@ static struct {
     PyObject *active, *tls, *labels, *array_type;
     PyObject *dtype_names, *dtype_name, *sharding_label, *array_nbytes, *x64_enabled;
     PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
-    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves;
+    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves, *host_leg, *jax_array;
     int ready;
 } G;
 
@@ -330,25 +330,26 @@ static PyObject *ZERO, *ONE, *SITE_SHIFT;
 static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
-    *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_static_argnums,
+    *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_index, *S_static_argnums,
     *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
     *S_mem_state, *S_stack_of;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
-                            "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", NULL};
-    PyObject *v[18];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
+                            "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", "host_leg",
+                            "jax_array", NULL};
+    PyObject *v[20];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
-                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17]))
+                                     &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19]))
         return NULL;
     PyObject **slots[] = {&G.active, &G.tls, &G.labels, &G.array_type, &G.dtype_names,
                           &G.dtype_name, &G.sharding_label,
                           &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
                           &G.record_failure, &G.scalar_bytes, &G.buf_attr, &G.d2d, &G.h2d,
-                          &G.host, &G.tree_leaves};
-    for (int i = 0; i < 18; i++) {
+                          &G.host, &G.tree_leaves, &G.host_leg, &G.jax_array};
+    for (int i = 0; i < 20; i++) {
         Py_INCREF(v[i]);
         Py_XSETREF(*slots[i], v[i]);
     }
@@ -564,10 +565,19 @@ typedef struct {
     int64_t t0, t1, base;
 } Call;
 
+/* An operand record_fast records: an array (exact type), a Python scalar, or anything that is
+   not a jax.Array (NumPy data: its host legs by dispatch._host_leg, else nothing). 0 for
+   another jax.Array (a key array, a tracer: the Python code reads those), -1 on error. */
+static int known_operand(PyObject *a) {
+    if (Py_TYPE(a) == (PyTypeObject *)G.array_type || is_scalar(a)) return 1;
+    int is_array = PyObject_IsInstance(a, G.jax_array);
+    return is_array < 0 ? -1 : !is_array;
+}
+
 /* The leaves of a jit call's pytree (dispatch._operand_leaves / _out_arrays: jax.tree_util.
-   tree_leaves) as a tuple when every one is an array (or, for operands, a Python scalar), None
-   when one is not (the Python code records those), NULL on error. */
-static PyObject *pytree_leaves(PyObject *tree, int scalars_ok) {
+   tree_leaves) as a tuple when record_fast knows every one (results: arrays only), None when
+   one is not (the Python code records those), NULL on error. */
+static PyObject *pytree_leaves(PyObject *tree, int operands) {
     PyObject *list = PyObject_CallOneArg(G.tree_leaves, tree);
     if (!list) return NULL;
     PyObject *t = PySequence_Tuple(list); /* a copy: a leaf's Python cannot change it under us */
@@ -575,9 +585,10 @@ static PyObject *pytree_leaves(PyObject *tree, int scalars_ok) {
     if (!t) return NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
         PyObject *a = PyTuple_GET_ITEM(t, i);
-        if (Py_TYPE(a) != (PyTypeObject *)G.array_type && !(scalars_ok && is_scalar(a))) {
+        int known = operands ? known_operand(a) : Py_TYPE(a) == (PyTypeObject *)G.array_type;
+        if (known <= 0) {
             Py_DECREF(t);
-            return Py_NewRef(Py_None);
+            return known < 0 ? NULL : Py_NewRef(Py_None);
         }
     }
     return t;
@@ -600,11 +611,16 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     if ((t = attr_true(c->spec, S_static_argnames))) return t < 0 ? -1 : 0;
     int flatten = -2; /* read when needed */
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
-    int plain = 1;
-    for (Py_ssize_t i = 0; i < n && plain; i++) {
+    int plain = 1, host = 0;
+    for (Py_ssize_t i = 0; i < n && plain > 0; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->args, i);
-        plain = Py_TYPE(a) == (PyTypeObject *)G.array_type || is_scalar(a);
+        /* a list or tuple operand: flattened by the Python code (jnp.stack([a, b])), a pytree */
+        plain = PyList_Check(a) || PyTuple_Check(a) ? 0 : known_operand(a);
+        host |= Py_TYPE(a) != (PyTypeObject *)G.array_type && !is_scalar(a);
     }
+    if (plain < 0) return -1;
+    /* x[idx]: the index's uploads follow from the index (dispatch.index_uploads, Python) */
+    if (plain && host && (t = attr_true(c->spec, S_index))) return t < 0 ? -1 : 0;
     if (plain) {
         c->leaves = Py_NewRef(c->args);
     } else {
@@ -738,8 +754,28 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             Py_DECREF(b);
             Py_DECREF(adev);
             if (err) goto done;
+        } else if (!scalars) {
+            continue; /* a plain function's operands: its dispatches inside count their own */
+        } else if (!is_scalar(a)) { /* NumPy data and the like: dispatch._host_leg, in order */
+            PyObject *kw = c->kwargs ? Py_NewRef(c->kwargs) : PyDict_New();
+            PyObject *st = stack ? Py_NewRef(stack) : PyLong_FromLong(-1);
+            PyObject *r = kw && st ? PyObject_CallFunctionObjArgs(G.host_leg, c->rec, c->spec, c->fn, c->args, kw,
+                                                                 a, dev, outs[0], c->site, c->seq, t0rel, tid,
+                                                                 st, NULL)
+                                   : NULL;
+            Py_XDECREF(kw);
+            Py_XDECREF(st);
+            if (!r) goto done;
+            if (!stack && PyLong_Check(r) && PyLong_AsLong(r) >= 0) {
+                stack = r; /* the call's stack node, made with this operand's first leg */
+            } else {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(r);
+                    goto done;
+                }
+                Py_DECREF(r);
+            }
         } else {
-            if (!scalars) continue;
             if (!scalar_bytes) {
                 PyObject *x64 = PyObject_CallNoArgs(G.x64_enabled);
                 if (!x64) goto done;
@@ -1235,6 +1271,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_scalars, "scalars");
     INTERN(S_flatten, "flatten");
     INTERN(S_host_data, "host_data");
+    INTERN(S_index, "index");
     INTERN(S_static_argnums, "static_argnums");
     INTERN(S_static_argnames, "static_argnames");
     INTERN(S_buffer_id, "buffer_id");

@@ -362,7 +362,8 @@ def configure_native(mod):
                   sharding_label=sharding_label, array_nbytes=array_nbytes, x64_enabled=x64_enabled,
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
-                  d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves)
+                  d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=legs.host_leg,
+                  jax_array=_Array)
     return mod.record_call
 
 

@@ -17,6 +17,7 @@ tests/test_fidelity_legs.py; the paths that stay unseen are listed in docs/fidel
 """
 from __future__ import annotations
 
+import sys
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
 
@@ -33,7 +34,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_APIS, active, label, tls
+from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_APIS, PY_SCALARS, active, label, tls
 from jaxplace_cli.model.events import H2D, HOST
 
 _SCALAR_TYPES = (bool, int, float, complex)
@@ -223,3 +224,25 @@ def jit_static(fn):
     info = getattr(fn, "_jit_info", None)
     return (tuple(getattr(info, "static_argnums", ()) or ()),
             tuple(getattr(info, "static_argnames", ()) or ()))
+
+
+def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
+             stack: int) -> int:
+    """dispatch._after_call's host-data branch for one operand of a one-device call, for the C hot
+    path (capture/_native.c ``record_fast``), which records the call's arrays and scalars itself
+    and hands each other operand here, in operand order; the call's stack node, made here
+    if this is its first transfer."""
+    if not is_host(a):
+        return stack
+    api = suffix(spec.api, a) if type(a) not in PY_SCALARS else spec.scalar_api
+    dests = destinations(out0, a)
+    hid = data_id(rec, a, fn, args, kwargs)
+    on_transfer = rec.on_transfer
+    for dst, nbytes in dests:
+        if stack < 0:
+            stack = rec.stack_of(sys._getframe(1))
+        ev = (next(rec.seqs), t0rel, tid, H2D, HOST, dst, nbytes, True, False, api, site, hid, seq, stack)
+        rec.transfers.append(ev)
+        if on_transfer is not None:
+            on_transfer(ev)
+    return stack
