@@ -104,13 +104,16 @@ def _jit_fns():
     def nested(ab, c):
         return ab[0] * c + ab[1]
 
+    def dict_in(p, c):  # a params dict, as every training step passes one
+        return p["w"] * c + p["b"]
+
     def scaled(a, n, b=1.0):
         return a * n + b
 
     def fails(a, b):
         raise ValueError("a jitted function that raises")
 
-    return {f.__name__: f for f in (add, pair, as_list, as_dict, first, nested, scaled, fails)}
+    return {f.__name__: f for f in (add, pair, as_list, as_dict, first, nested, dict_in, scaled, fails)}
 
 
 JIT_FNS = _jit_fns()
@@ -149,8 +152,8 @@ def calls(draw):
         return (form, draw(st.sampled_from(["sin", "neg"])), [draw(operands(allow_sharded=False))], {},
                 draw(st.booleans()))
     name = draw(st.sampled_from(sorted(JITTED)))
-    if name == "nested":
-        args = [("tuple", [draw(operands()), draw(operands())]), draw(operands())]
+    if name in ("nested", "dict_in"):
+        args = [("tuple" if name == "nested" else "dict", [draw(operands()), draw(operands())]), draw(operands())]
     elif name in ("scaled", "scaled_static"):
         args = [draw(operands()), ("scalar", draw(st.sampled_from([2, 3])))]
     else:
@@ -166,6 +169,8 @@ def materialise(call):
     form, name, arg_recipes, kw_recipes, backward = call
 
     def one(r):
+        if r[0] == "dict":
+            return {"w": build(r[1][0]), "b": build(r[1][1])}
         return tuple(build(x) for x in r[1]) if r[0] == "tuple" else build(r)
 
     args = tuple(one(r) for r in arg_recipes)
@@ -456,6 +461,8 @@ PYTREE_CALLS = [  # jit calls whose operands or results are pytrees of arrays (a
     ("jit", "as_dict", [("numpy", ((3,), "float64", 0)), ("numpy", ((3,), "float64", 0))], {}, False),
     ("eager", "add", [_C1, ("numpy", ((4,), "float32", 0))], {}, False),
     ("eager", "multiply", [("numpy", ((4,), "int32", 0)), ("scalar", 0.5)], {}, False),
+    ("jit", "dict_in", [("dict", [_U0, _C1]), _C1], {}, False),  # a dict operand: its leaves, a d2d
+    ("jit", "dict_in", [("dict", [("numpy", ((4,), "float32", 0)), _C1]), ("scalar", 3)], {}, False),
 ]
 
 

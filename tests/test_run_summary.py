@@ -63,13 +63,44 @@ print(sorted(m for m in sys.modules if m.startswith("jaxplace_cli.analysis")))
 
 def test_the_script_process_imports_no_analysis(tmp_path):
     """The audit's modules (numpy's analysis, the rules) are the writer process's business:
-    none of them is imported in the script's process before or while it runs."""
+    none is imported in the script's process, before, during or after the script (python's
+    own import log, which the writer process, run with -I, does not write) — and the verdict
+    is there, so the writer process made it."""
     script = tmp_path / "s.py"
     script.write_text(SCRIPT)
-    r = jaxplace("run", "--out", str(tmp_path / "run"), str(script), cwd=tmp_path)
+    r = jaxplace("run", "--out", str(tmp_path / "run"), str(script), cwd=tmp_path,
+                 env=child_env(PYTHONPROFILEIMPORTTIME="1"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["8.0", "[]"]
-    assert "no findings" in r.stderr  # and the verdict was still made
+    assert "jaxplace_cli.cli.run_summary" in r.stderr  # the log is there (imported here, for PRELOAD)
+    assert "jaxplace_cli.analysis" not in r.stderr
+    assert "no findings" in r.stderr
+
+
+HOLDER = "import sys, time; time.sleep(float(sys.argv[1]))"
+
+
+def _holder(w: WriterProcess) -> subprocess.Popen:
+    """A process holding the parent's end of the writer's socket, as a process the script
+    forked would: the writer never sees its input end while it lives."""
+    return subprocess.Popen([sys.executable, "-c", HOLDER, "120"], pass_fds=(w._sock.fileno(),))
+
+
+@pytest.mark.parametrize("linger", [False, True])
+def test_a_forked_holder_of_the_socket_does_not_keep_the_writer(tmp_path, linger):
+    """close() (and end() after a lingering close) say it in a frame: the writer leaves at once,
+    on its own (exit 0, not killed after a timeout), while the holder still runs."""
+    w = _writer(tmp_path)
+    holder = _holder(w)
+    try:
+        w.close(linger=linger)
+        if linger:
+            assert w.call("jaxplace_cli.model.sizes", "human_bytes", {"n": 1024}, timeout=30) == "1.0 KiB"
+            w.end()
+        assert w.proc.returncode == 0 and holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def _writer(tmp_path) -> WriterProcess:

@@ -97,6 +97,13 @@ EDGE_CASES = {
 }
 
 
+# the edge cases the C makes itself (the others go to the Python, the whole batch)
+C_KNOWS = {"text ids", "int and tuple ids", "empty tuple ids", "with a result", "a scalar result",
+           "a zero-size result", "a negative dimension", "transfers with and without a node",
+           "packed frees", "a negative free kind", "a free kind past the names", "part of a free",
+           "frees as rows"}
+
+
 def _outcome(fn, batch):
     try:
         return fn(batch)
@@ -111,6 +118,8 @@ def test_edge_rows_finish_as_the_python_does(case, monkeypatch):
     import copy
 
     batch = EDGE_CASES[case]
+    c_made = R._CORE(batch["ops"], batch["transfers"], batch["buffers"], {}, R._LAYOUT) is not None
+    assert c_made == (case in C_KNOWS)  # which side made the rows compared below
     monkeypatch.setattr(R, "_SHAPE_FORMATS", {})
     got = _outcome(R.finish_rows, copy.deepcopy(batch))
     monkeypatch.setattr(R, "_SHAPE_FORMATS", {})
@@ -128,3 +137,4 @@ def test_the_c_shape_cache_is_the_python_one(monkeypatch):
     cache[(5,)] = ("five", 50)  # whatever the cache says is used
     out = R.finish_rows(_batch(buffers=[(1, 2, "cpu:0", (5,), ("f32", 4), 1, "s")]))
     assert out["buffers"] == [(1, 2, "cpu:0", "five", "f32", 200, True, "s")]
+    assert R._CORE([], [], [(1, 2, "cpu:0", (5,), ("f32", 4), 1, "s")], cache, R._LAYOUT) is not None

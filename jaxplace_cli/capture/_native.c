@@ -322,7 +322,7 @@ static struct {
     PyObject *active, *tls, *labels, *array_type;
     PyObject *dtype_names, *dtype_name, *sharding_label, *array_nbytes, *x64_enabled;
     PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
-    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves, *host_leg, *jax_array;
+    PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves, *host_leg, *host_types;
     int ready;
 } G;
 
@@ -338,7 +338,7 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
                             "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", "host_leg",
-                            "jax_array", NULL};
+                            "host_types", NULL};
     PyObject *v[20];
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
@@ -348,7 +348,7 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
                           &G.dtype_name, &G.sharding_label,
                           &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
                           &G.record_failure, &G.scalar_bytes, &G.buf_attr, &G.d2d, &G.h2d,
-                          &G.host, &G.tree_leaves, &G.host_leg, &G.jax_array};
+                          &G.host, &G.tree_leaves, &G.host_leg, &G.host_types};
     for (int i = 0; i < 20; i++) {
         Py_INCREF(v[i]);
         Py_XSETREF(*slots[i], v[i]);
@@ -565,13 +565,13 @@ typedef struct {
     int64_t t0, t1, base;
 } Call;
 
-/* An operand record_fast records: an array (exact type), a Python scalar, or anything that is
-   not a jax.Array (NumPy data: its host legs by dispatch._host_leg, else nothing). 0 for
-   another jax.Array (a key array, a tracer: the Python code reads those), -1 on error. */
+/* An operand record_fast records: an array (exact type), a Python scalar, or NumPy data (an
+   ndarray or a NumPy scalar: its host legs by legs.host_leg). 0 for anything else -- a dict or
+   another pytree (flattened by the caller for a jit), None, a key array, a tracer: the Python
+   code reads those -- and -1 on error. */
 static int known_operand(PyObject *a) {
     if (Py_TYPE(a) == (PyTypeObject *)G.array_type || is_scalar(a)) return 1;
-    int is_array = PyObject_IsInstance(a, G.jax_array);
-    return is_array < 0 ? -1 : !is_array;
+    return PyObject_IsInstance(a, G.host_types);
 }
 
 /* The leaves of a jit call's pytree (dispatch._operand_leaves / _out_arrays: jax.tree_util.
@@ -614,8 +614,9 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     int plain = 1, host = 0;
     for (Py_ssize_t i = 0; i < n && plain > 0; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->args, i);
-        /* a list or tuple operand: flattened by the Python code (jnp.stack([a, b])), a pytree */
-        plain = PyList_Check(a) || PyTuple_Check(a) ? 0 : known_operand(a);
+        /* anything else (a list, a dict, a pytree): flattened by the Python code, or for a jit
+           by tree_leaves below */
+        plain = known_operand(a);
         host |= Py_TYPE(a) != (PyTypeObject *)G.array_type && !is_scalar(a);
     }
     if (plain < 0) return -1;

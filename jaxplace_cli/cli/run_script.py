@@ -188,8 +188,8 @@ def _print_run_summary(session, quiet: bool) -> None:
             lines = session.writer_call("jaxplace_cli.cli.run_summary", "run_summary",
                                         {"run_dir": str(session.run_dir), "quiet": quiet, "cwd": os.getcwd()},
                                         timeout=60 + (ev.ops + ev.transfers) / 10_000)
-        except KeyboardInterrupt:  # Ctrl-C now: the lines that need no audit
-            interrupted = True
+        except (KeyboardInterrupt, TimeoutError):  # Ctrl-C now, or no answer in time: the lines
+            interrupted = True  # that need no audit (not the same audit again, here)
         except Exception:  # noqa: BLE001 - no writer process, or it could not: made here
             lines = None
         if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):

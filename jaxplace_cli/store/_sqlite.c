@@ -277,12 +277,13 @@ typedef struct {
 
 #define UNKNOWN 1 /* returned by the helpers: not a row this code knows (no exception set) */
 
-/* (text, count) for `shape` (a tuple of ints), from the cache or made and cached. */
+/* (text, count) for `shape` (a tuple of ints), from the cache or made and cached: a new
+   reference in *fmt. */
 static int shape_format(PyObject *formats, PyObject *shape, PyObject **fmt) {
     PyObject *hit = PyDict_GetItemWithError(formats, shape);
     if (hit) {
         if (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 2) return UNKNOWN;
-        *fmt = hit;
+        *fmt = Py_NewRef(hit);
         return 0;
     }
     if (PyErr_Occurred()) return -1;
@@ -315,11 +316,12 @@ static int shape_format(PyObject *formats, PyObject *shape, PyObject **fmt) {
     Py_DECREF(text);
     Py_XDECREF(count);
     if (!made) return -1;
-    int rc = PyDict_SetItem(formats, shape, made);
-    Py_DECREF(made); /* the cache holds it */
-    if (rc < 0) return -1;
-    *fmt = PyDict_GetItemWithError(formats, shape);
-    return *fmt ? 0 : -1;
+    if (PyDict_SetItem(formats, shape, made) < 0) {
+        Py_DECREF(made);
+        return -1;
+    }
+    *fmt = made; /* ours as well as the cache's: a key's __eq__ may empty the cache */
+    return 0;
 }
 
 /* BufferEvent(b, seq, device, text, dtype, count * itemsize, bool(committed), site) appended. */
@@ -327,10 +329,9 @@ static int add_buffer(PyObject *out, PyObject *formats, PyObject *b, PyObject *s
                       PyObject *shape, PyObject *dtype_pair, PyObject *committed, PyObject *site) {
     if (!PyTuple_CheckExact(shape) || !PyTuple_CheckExact(dtype_pair) || PyTuple_GET_SIZE(dtype_pair) != 2)
         return UNKNOWN;
-    PyObject *fmt = NULL;
+    PyObject *fmt = NULL; /* held: a __bool__ or __mul__ below may empty the cache */
     int rc = shape_format(formats, shape, &fmt);
     if (rc) return rc;
-    Py_INCREF(fmt); /* the cache's entry: a __bool__ or __mul__ below may empty the cache */
     int truth = PyObject_IsTrue(committed);
     PyObject *nbytes = truth < 0 ? NULL : PyNumber_Multiply(PyTuple_GET_ITEM(fmt, 1), PyTuple_GET_ITEM(dtype_pair, 1));
     PyObject *row = nbytes ? PyTuple_Pack(8, b, seq, device, PyTuple_GET_ITEM(fmt, 0), PyTuple_GET_ITEM(dtype_pair, 0),
@@ -452,7 +453,7 @@ static PyObject *finish_core(PyObject *mod, PyObject *args) {
         return NULL;
     Py_ssize_t idx[] = {L.in_bufs, L.out_bufs, L.seq, L.devices, L.site, L.shape, L.dtype, L.committed};
     for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
-        if (idx[i] < 0 || idx[i] >= L.with_result || (i < 5 && idx[i] >= L.op_fields)) {
+        if (idx[i] < 0 || idx[i] >= L.with_result || (i < 5 && idx[i] >= L.op_fields) || L.op_fields > L.with_result) {
             PyErr_SetString(PyExc_ValueError, "finish_core: a layout index out of range");
             return NULL;
         }

@@ -41,7 +41,7 @@ def serve(path: str, native: str = "") -> None:
     gc.collect()
     gc.disable()
     batches = 0
-    closed = False
+    linger = False
     while True:
         batches += 1
         if batches % 64 == 0:
@@ -51,7 +51,7 @@ def serve(path: str, native: str = "") -> None:
             break
         if type(msg) is tuple:
             if msg[0] == "close":
-                closed = True
+                linger = len(msg) > 1 and msg[1] is True
                 break
             if msg[0] == "preload":
                 _preload(msg[1])
@@ -86,7 +86,7 @@ def serve(path: str, native: str = "") -> None:
     drop_reserve(reserve)
     _say({"rows_written": written, "lost_rows": lost, "error": error, "peak_rss_kb": _peak_rss_kb(),
           "committed": committed, "sqlite": "" if writer is None else writer.sqlite})
-    if closed:  # the parent may have work for us (WriterProcess.call) until our input ends
+    if linger:  # the parent has work for us (WriterProcess.call) until ("end",) or our input ends
         gc.enable()
         _answer_calls(stdin)
 
@@ -124,7 +124,13 @@ def _preload(modules) -> None:
 
 
 def _answer_calls(stdin) -> None:
-    """``("call", module, function, kwargs)`` frames, one JSON line each, until the input ends."""
+    """``("call", module, function, kwargs)`` frames, one JSON line each, until ``("end",)``
+    or the end of the input. What a call writes on stderr is dropped: nobody reads this
+    process's stderr while it works (a full pipe would stop it), and its warnings are not the
+    script's."""
+    import contextlib
+    import io
+
     while True:
         msg = _read_frame(stdin)
         if type(msg) is not tuple or len(msg) != 4 or msg[0] != "call":
@@ -133,7 +139,8 @@ def _answer_calls(stdin) -> None:
         try:
             if not (isinstance(module, str) and module.startswith("jaxplace_cli.")):
                 raise ValueError(f"not a jaxplace module: {module!r}")
-            answer = {"result": getattr(importlib.import_module(module), function)(**kwargs)}
+            with contextlib.redirect_stderr(io.StringIO()):
+                answer = {"result": getattr(importlib.import_module(module), function)(**kwargs)}
         except BaseException as exc:  # noqa: BLE001 - said to the parent, which decides
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         try:

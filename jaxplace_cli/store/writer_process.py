@@ -8,7 +8,7 @@ op on top of the hooks). Here the script's process only pops raw rows and pickle
 the other core.
 
 Protocol, on the child's stdin (one end of a socket pair): frames of an 8-byte little-endian length and a pickle of either
-a ``Recorder.take()`` batch or ``("meta", key, value)``; a ``("close",)`` frame or EOF ends
+a ``Recorder.take()`` batch or ``("meta", key, value)``; a ``("close", linger)`` frame or EOF ends
 it. The socket is private to the two processes (nothing read from a file is ever unpickled).
 At the end the child prints one JSON line — rows written, rows lost, the first error, its own
 peak RSS — and exits. If the script's process dies (SIGKILL), the child sees EOF, commits what
@@ -125,7 +125,7 @@ class WriterProcess:
         sent (a backlog of a few hundred thousand rows takes seconds), never forever.
         ``linger``: the child stays for ``call`` until ``end()`` (or this process's exit)."""
         try:
-            self._send(("close",))
+            self._send(("close", linger))
         except OSError:
             pass
         timeout = 60 + self.sent / 20_000
@@ -169,14 +169,23 @@ class WriterProcess:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
+            gone = self.proc.poll() is not None
             self.end(0)
-            raise OSError(f"the writer process (pid {self.pid}) gave no answer")
+            raise (OSError if gone else TimeoutError)(
+                f"the writer process (pid {self.pid}) gave no answer{'' if gone else f' within {timeout:.0f} s'}")
         if "error" in answer:
             raise RuntimeError(str(answer["error"]))
         return answer.get("result")
 
     def end(self, timeout: float = 5.0) -> None:
-        """Let the child go (it exits on the end of its input) and reap it; safe to call twice."""
+        """Let the child go and reap it; safe to call twice. Said in a frame, not by closing the
+        socket alone: a process the script forked holds the socket too, and the child would
+        never see its input end."""
+        if self.lingering:
+            try:
+                self._send(("end",))
+            except OSError:
+                pass
         self.lingering = False
         try:
             self._sock.close()

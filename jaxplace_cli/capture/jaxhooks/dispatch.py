@@ -363,7 +363,7 @@ def configure_native(mod):
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
                   d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=legs.host_leg,
-                  jax_array=_Array)
+                  host_types=(np.ndarray, np.generic))
     return mod.record_call
 
 
