@@ -183,3 +183,54 @@ def test_only_a_store_trusted_by_its_writer_skips_the_integrity_check(tmp_path):
         StoreReader(store).close()  # opened: the check was skipped
     with pytest.raises(StoreError, match="integrity check"):
         StoreReader(store)  # trusted only inside the block
+
+
+SIGTERM_WITH_FORK = r"""
+import os, signal, sys, time
+import jax.numpy as jnp
+jnp.ones(3).block_until_ready()
+pid = os.fork()
+if pid == 0:  # holds the script's descriptors, the writer's socket among them (not the test's pipes)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    time.sleep(60)
+    os._exit(0)
+open(sys.argv[1], "w").write(str(pid))
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_terminated_run_does_not_leave_its_writer_to_a_forked_process(tmp_path):
+    """A fatal signal ends the run (saved, `terminated`); the writer process leaves after its
+    report although a process the script forked still holds its socket (it lingered for a
+    verdict nobody would ask for, until the fork ended)."""
+    import json
+    import os
+    import time
+
+    script = tmp_path / "term.py"
+    script.write_text(SIGTERM_WITH_FORK)
+    run, holder_file = tmp_path / "run", tmp_path / "holder.pid"
+    r = jaxplace("run", "-q", "--out", str(run), str(script), str(holder_file), cwd=tmp_path)
+    holder = int(holder_file.read_text())
+    try:
+        assert r.returncode == -15 or r.returncode == 143, (r.returncode, r.stderr[-2000:])
+        manifest = json.loads((run / "run.json").read_text())
+        assert manifest["status"] == "terminated"
+        writer = manifest["events"]["writer"]["pid"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(writer, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the writer process outlived its run while the fork held its socket")
+        os.kill(holder, 0)  # the holder still runs: it was not what ended the writer
+    finally:
+        try:
+            os.kill(holder, 9)
+        except ProcessLookupError:
+            pass

@@ -353,6 +353,12 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
         Py_INCREF(v[i]);
         Py_XSETREF(*slots[i], v[i]);
     }
+    if (!PyTuple_Check(G.host_types) || PyTuple_GET_SIZE(G.host_types) != 2 ||
+        !PyType_Check(PyTuple_GET_ITEM(G.host_types, 0))) {
+        G.ready = 0;
+        PyErr_SetString(PyExc_TypeError, "configure(): host_types must be (numpy.ndarray, numpy.generic)");
+        return NULL;
+    }
     if (!PyDict_Check(G.labels) || !PyDict_Check(G.dtype_names) || !PyType_Check(G.array_type)) {
         PyErr_SetString(PyExc_TypeError, "configure(): labels/dtype_names must be dicts, array_type a type");
         return NULL;
@@ -566,12 +572,14 @@ typedef struct {
 } Call;
 
 /* An operand record_fast records: an array (exact type), a Python scalar, or NumPy data (an
-   ndarray or a NumPy scalar: its host legs by legs.host_leg). 0 for anything else -- a dict or
-   another pytree (flattened by the caller for a jit), None, a key array, a tracer: the Python
-   code reads those -- and -1 on error. */
+   exact ndarray or a NumPy scalar: its host legs by legs.host_leg). 0 for anything else -- a
+   dict or another pytree (flattened by the caller for a jit), an ndarray subclass (it may be a
+   registered pytree node), None, a key array, a tracer: the Python code reads those -- and -1
+   on error. G.host_types = (numpy.ndarray, numpy.generic). */
 static int known_operand(PyObject *a) {
     if (Py_TYPE(a) == (PyTypeObject *)G.array_type || is_scalar(a)) return 1;
-    return PyObject_IsInstance(a, G.host_types);
+    if (Py_TYPE(a) == (PyTypeObject *)PyTuple_GET_ITEM(G.host_types, 0)) return 1;
+    return PyObject_IsInstance(a, PyTuple_GET_ITEM(G.host_types, 1));
 }
 
 /* The leaves of a jit call's pytree (dispatch._operand_leaves / _out_arrays: jax.tree_util.

@@ -289,8 +289,10 @@ class Session:
             if self._bg is not None and hasattr(writer, "final_progress"):  # a writer thread
                 writer.final_progress(write_error)
             try:
-                if hasattr(writer, "preload"):  # a WriterProcess: waits for the child to write its backlog
-                    writer.close(linger=bool(self.opts.writer_after))
+                # a WriterProcess: waits for the child to write its backlog; it stays for the
+                # verdict unless a fatal signal ends this process now (nobody would let it go)
+                if hasattr(writer, "preload"):
+                    writer.close(linger=bool(self.opts.writer_after) and outcome.status != "terminated")
                 else:
                     writer.close()
             except Exception as exc:

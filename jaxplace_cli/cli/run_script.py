@@ -178,18 +178,22 @@ def _print_run_summary(session, quiet: bool) -> None:
     import os
 
     from jaxplace_cli.cli import run_summary
+    from jaxplace_cli.model.safe import plain
 
     if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
         return
-    lines, interrupted = None, False
+    lines, interrupted, timed_out = None, False, False
+    ev = session.manifest.events
+    timeout = 60 + (ev.ops + ev.transfers) / 10_000
     if session.saved:
         try:
-            ev = session.manifest.events
             lines = session.writer_call("jaxplace_cli.cli.run_summary", "run_summary",
                                         {"run_dir": str(session.run_dir), "quiet": quiet, "cwd": os.getcwd()},
-                                        timeout=60 + (ev.ops + ev.transfers) / 10_000)
-        except (KeyboardInterrupt, TimeoutError):  # Ctrl-C now, or no answer in time: the lines
-            interrupted = True  # that need no audit (not the same audit again, here)
+                                        timeout=timeout)
+        except KeyboardInterrupt:  # Ctrl-C now: the lines that need no audit
+            interrupted = True
+        except TimeoutError:  # no answer in time: not the same audit again, here
+            interrupted = timed_out = True
         except Exception:  # noqa: BLE001 - no writer process, or it could not: made here
             lines = None
         if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):
@@ -197,4 +201,7 @@ def _print_run_summary(session, quiet: bool) -> None:
     if lines is None:
         lines = run_summary.summary_lines_of(session.manifest, session.run_dir, quiet, session.saved,
                                              verdict_wanted=not interrupted)
+        if timed_out and not quiet:
+            lines.insert(-1, f"jaxplace: the verdict took longer than {timeout:.0f} s and was left out; "
+                             f"`jaxplace audit {plain(session.run_dir)}` makes it")
     say(*lines)

@@ -92,6 +92,7 @@ class WriterProcess:
         self.committed: dict | None = None  # per counted table, from the child's report or the store
         self.lingering = False  # closed with linger=True: the child waits for call() until end()
         self._pending = b""  # the child's stdout read so far, past the last whole line
+        self._eof = False  # its stdout ended (the child is gone, reaped or not)
         self._out_tail = b""  # what communicate() collected at the end
         self._err_tail = b""
 
@@ -132,6 +133,8 @@ class WriterProcess:
         line = self._read_line(timeout) if linger else None
         report = _report_of(line)
         if report is None:
+            if linger:  # it may still report, then wait for calls: told to leave instead
+                self.lingering = True
             self.end(timeout)
             report = _report_of(self._pending + self._out_tail)
         if report is None:
@@ -169,7 +172,7 @@ class WriterProcess:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            gone = self.proc.poll() is not None
+            gone = self._eof or self.proc.poll() is not None
             self.end(0)
             raise (OSError if gone else TimeoutError)(
                 f"the writer process (pid {self.pid}) gave no answer{'' if gone else f' within {timeout:.0f} s'}")
@@ -214,6 +217,7 @@ class WriterProcess:
                     return None
                 chunk = os.read(fd, 65536)
                 if not chunk:
+                    self._eof = True
                     return None
                 self._pending += chunk
         line, _, self._pending = self._pending.partition(b"\n")
