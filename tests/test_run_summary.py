@@ -1,7 +1,9 @@
 """jaxplace run's last lines are made in the writer process (cli/run_summary.py, issue 29): the
 same lines the script's process makes, and the writer process's after-run calls behave."""
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import SAMPLES, child_env, jaxplace
@@ -148,19 +150,21 @@ def test_a_killed_parent_ends_a_lingering_writer(tmp_path):
             "print(w.pid, flush=True); os.kill(os.getpid(), 9)")
     r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
     pid = int(r.stdout.split()[0])
-    import os
-    import time
+    if not _gone_within(pid, 20):
+        os.kill(pid, 9)
+        pytest.fail("the lingering writer outlived its parent")
 
-    deadline = time.monotonic() + 20
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` ends within ``seconds`` (a bound on a wait, not a timing check)."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            break
+            return True
         time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        pytest.fail("the lingering writer outlived its parent")
+    return False
 
 
 def test_only_a_store_trusted_by_its_writer_skips_the_integrity_check(tmp_path):
@@ -206,8 +210,6 @@ def test_a_terminated_run_does_not_leave_its_writer_to_a_forked_process(tmp_path
     report although a process the script forked still holds its socket (it lingered for a
     verdict nobody would ask for, until the fork ended)."""
     import json
-    import os
-    import time
 
     script = tmp_path / "term.py"
     script.write_text(SIGTERM_WITH_FORK)
@@ -218,15 +220,7 @@ def test_a_terminated_run_does_not_leave_its_writer_to_a_forked_process(tmp_path
         assert r.returncode == -15 or r.returncode == 143, (r.returncode, r.stderr[-2000:])
         manifest = json.loads((run / "run.json").read_text())
         assert manifest["status"] == "terminated"
-        writer = manifest["events"]["writer"]["pid"]
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                os.kill(writer, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
+        if not _gone_within(manifest["events"]["writer"]["pid"], 20):
             pytest.fail("the writer process outlived its run while the fork held its socket")
         os.kill(holder, 0)  # the holder still runs: it was not what ended the writer
     finally:
