@@ -31,11 +31,9 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _EvalTrace,
     _trace_ctx,
     array_nbytes,
-    sharded_upload,
     upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
 )
-from jaxplace_cli.capture.jaxhooks.host_data import data_id
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
 from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
@@ -220,21 +218,9 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
-        elif legs.is_host(a):  # one leg per device the dispatch runs on (legs.py)
-            api = legs.suffix(spec.api, a) if ta not in PY_SCALARS else spec.scalar_api
-            if ta in PY_SCALARS or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
-                dests = legs.destinations(outs[0], a)
-            else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
-                dests = sharded_upload(fn, args, kwargs, leaves, a) or legs.destinations(outs[0], a)
-            hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
-            for dst, nbytes in dests:
-                if stack < 0:
-                    stack = rec.stack_of(sys._getframe(1))
-                ev = (next(rec.seqs), t0 - base, tid, H2D, HOST, dst, nbytes,
-                      True, False, api, site, hid, seq, stack)
-                transfers.append(ev)
-                if on_transfer is not None:
-                    on_transfer(ev)
+        else:  # host data: one leg per device the dispatch runs on (legs.py)
+            stack = legs.host_leg(rec, spec, fn, args, kwargs, a, dev, outs[0], site, seq, t0 - base, tid,
+                                  stack, leaves, sys._getframe(1))
     # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking
     # exact tuples of atoms but keeps tracking NamedTuple instances, and a backlog of tracked
     # events made every collection in the user's program slower. One buffer id is an int, not

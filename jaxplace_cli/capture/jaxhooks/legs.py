@@ -30,11 +30,12 @@ from jaxplace_cli.capture.jaxhooks.common import (
     JitProxy,
     _EvalTrace,
     _trace_ctx,
+    sharded_upload,
     upload_nbytes,
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_APIS, PY_SCALARS, active, label, tls
+from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_APIS, HOST_DATA_TYPES, PY_SCALARS, active, label, tls
 from jaxplace_cli.model.events import H2D, HOST
 
 _SCALAR_TYPES = (bool, int, float, complex)
@@ -227,20 +228,25 @@ def jit_static(fn):
 
 
 def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
-             stack: int) -> int:
-    """dispatch._after_call's host-data branch for one operand of a one-device call, for the C hot
-    path (capture/_native.c ``record_fast``), which records the call's arrays and scalars itself
-    and hands each other operand here, in operand order; the call's stack node, made here
-    if this is its first transfer."""
+             stack: int, leaves=None, frame=None) -> int:
+    """The host legs of one operand ``a`` of a dispatch (nothing if it is not host data), in
+    operand order: dispatch._after_call's last branch, and the C hot path's (capture/_native.c
+    ``record_fast``, which records arrays and scalars itself and hands each other operand of a
+    one-device call here). Returns the call's stack node, made with its first transfer from
+    ``frame`` (default: the caller's caller, the hook's frame when the C code calls)."""
     if not is_host(a):
         return stack
-    api = suffix(spec.api, a) if type(a) not in PY_SCALARS else spec.scalar_api
-    dests = destinations(out0, a)
-    hid = data_id(rec, a, fn, args, kwargs)
+    scalar = type(a) in PY_SCALARS
+    api = suffix(spec.api, a) if not scalar else spec.scalar_api
+    if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
+        dests = destinations(out0, a)
+    else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
+        dests = sharded_upload(fn, args, kwargs, leaves, a) or destinations(out0, a)
+    hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
     on_transfer = rec.on_transfer
     for dst, nbytes in dests:
         if stack < 0:
-            stack = rec.stack_of(sys._getframe(1))
+            stack = rec.stack_of(frame if frame is not None else sys._getframe(1))
         ev = (next(rec.seqs), t0rel, tid, H2D, HOST, dst, nbytes, True, False, api, site, hid, seq, stack)
         rec.transfers.append(ev)
         if on_transfer is not None:
