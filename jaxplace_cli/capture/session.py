@@ -95,12 +95,17 @@ def _file_id(path: Path):
     return (st.st_dev, st.st_ino)
 
 
+def _is_process(writer) -> bool:
+    """The store is written by a child process (store/writer_process.py), not a thread here."""
+    from jaxplace_cli.store.writer_process import WriterProcess
+
+    return isinstance(writer, WriterProcess)
+
+
 def _writer_manifest(writer) -> dict:
     """Where the store was written: a child process (its pid and peak RSS, which the script's
     own peak RSS does not include) or, where none could start, a thread of the script."""
-    from jaxplace_cli.store.writer_process import WriterProcess
-
-    if isinstance(writer, WriterProcess):
+    if _is_process(writer):
         return {"kind": "process", "pid": writer.pid, "peak_rss_kb": writer.peak_rss_kb, "sqlite": writer.sqlite}
     return {"kind": "thread", "sqlite": getattr(writer, "sqlite", "")}  # None: no writer was made
 
@@ -143,7 +148,7 @@ class Session:
             raise RunDirError(f"cannot create {self.run_dir / EVENTS}: {exc}") from None
         # started now, while this process imports JAX; SQLite in C with the C hot path
         self._writer = open_writer(self.run_dir / EVENTS, native=native_module() is not None)
-        if opts.writer_after and hasattr(self._writer, "preload"):
+        if opts.writer_after and _is_process(self._writer):
             try:
                 self._writer.preload(opts.writer_after)
             except OSError:
@@ -185,9 +190,7 @@ class Session:
             from jaxplace_cli.capture.progress import LiveStatus
 
             self.status = LiveStatus.start(self.recorder)
-        from jaxplace_cli.store.writer_process import WriterProcess
-
-        take = isinstance(self._writer, WriterProcess)  # the child formats the rows itself
+        take = _is_process(self._writer)  # the child formats the rows itself
         self._bg = BackgroundWriter(self.recorder.take if take else self.recorder.drain, self._writer,
                                     counts=self.recorder.counts)
         self._bg.start()
@@ -291,7 +294,7 @@ class Session:
             try:
                 # a WriterProcess: waits for the child to write its backlog; it stays for the
                 # verdict unless a fatal signal ends this process now (nobody would let it go)
-                if hasattr(writer, "preload"):
+                if _is_process(writer):
                     writer.close(linger=bool(self.opts.writer_after) and outcome.status != "terminated")
                 else:
                     writer.close()
@@ -365,6 +368,6 @@ class Session:
             return 0
         # None: the writer died and its store cannot be read
         committed = (getattr(writer, "committed", None) if writer is not None else {}) or {}
-        if writer is not None and not hasattr(writer, "pid"):  # a writer thread: its own count
+        if writer is not None and not _is_process(writer):  # a writer thread: its own count
             committed = writer.committed
         return sum(max(0, rec.counts[t] - int(committed.get(t, 0))) for t in ("ops", "transfers"))

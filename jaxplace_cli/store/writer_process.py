@@ -157,8 +157,8 @@ class WriterProcess:
 
     def call(self, module: str, function: str, kwargs: dict, timeout: float):
         """``module.function(**kwargs)`` in the lingering child; its JSON-able result. Raises
-        ``OSError`` when the child cannot answer (gone, or no answer within ``timeout``: then
-        it is ended) and ``RuntimeError`` with the child's exception."""
+        ``OSError`` when the child cannot answer (gone; ``TimeoutError`` when there is no answer
+        within ``timeout``: then it is ended) and ``RuntimeError`` with the child's exception."""
         if not self.lingering:
             raise OSError("the writer process is not waiting for calls")
         try:
