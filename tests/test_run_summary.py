@@ -228,3 +228,50 @@ def test_a_terminated_run_does_not_leave_its_writer_to_a_forked_process(tmp_path
             os.kill(holder, 9)
         except ProcessLookupError:
             pass
+
+
+SHARDED = """
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((2,), ("d",))
+x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("d")))  # shard rows
+y = jax.device_put(jnp.ones(4), NamedSharding(mesh, P()))  # one buffer on two devices
+print(float(x.sum() + y.sum()))
+"""
+
+AFTER_PRELOAD = """
+import importlib, sys
+from jaxplace_cli.cli.run_summary import PRELOAD, run_summary
+for name in PRELOAD:
+    importlib.import_module(name)
+before = set(sys.modules)
+lines = run_summary(sys.argv[1], False)
+print(sorted(set(sys.modules) - before))
+print(len(lines))
+"""
+
+
+def test_the_preload_is_all_a_summary_imports(tmp_path):
+    """What the writer process imports while the script runs (PRELOAD) is every module the
+    verdict needs, so none is left for after the script (np.unique imported numpy.ma, 8-15 ms,
+    on a run with memory spread over devices): the summary of a sharded run, made in a fresh
+    ``python -I`` as the writer process is, imports nothing more."""
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED)
+    run = tmp_path / "run"
+    r = jaxplace("run", "--devices", "2", "--no-trace", "--out", str(run), str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import sqlite3
+
+    con = sqlite3.connect(run / "events.sqlite")
+    try:  # the run has what the memory report's device split reads
+        assert con.execute("SELECT COUNT(*) FROM shards").fetchone()[0] > 0
+        assert con.execute("SELECT COUNT(*) FROM buffers WHERE device LIKE '%,%'").fetchone()[0] > 0
+    finally:
+        con.close()
+    p = subprocess.run([sys.executable, "-I", "-c", AFTER_PRELOAD, str(run)], capture_output=True,
+                       text=True, env=child_env(OPENBLAS_NUM_THREADS="1"), cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    new, n_lines = p.stdout.splitlines()
+    assert new == "[]" and int(n_lines) >= 3, p.stdout

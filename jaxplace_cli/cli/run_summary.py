@@ -15,10 +15,10 @@ from pathlib import Path
 # (~1 s per 100,000 events here): the summary says so instead.
 VERDICT_MAX_EVENTS = 1_000_000
 
-# what the writer process imports while the script runs, for run_summary (numpy.ma: np.unique
-# imports it on first use, 16 ms); the first summary then costs what a second one would
+# what the writer process imports while the script runs, for run_summary; the first summary
+# then costs what a second one would (tests/test_run_summary.py: nothing more is imported)
 PRELOAD = ["jaxplace_cli.cli.run_summary", "jaxplace_cli.analysis.audit", "jaxplace_cli.analysis.summary",
-           "jaxplace_cli.report.verdict", "jaxplace_cli.report.run_lines", "numpy.ma"]
+           "jaxplace_cli.report.verdict", "jaxplace_cli.report.run_lines"]
 
 
 def run_summary(run_dir: str, quiet: bool, cwd: str | None = None) -> list[str]:
