@@ -30,6 +30,15 @@ def test_same_name_argv_path_cwd_and_output(tmp_path):
     assert seen["cwd"] == str(tmp_path)
 
 
+def test_a_script_that_uses_no_device_gets_no_backend_started(tmp_path):
+    """The run's end asks the devices for their memory statistics only where a backend was
+    started: asking started one (JAX's CPU client here, seconds on an accelerator) after a
+    script that never used a device. Its atexit, run after jaxplace's end, sees what python's does."""
+    plain, jp = _run_both(tmp_path, SCRIPTS / "no_device.py", cwd=tmp_path)
+    assert plain.stdout == "backend started by the end: False\n", plain.stderr[-2000:]
+    assert (jp.returncode, jp.stdout) == (0, plain.stdout), jp.stderr[-2000:]
+
+
 def test_relative_script_path_like_python(tmp_path):
     plain = python("scripts/show_env.py", "a", cwd=SCRIPTS.parent)
     jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", "scripts/show_env.py", "a", cwd=SCRIPTS.parent)

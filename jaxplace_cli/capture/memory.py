@@ -170,9 +170,14 @@ def _pop_all(dq: deque) -> list:
 
 def memory_stats_value() -> str:
     """JSON ``{device: [bytes_in_use, peak_bytes_in_use]}`` of the local devices, "" where the
-    backend has no ``memory_stats()`` (CPU returns None; untested there, must never raise)."""
+    backend has no ``memory_stats()`` (CPU returns None; untested there, must never raise) or
+    none was started (the script used no device: asking would start one)."""
     jax = sys.modules.get("jax")
     if jax is None:
+        return ""
+    from jaxplace_cli.capture.jaxhooks.devices import backends_up
+
+    if not backends_up():
         return ""
     out = {}
     try:

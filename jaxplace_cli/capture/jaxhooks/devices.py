@@ -25,14 +25,24 @@ def describe_devices(devices) -> list[dict]:
     return out
 
 
-def initialised_devices() -> list[dict]:
-    """``describe_devices`` of the devices JAX has initialised; [] when no backend is up yet
-    (asking ``jax.devices()`` would initialise one: a run that never used JAX stays so)."""
+def backends_up() -> bool:
+    """Whether JAX has started a backend. Asking for devices starts one: a script that never
+    used a device (``--help``, an early error) must not have one started at its end, which
+    on an accelerator is seconds and, on a GPU, most of its memory taken. False where this
+    JAX cannot say: nothing is started then either."""
     try:
         from jax._src import xla_bridge
 
-        if not xla_bridge.backends_are_initialized():
-            return []
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:
+        return False
+
+
+def initialised_devices() -> list[dict]:
+    """``describe_devices`` of the devices JAX has initialised; [] when no backend is up yet."""
+    if not backends_up():
+        return []
+    try:
         import jax
 
         return describe_devices(jax.devices())
