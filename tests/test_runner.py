@@ -39,11 +39,10 @@ def test_a_script_that_uses_no_device_gets_no_backend_started(tmp_path):
     assert (jp.returncode, jp.stdout) == (0, plain.stdout), jp.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="jaxplace run imports JAX before the script (docs/reliability.md): "
-                                       "a JAX_* variable the script sets before its `import jax` is not read")
 def test_a_jax_variable_the_script_sets_before_importing_jax_applies(tmp_path):
-    """`os.environ["JAX_ENABLE_X64"] = "1"` before `import jax`: x64 on under python. Known to
-    differ (float32 under jaxplace); strict, so the fix turns this red until the mark goes."""
+    """`os.environ["JAX_ENABLE_X64"] = "1"` before `import jax`: x64 on under python, and under
+    jaxplace run, which hooks JAX as the script imports it (it imported JAX before the script
+    and gave float32: capture/session.py)."""
     plain, jp = _run_both(tmp_path, SCRIPTS / "env_before_import.py", cwd=tmp_path)
     assert plain.stdout == "x64: True float64\n", plain.stderr[-2000:]
     assert (jp.returncode, jp.stdout) == (0, plain.stdout), jp.stderr[-2000:]

@@ -128,12 +128,13 @@ def process_out(out: Path, job: JobProcess | None) -> Path:
 def before_script(job: JobProcess | None, session=None) -> None:
     """Under ``jaxplace launch``: let ``jax.distributed.initialize()`` find the launch's
     coordinator, count and index (jaxhooks/cluster.py), and watch the launch's stop request
-    (``watch_launch``). Called once JAX is imported, before the script runs."""
+    (``watch_launch``). Called before the script runs; the coordinator is registered as JAX
+    is imported (now, if it is)."""
     if job is None or not job.coordinator:
         return
-    from jaxplace_cli.capture.jaxhooks.cluster import register
+    from jaxplace_cli.capture.import_hook import after_import
 
-    register()
+    after_import("jax", _register_cluster)
     _status["ended"] = None  # this session's script has not ended
     fd = _int(os.environ, CONTROL_FD)
     status = _int(os.environ, STATUS_FD)
@@ -168,6 +169,12 @@ def _send(line: str) -> bool:
     except OSError:  # launch is gone (or never read it): nothing to tell
         _status["fd"] = None
         return False
+
+
+def _register_cluster() -> None:
+    from jaxplace_cli.capture.jaxhooks.cluster import register  # imports JAX's internals
+
+    register()
 
 
 def _heartbeat(session) -> None:

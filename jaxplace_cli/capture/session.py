@@ -3,8 +3,9 @@
 The order matters and is the reason this module exists:
 1. the run directory and a "running" manifest are written before anything runs;
 2. ``--devices N`` goes into ``XLA_FLAGS`` before JAX is first imported;
-3. hooks are installed before the script imports anything, so ``jax.jit`` and friends the
-   script sees are the recording ones;
+3. hooks are installed as the script's ``import jax`` completes (before the script's next
+   line), so ``jax.jit`` and friends the script sees are the recording ones, and JAX reads at
+   its import what the script set before it (``JAX_ENABLE_X64``), as under python;
 4. whatever way the script ends (exit code, exception, Ctrl-C, SIGTERM), the store is flushed
    and the manifest finalised *before* python's own ending is reproduced.
 """
@@ -163,6 +164,7 @@ class Session:
         self._pid = os.getpid()
         self._held: list[int] | None = []  # signals that came while saving; None once saved
         self._prev_sigterm = None
+        self.start_error = ""  # the recording could not start when the script imported JAX
 
     def start(self) -> None:
         self._install_sigterm()  # first: a SIGTERM while JAX loads still saves the run
@@ -175,6 +177,30 @@ class Session:
             # 114 -> 151 ms, issue 29). Only what exists before JAX is imported is frozen, so
             # JAX's and the script's objects are collected as under python.
             gc.freeze()
+        # jaxplace launch: its stop requests watched from now (a script that never imports JAX
+        # is stopped too), its coordinator given to JAX when JAX is imported
+        distributed.before_script(self.job, self)
+        if "jax" in sys.modules:  # a followed child, a policy's engine, a sitecustomize
+            self._start_recording()
+            return
+        from jaxplace_cli.capture.import_hook import after_import
+
+        after_import("jax", self._start_when_imported)
+
+    def _start_when_imported(self) -> None:
+        """The recording starts as the script's ``import jax`` completes, not before the script:
+        JAX then reads what the script set before importing it (``os.environ["JAX_ENABLE_X64"]``,
+        ``JAX_PLATFORMS``: read once, at import), as under python; jaxplace importing JAX first
+        gave float32 where python gave float64. Nothing raised here may fail the script's
+        import: the run then says the recording did not start. A Ctrl-C goes to the script, as
+        one during python's ``import jax`` does."""
+        try:
+            self._start_recording()
+        except Exception as exc:  # noqa: BLE001 - see above
+            self.start_error = f"{type(exc).__name__}: {exc}"
+
+    def _start_recording(self) -> None:
+        """Hooks, recorder, writer thread and trace window, once JAX is imported."""
         import jax
         import jaxlib
 
@@ -184,7 +210,6 @@ class Session:
         from jaxplace_cli.store.writer import BackgroundWriter
 
         self.manifest.jax_version, self.manifest.jaxlib_version = jax.__version__, jaxlib.__version__
-        distributed.before_script(self.job, self)  # jaxplace launch: coordinator, stop requests
         self.recorder = Recorder()
         if self.opts.progress:  # before the writer thread binds recorder.take
             from jaxplace_cli.capture.progress import LiveStatus
@@ -325,6 +350,8 @@ class Session:
                           rec.recording_errors if rec else 0, rec.first_recording_error if rec else "")
         if rec is not None and rec.recording_errors:  # the user's results were kept; say it once
             m.warnings.append(rec.recording_error_line())
+        if self.start_error:
+            m.warnings.append(f"the recording did not start when the script imported JAX: {self.start_error}")
         m.trace = Trace(self.trace.mode if self.trace else "off", self.trace.state if self.trace else "off",
                         self.opts.trace_seconds, self.opts.trace_ops,
                         self.trace.traced_ops if self.trace else 0,
