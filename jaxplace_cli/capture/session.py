@@ -193,7 +193,10 @@ class Session:
         ``JAX_PLATFORMS``: read once, at import), as under python; jaxplace importing JAX first
         gave float32 where python gave float64. Nothing raised here may fail the script's
         import: the run then says the recording did not start. A Ctrl-C goes to the script, as
-        one during python's ``import jax`` does."""
+        one during python's ``import jax`` does. After the run is saved (JAX imported by the
+        script's atexit, say) nothing starts: it would write into a closed store."""
+        if self._finalized:
+            return
         try:
             self._start_recording()
         except Exception as exc:  # noqa: BLE001 - see above

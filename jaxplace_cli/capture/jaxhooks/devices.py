@@ -1,6 +1,8 @@
 """What JAX sees: platform, id, kind, process and memory of each device."""
 from __future__ import annotations
 
+import sys
+
 from jaxplace_cli.model.events import device_label
 
 
@@ -29,7 +31,10 @@ def backends_up() -> bool:
     """Whether JAX has started a backend. Asking for devices starts one: a script that never
     used a device (``--help``, an early error) must not have one started at its end, which
     on an accelerator is seconds and, on a GPU, most of its memory taken. False where this
-    JAX cannot say: nothing is started then either."""
+    JAX cannot say: nothing is started then either, and JAX is not imported to ask (a script
+    that never imported it: the end of its run must not import it)."""
+    if "jax" not in sys.modules:
+        return False
     try:
         from jax._src import xla_bridge
 
