@@ -42,9 +42,10 @@ def test_a_script_that_uses_no_device_gets_no_backend_started(tmp_path):
 def test_a_jax_variable_the_script_sets_before_importing_jax_applies(tmp_path):
     """`os.environ["JAX_ENABLE_X64"] = "1"` before `import jax`: x64 on under python, and under
     jaxplace run, which hooks JAX as the script imports it (it imported JAX before the script
-    and gave float32: capture/session.py)."""
+    and gave float32: capture/session.py); and no numpy before the script either (the command
+    line's trace modes imported the hooks' package, which imports numpy: capture/trace_modes.py)."""
     plain, jp = _run_both(tmp_path, SCRIPTS / "env_before_import.py", cwd=tmp_path)
-    assert plain.stdout == "x64: True float64\n", plain.stderr[-2000:]
+    assert plain.stdout == "imported before the script: []\nx64: True float64\n", plain.stderr[-2000:]
     assert (jp.returncode, jp.stdout) == (0, plain.stdout), jp.stderr[-2000:]
 
 

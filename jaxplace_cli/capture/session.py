@@ -23,9 +23,9 @@ from pathlib import Path
 
 from jaxplace_cli import __version__
 from jaxplace_cli.capture import distributed
-from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
 from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _on_sigint, _release_signals
+from jaxplace_cli.capture.trace_modes import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
 from jaxplace_cli.store.layout import EVENTS, MANIFEST, MANIFEST_RESERVE, RunDirError, create_run_dir, write_manifest
 from jaxplace_cli.store.writer import drop_reserve, make_reserve

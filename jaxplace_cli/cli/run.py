@@ -84,7 +84,7 @@ def _path(text: str) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jaxplace_cli.capture.jaxhooks.trace_window import TRACE_MODES, TRACE_OPS, TRACE_SECONDS
+    from jaxplace_cli.capture.trace_modes import TRACE_MODES, TRACE_OPS, TRACE_SECONDS
 
     p = _Parser(prog="jaxplace run", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -16,9 +16,9 @@ def run_script(*, script: Optional[str], args: list[str], module: Optional[str],
                budget: Optional[Path], follow_children: bool, quiet: bool,
                misplaced: Sequence[str] = ()) -> None:
     """``jaxplace run`` itself, whichever parser read the command line; ends in SystemExit."""
-    from jaxplace_cli.capture.jaxhooks.trace_window import OFF, TRACE_MODES
     from jaxplace_cli.capture.runner import ScriptNotFound, resolve_target
     from jaxplace_cli.capture.session import RunOptions, Session
+    from jaxplace_cli.capture.trace_modes import OFF, TRACE_MODES
     from jaxplace_cli.store.layout import RunDirError
 
     if module is None and script is None:

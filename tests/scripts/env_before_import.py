@@ -1,7 +1,10 @@
 # Sets a variable JAX reads when it is imported, then imports JAX (a common first line of a
-# script): under python the setting applies.
+# script): under python the setting applies. Neither JAX nor numpy is imported before the
+# script's first line (numpy's OpenBLAS reads OPENBLAS_NUM_THREADS when imported, too).
 import os
+import sys
 
+print("imported before the script:", sorted({"jax", "numpy"} & set(sys.modules)))
 os.environ["JAX_ENABLE_X64"] = "1"
 
 import jax  # noqa: E402

@@ -45,17 +45,8 @@ import time
 from pathlib import Path
 
 from jaxplace_cli.capture.jaxhooks.state import active
+from jaxplace_cli.capture.trace_modes import FULL, OFF, TRACE_OPS, WINDOW
 
-WINDOW = "window"
-FULL = "full"
-OFF = "off"
-TRACE_MODES = (WINDOW, FULL, OFF)
-# The window's defaults (``--trace-seconds``, ``--trace-ops``). Its cost is mostly stop_trace's
-# export, ~0.8 ms per traced op of the P1 step (measured in one process, 7 alternations:
-# 100 steps +80-120 ms, i.e. ~5-7 % of P1's 1,500-step loop, the "window costs ~10 % of the
-# loop" of issue 18; 20 steps +12-17 ms). 25 ops keep it near 1 % and still sample a step.
-TRACE_SECONDS = 1.0
-TRACE_OPS = 25
 WARMUP_STEPS = 2  # marked steps left out before the window opens (analysis/steps.py: warm-up)
 EXTEND_OPS, EXTEND_SECONDS = 8, 4  # a window still compiling holds at most this many times its limits
 # a closed window is placed again after a compile followed by this many dispatches that compiled
