@@ -188,14 +188,10 @@ class Session:
         after_import("jax", self._start_when_imported)
 
     def _start_when_imported(self) -> None:
-        """The recording starts as the script's ``import jax`` completes, not before the script:
-        JAX then reads what the script set before importing it (``os.environ["JAX_ENABLE_X64"]``,
-        ``JAX_PLATFORMS``: read once, at import), as under python; jaxplace importing JAX first
-        gave float32 where python gave float64. Nothing raised here may fail the script's
-        import: the run then says the recording did not start. A Ctrl-C goes to the script, as
-        one during python's ``import jax`` does. After the run is saved (JAX imported by the
-        script's atexit, say) nothing starts: it would write into a closed store."""
-        if self._finalized:
+        """As the script's ``import jax`` completes: JAX reads what the script set first
+        (``JAX_ENABLE_X64``: float32 when jaxplace imported JAX first). An error must not fail
+        that import (the run says so); a Ctrl-C goes to the script; once saved, nothing starts."""
+        if self._finalized:  # JAX imported by an atexit: the store is closed
             return
         try:
             self._start_recording()
