@@ -172,13 +172,11 @@ def memory_stats_value() -> str:
     """JSON ``{device: [bytes_in_use, peak_bytes_in_use]}`` of the local devices, "" where the
     backend has no ``memory_stats()`` (CPU returns None; untested there, must never raise) or
     none was started (the script used no device: asking would start one)."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return ""
     from jaxplace_cli.capture.jaxhooks.devices import backends_up
 
-    if not backends_up():
+    if not backends_up():  # also False where JAX was never imported
         return ""
+    jax = sys.modules["jax"]
     out = {}
     try:
         for dev in jax.local_devices():
