@@ -6,7 +6,7 @@ import numpy as np
 
 from jaxplace_cli.suggest.from_run import OpNode, RunGraph
 from jaxplace_cli.suggest.groups import follows_data, solve_by_group, split_groups, tie
-from jaxplace_cli.suggest.model import TOTAL, Graph
+from jaxplace_cli.suggest.model import TOTAL, Graph, Solution
 from jaxplace_cli.suggest.policy_file import policy_rules
 from jaxplace_cli.suggest.solve import solve_graph
 
@@ -110,3 +110,27 @@ def test_forward_and_backward_calls_of_a_site_are_told_apart_by_pass():
     assert default == "cpu:0"
     assert rules == [{"site": "train.py:3", "op": ["mul"], "pass": "backward", "device": "cpu:1"},
                      {"site": "train.py:3", "op": ["add"], "device": "cpu:1"}]
+
+
+def test_a_solver_that_splits_one_new_group_each_time_still_gets_no_split_answer():
+    """Eight groups of two calls that read nothing; a (heuristic) solver that keeps colour
+    classes together but splits the first group not yet tied — a new one every round, as a
+    balanced answer on measured op times can. Tying one group a round would run out of
+    rounds and leave occurrence rules; the last round ties them all."""
+    groups = 8
+    g = _graph(2 * groups, 2)
+    keys = _nodes([(line, "sin", True) for line in range(groups) for _ in range(2)])
+    rg = RunGraph(g, keys, [], np.zeros(2 * groups, np.int64))
+    group = rg.groups()
+    assert len(set(group.tolist())) == groups
+
+    def solve(gg):
+        a = np.zeros(gg.n, np.int64)
+        loose = [v for v in range(gg.n) if gg.color[v] < 0]
+        if loose:  # the lowest untied group: its second call on cpu:1
+            a[[v for v in loose if group[v] == group[loose[0]]][1]] = 1
+        return Solution(a, 0, "splitter")
+
+    sol, follow = solve_by_group(g, group, solve)
+    assert split_groups(group, sol.assign).size == 0 and not follow.any()
+    assert "occurrence" not in str(policy_rules(rg, sol.assign, follow))
