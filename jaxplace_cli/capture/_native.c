@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -334,6 +335,60 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
     *S_mem_state, *S_stack_of;
 
+/* Reads of the recorder's, the spec's and `active`'s fields (issue 29). They are __slots__ of
+   their classes (capture/recorder.py, jaxhooks/state.py): for an object of the very type the
+   offsets were resolved for, the field is read at its offset, as the slot's descriptor would
+   read it, without the attribute lookup (~40 ns each, ~30 of them a recorded op: the largest
+   item of the hooks' per-op cost in perf). Any other object, a field that is no slot of its
+   type, or an unset slot goes through PyObject_GetAttr, whose answer is the definition. */
+enum { K_REC, K_SPEC, K_ACTIVE, N_KINDS };
+enum { R_SEQS, R_BUF_IDS, R_OPS, R_TRANSFERS, R_BUFFERS, R_TAIL, R_T0, R_ON_TRANSFER, R_MEM_STATE, R_LIMIT, R_N };
+enum { P_NAME, P_API, P_DEPTH, P_KIND, P_SCALARS, P_SCALAR_API, P_HOST_DATA, P_STATIC_ARGNUMS,
+       P_STATIC_ARGNAMES, P_INDEX, P_FLATTEN, P_N };
+enum { A_REC, A_PLACING, A_ON_DISPATCH, A_N };
+#define MAX_FIELDS 12
+static PyObject **FIELD_NAMES[N_KINDS][MAX_FIELDS] = {
+    {&S_seqs, &S_buf_ids, &S_ops, &S_transfers, &S_buffers, &S_tail, &S_t0, &S_on_transfer, &S_mem_state, &S_limit},
+    {&S_name, &S_api, &S_depth, &S_kind, &S_scalars, &S_scalar_api, &S_host_data, &S_static_argnums,
+     &S_static_argnames, &S_index, &S_flatten},
+    {&S_rec, &S_placing, &S_on_dispatch},
+};
+static const int N_FIELDS[N_KINDS] = {R_N, P_N, A_N};
+static struct {
+    PyTypeObject *type; /* resolved for (a strong reference), NULL: not yet */
+    Py_ssize_t off[MAX_FIELDS]; /* -1: not a slot of type */
+} FAST[N_KINDS];
+
+static void resolve_fields(int kind, PyTypeObject *t) {
+    Py_INCREF(t);
+    Py_XSETREF(FAST[kind].type, t);
+    for (int i = 0; i < N_FIELDS[kind]; i++) {
+        PyObject *d = t->tp_getattro == PyObject_GenericGetAttr ? _PyType_Lookup(t, *FIELD_NAMES[kind][i]) : NULL;
+        int slot = d && Py_TYPE(d) == &PyMemberDescr_Type &&
+                   ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        FAST[kind].off[i] = slot ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
+    }
+}
+
+/* o.<field i of kind>: a new reference, or NULL with an error set */
+static inline PyObject *field(PyObject *o, int kind, int i) {
+    if (Py_TYPE(o) != FAST[kind].type) resolve_fields(kind, Py_TYPE(o));
+    Py_ssize_t off = FAST[kind].off[i];
+    if (off >= 0) {
+        PyObject *v = *(PyObject **)((char *)o + off);
+        if (v) return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(o, *FIELD_NAMES[kind][i]);
+}
+
+static int field_true(PyObject *o, int kind, int i) {
+    PyObject *v = field(o, kind, i);
+    if (!v) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
@@ -456,7 +511,7 @@ static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyO
         Py_DECREF(r);
         return 0;
     }
-    PyObject *st = PyObject_GetAttr(rec, S_mem_state);
+    PyObject *st = field(rec, K_REC, R_MEM_STATE);
     if (!st) return -1;
     if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3) {
         Py_DECREF(st);
@@ -526,11 +581,12 @@ static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
     return 0;
 }
 
-/* append(row) of one of the recorder's tables, then decref row (steals it). A table is a deque,
-   or once a writer is attached a model/_packed.c Sink that encodes the row and lets it go. */
-static inline int append_steal(PyObject *append, PyObject *row) {
+/* table.append(row) of one of the recorder's tables, then decref row (steals it). A table is a
+   deque, or once a writer is attached a model/_packed.c Sink that encodes the row and lets it
+   go. Called as a method: no bound method object made and freed per row. */
+static inline int append_steal(PyObject *table, PyObject *row) {
     if (!row) return -1;
-    PyObject *r = PyObject_CallOneArg(append, row);
+    PyObject *r = PyObject_CallMethodOneArg(table, S_append, row);
     Py_DECREF(row);
     if (!r) return -1;
     Py_DECREF(r);
@@ -539,7 +595,7 @@ static inline int append_steal(PyObject *append, PyObject *row) {
 
 /* A transfer row: rec.on_transfer(ev) when set (read once per call, as the Python path does),
    then into rec.transfers; steals ev. */
-static int emit_transfer(PyObject *tappend, PyObject *cb, PyObject *ev) {
+static int emit_transfer(PyObject *transfers, PyObject *cb, PyObject *ev) {
     if (!ev) return -1;
     if (cb != Py_None) {
         PyObject *r = PyObject_CallOneArg(cb, ev);
@@ -549,15 +605,7 @@ static int emit_transfer(PyObject *tappend, PyObject *cb, PyObject *ev) {
         }
         Py_DECREF(r);
     }
-    return append_steal(tappend, ev);
-}
-
-static int attr_true(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (!v) return -1;
-    int t = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return t;
+    return append_steal(transfers, ev);
 }
 
 static int set_tls(PyObject *depth, PyObject *op) {
@@ -612,11 +660,11 @@ static PyObject *pytree_leaves(PyObject *tree, int operands) {
 static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *nouts) {
     *held = NULL;
     if (c->kwargs) return 0; /* keyword arguments: the Python code reads them */
-    int t = attr_true(c->spec, S_host_data);
+    int t = field_true(c->spec, K_SPEC, P_HOST_DATA);
     if (t) return t < 0 ? -1 : 0;
     /* static arguments (a jit's, a jitted jnp function's) are never uploaded: Python skips them */
-    if ((t = attr_true(c->spec, S_static_argnums))) return t < 0 ? -1 : 0;
-    if ((t = attr_true(c->spec, S_static_argnames))) return t < 0 ? -1 : 0;
+    if ((t = field_true(c->spec, K_SPEC, P_STATIC_ARGNUMS))) return t < 0 ? -1 : 0;
+    if ((t = field_true(c->spec, K_SPEC, P_STATIC_ARGNAMES))) return t < 0 ? -1 : 0;
     int flatten = -2; /* read when needed */
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
     int plain = 1, host = 0;
@@ -629,11 +677,11 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     }
     if (plain < 0) return -1;
     /* x[idx]: the index's uploads follow from the index (dispatch.index_uploads, Python) */
-    if (plain && host && (t = attr_true(c->spec, S_index))) return t < 0 ? -1 : 0;
+    if (plain && host && (t = field_true(c->spec, K_SPEC, P_INDEX))) return t < 0 ? -1 : 0;
     if (plain) {
         c->leaves = Py_NewRef(c->args);
     } else {
-        if ((flatten = attr_true(c->spec, S_flatten)) <= 0) return flatten;
+        if ((flatten = field_true(c->spec, K_SPEC, P_FLATTEN)) <= 0) return flatten;
         PyObject *leaves = pytree_leaves(c->args, 1); /* tree_leaves((args, {})): the same leaves */
         if (!leaves || leaves == Py_None) {
             Py_XDECREF(leaves);
@@ -656,7 +704,7 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     if (seq_of_arrays) {
         *held = PyTuple_CheckExact(out) ? Py_NewRef(out) : PyList_AsTuple(out);
     } else { /* a pytree of results: a jit call's only */
-        if (flatten == -2 && (flatten = attr_true(c->spec, S_flatten)) < 0) return -1;
+        if (flatten == -2 && (flatten = field_true(c->spec, K_SPEC, P_FLATTEN)) < 0) return -1;
         if (!flatten) return 0;
         *held = pytree_leaves(out, 0);
         if (*held == Py_None || (*held && (PyTuple_GET_SIZE(*held) == 0 || PyTuple_GET_SIZE(*held) > 4096))) {
@@ -694,7 +742,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     int rc = -1;
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
              *transfers = NULL, *bufids = NULL, *tail = NULL, *scalar_bytes = NULL;
-    PyObject *kind = NULL, *name = NULL, *tappend = NULL, *on_transfer = NULL, *scalar_api = NULL;
+    PyObject *kind = NULL, *name = NULL, *on_transfer = NULL, *scalar_api = NULL;
     PyObject *stack = NULL; /* the transfers' stack node (call_stack), made with the first one */
     int scalars = 0;
     Py_ssize_t nargs = PyTuple_GET_SIZE(c->leaves);
@@ -705,12 +753,11 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (has_comma(dev)) goto to_python; /* a multi-device op: endpoint groups, sharded uploads */
     if (!(tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident()))) goto done;
     if (!(t0rel = PyLong_FromLongLong(c->t0 - c->base))) goto done;
-    if (!(seqs = PyObject_GetAttr(c->rec, S_seqs))) goto done;
-    if (!(transfers = PyObject_GetAttr(c->rec, S_transfers))) goto done;
-    if (!(tappend = PyObject_GetAttr(transfers, S_append))) goto done;
-    if (!(on_transfer = PyObject_GetAttr(c->rec, S_on_transfer))) goto done;
-    if ((scalars = attr_true(c->spec, S_scalars)) < 0) goto done;
-    if (scalars && !(scalar_api = PyObject_GetAttr(c->spec, S_scalar_api))) goto done;
+    if (!(seqs = field(c->rec, K_REC, R_SEQS))) goto done;
+    if (!(transfers = field(c->rec, K_REC, R_TRANSFERS))) goto done;
+    if (!(on_transfer = field(c->rec, K_REC, R_ON_TRANSFER))) goto done;
+    if ((scalars = field_true(c->spec, K_SPEC, P_SCALARS)) < 0) goto done;
+    if (scalars && !(scalar_api = field(c->spec, K_SPEC, P_SCALAR_API))) goto done;
     if (!(in_list = PyList_New(0))) goto done;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->leaves, i);
@@ -742,7 +789,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 int committed = cm ? PyObject_IsTrue(cm) : -1;
                 Py_XDECREF(cm);
                 if (committed >= 0) {
-                    PyObject *sname = PyObject_GetAttr(c->spec, S_api);
+                    PyObject *sname = field(c->spec, K_SPEC, P_API);
                     api = !sname ? NULL : committed ? Py_NewRef(sname)
                                   : PyUnicode_Concat(sname, G.uncommitted);
                     Py_XDECREF(sname);
@@ -752,7 +799,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 if (s && (stack || (stack = call_stack(c)))) {
                     PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
                                                 Py_False, api, c->site, b, c->seq, stack));
-                    err = emit_transfer(tappend, on_transfer, ev);
+                    err = emit_transfer(transfers, on_transfer, ev);
                 } else {
                     err = -1;
                 }
@@ -800,7 +847,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             if (s && (stack || (stack = call_stack(c)))) {
                 PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
                                             Py_False, scalar_api, c->site, ZERO, c->seq, stack));
-                err = emit_transfer(tappend, on_transfer, ev);
+                err = emit_transfer(transfers, on_transfer, ev);
             }
             Py_XDECREF(nb);
             Py_XDECREF(s);
@@ -810,11 +857,11 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     Py_ssize_t nin = PyList_GET_SIZE(in_list);
     in_ids = nin == 1 ? Py_NewRef(PyList_GET_ITEM(in_list, 0)) : row_(PyList_AsTuple(in_list));
     if (!in_ids) goto done;
-    if (!(ops = PyObject_GetAttr(c->rec, S_ops))) goto done;
-    if (!(bufids = PyObject_GetAttr(c->rec, S_buf_ids))) goto done;
-    if (!(tail = PyObject_GetAttr(c->rec, S_tail))) goto done;
-    if (!(kind = PyObject_GetAttr(c->spec, S_kind))) goto done;
-    if (!(name = PyObject_GetAttr(c->spec, S_name))) goto done;
+    if (!(ops = field(c->rec, K_REC, R_OPS))) goto done;
+    if (!(bufids = field(c->rec, K_REC, R_BUF_IDS))) goto done;
+    if (!(tail = field(c->rec, K_REC, R_TAIL))) goto done;
+    if (!(kind = field(c->spec, K_SPEC, P_KIND))) goto done;
+    if (!(name = field(c->spec, K_SPEC, P_NAME))) goto done;
     PyObject *dur = PyLong_FromLongLong(c->t1 - c->t0);
     if (!dur) goto done;
     PyObject *row = NULL;
@@ -847,9 +894,8 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
         Py_XDECREF(b);
         Py_XDECREF(od);
     } else {
-        PyObject *buffers = PyObject_GetAttr(c->rec, S_buffers);
-        PyObject *bappend = buffers ? PyObject_GetAttr(buffers, S_append) : NULL;
-        PyObject *out_bufs = bappend ? row_(PyTuple_New(nouts)) : NULL;
+        PyObject *buffers = field(c->rec, K_REC, R_BUFFERS);
+        PyObject *out_bufs = buffers ? row_(PyTuple_New(nouts)) : NULL;
         int ok = out_bufs != NULL;
         for (Py_ssize_t i = 0; ok && i < nouts; i++) {
             PyObject *o = outs[i], *od = NULL, *b = buf_of(o, &od);
@@ -863,7 +909,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
                      track_(c->rec, o, b, c->site, odev) == 0 && aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
-                     append_steal(bappend, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
+                     append_steal(buffers, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
                 Py_XDECREF(dname);
@@ -880,15 +926,10 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             row = row_(PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids,
                                     out_bufs, G.empty, c->backward, c->placed));
         Py_XDECREF(out_bufs);
-        Py_XDECREF(bappend);
         Py_XDECREF(buffers);
     }
     Py_DECREF(dur);
-    PyObject *oappend = PyObject_GetAttr(ops, S_append);
-    int err = oappend ? append_steal(oappend, row) : -1;
-    if (!oappend) Py_XDECREF(row);
-    Py_XDECREF(oappend);
-    if (err < 0) goto done;
+    if (append_steal(ops, row) < 0) goto done;
     rc = 0;
     goto done;
 to_python:
@@ -907,7 +948,6 @@ done:
     Py_XDECREF(kind);
     Py_XDECREF(name);
     Py_XDECREF(in_list);
-    Py_XDECREF(tappend);
     Py_XDECREF(on_transfer);
     Py_XDECREF(scalar_api);
     Py_XDECREF(stack);
@@ -921,7 +961,7 @@ static long checks_since; /* ops since the last back-pressure check (GIL-protect
 static int backlog_check(PyObject *rec) {
     if (++checks_since < 256) return 0;
     checks_since = 0;
-    PyObject *limit = PyObject_GetAttr(rec, S_limit);
+    PyObject *limit = field(rec, K_REC, R_LIMIT);
     if (!limit) return -1;
     if (limit == Py_None) {
         Py_DECREF(limit);
@@ -930,10 +970,10 @@ static int backlog_check(PyObject *rec) {
     Py_ssize_t lim = PyLong_AsSsize_t(limit);
     Py_DECREF(limit);
     if (lim == -1 && PyErr_Occurred()) return -1;
-    PyObject *names[3] = {S_ops, S_transfers, S_buffers};
+    int tables[3] = {R_OPS, R_TRANSFERS, R_BUFFERS};
     Py_ssize_t total = 0;
     for (int i = 0; i < 3; i++) {
-        PyObject *dq = PyObject_GetAttr(rec, names[i]);
+        PyObject *dq = field(rec, K_REC, tables[i]);
         if (!dq) return -1;
         Py_ssize_t n = PyObject_Length(dq);
         Py_DECREF(dq);
@@ -992,23 +1032,23 @@ static int begin_call(Call *c, PyObject *kwargs) {
     }
     Py_DECREF(cache);
     if (sid < 0 || !(c->site = PyLong_FromLong(sid))) return -1;
-    PyObject *seqs = PyObject_GetAttr(c->rec, S_seqs);
+    PyObject *seqs = field(c->rec, K_REC, R_SEQS);
     c->seq = seqs ? PyIter_Next(seqs) : NULL;
     Py_XDECREF(seqs);
     if (!c->seq) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the recorder's sequence ended");
         return -1;
     }
-    PyObject *t0obj = PyObject_GetAttr(c->rec, S_t0);
+    PyObject *t0obj = field(c->rec, K_REC, R_T0);
     if (!t0obj) return -1;
     c->base = PyLong_AsLongLong(t0obj);
     Py_DECREF(t0obj);
     if (c->base == -1 && PyErr_Occurred()) return -1;
     /* tls.op: (name, seq, site, args, kwargs, api); tls.depth: the spec's (2: the op counts its
        own host operands, the dispatches inside it add none) */
-    PyObject *name = PyObject_GetAttr(c->spec, S_name);
-    PyObject *api = name ? PyObject_GetAttr(c->spec, S_api) : NULL;
-    PyObject *depth = api ? PyObject_GetAttr(c->spec, S_depth) : NULL;
+    PyObject *name = field(c->spec, K_SPEC, P_NAME);
+    PyObject *api = name ? field(c->spec, K_SPEC, P_API) : NULL;
+    PyObject *depth = api ? field(c->spec, K_SPEC, P_DEPTH) : NULL;
     PyObject *op = depth ? PyTuple_Pack(6, name, c->seq, c->site, c->args, kwargs, api) : NULL;
     Py_XDECREF(name);
     Py_XDECREF(api);
@@ -1062,7 +1102,7 @@ static int record_result(Call *c, PyObject *kwargs) {
         in_c = r == 0; /* 1: a multi-device result, which the Python code records */
     }
     if (in_c) {
-        PyObject *cb = PyObject_GetAttr(G.active, S_on_dispatch);
+        PyObject *cb = field(G.active, K_ACTIVE, A_ON_DISPATCH);
         if (!cb) return -1;
         PyObject *r = cb == Py_None ? Py_NewRef(Py_None) : PyObject_CallNoArgs(cb);
         Py_DECREF(cb);
@@ -1104,7 +1144,7 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
         PyErr_SetString(PyExc_RuntimeError, "jaxplace native hot path used before configure()");
         return NULL;
     }
-    int placing = PyDict_Check(argv[3]) ? attr_true(G.active, S_placing) : 1;
+    int placing = PyDict_Check(argv[3]) ? field_true(G.active, K_ACTIVE, A_PLACING) : 1;
     if (placing) /* a placement policy: the placer's Python code decides, the Python path records */
         return placing < 0 ? NULL : PyObject_Vectorcall(G.py_record_call, argv, (size_t)argc, kwnames);
     PyObject *kwargs = argv[3];
@@ -1115,7 +1155,7 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
     c.kwargs = PyDict_GET_SIZE(kwargs) == 0 ? NULL : kwargs;
     c.backward = backward;
     c.placed = G.empty;
-    c.rec = PyObject_GetAttr(G.active, S_rec);
+    c.rec = field(G.active, K_ACTIVE, A_REC);
     if (!c.rec || begin_call(&c, kwargs) < 0) {
         int handled = recording_failed(c.rec);
         end_call();

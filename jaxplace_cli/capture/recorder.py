@@ -52,6 +52,11 @@ def _library_prefixes() -> tuple[str, ...]:
 class Recorder(Stacks):
     """Collects events from hooks; ``take()`` hands raw rows to the store writer."""
 
+    # What the C hot path reads on every op (capture/_native.c `field`): as slots it reads them
+    # at their offsets, without an attribute lookup. Every other attribute stays in __dict__.
+    __slots__ = ("seqs", "buf_ids", "ops", "transfers", "buffers", "tail", "t0", "on_transfer",
+                 "mem_state", "backlog_limit")
+
     def __init__(self, maxlen: int | None = None) -> None:
         """``maxlen`` bounds every buffer (oldest dropped): for in-process use with no writer
         draining it, e.g. ``device_placement`` outside ``jaxplace run``."""

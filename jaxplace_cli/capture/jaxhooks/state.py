@@ -32,13 +32,17 @@ tls = _TLS()
 
 
 class _Active:
-    """Holds the recorder while hooks are installed (None = hooks are inert)."""
+    """Holds the recorder while hooks are installed (None = hooks are inert). Slots: the C hot
+    path reads ``rec``, ``placing`` and ``on_dispatch`` on every op (capture/_native.c `field`)."""
 
-    rec = None
-    tracing = False  # a jax.profiler trace is being captured: also emit TraceAnnotations
-    on_dispatch = None  # optional callable run at each recorded op (trace window timer)
-    placer = None  # placement engine of --policy; None = JAX decides
-    placing = False  # any placer set anywhere (skips the per-thread lookup when False)
+    __slots__ = ("rec", "tracing", "on_dispatch", "placer", "placing")
+
+    def __init__(self) -> None:
+        self.rec = None
+        self.tracing = False  # a jax.profiler trace is being captured: also emit TraceAnnotations
+        self.on_dispatch = None  # optional callable run at each recorded op (trace window timer)
+        self.placer = None  # placement engine of --policy; None = JAX decides
+        self.placing = False  # any placer set anywhere (skips the per-thread lookup when False)
 
 
 active = _Active()
