@@ -47,6 +47,13 @@ def test_a_jax_variable_the_script_sets_before_importing_jax_applies(tmp_path):
     plain, jp = _run_both(tmp_path, SCRIPTS / "env_before_import.py", cwd=tmp_path)
     assert plain.stdout == "imported before the script: []\nx64: True float64\n", plain.stderr[-2000:]
     assert (jp.returncode, jp.stdout) == (0, plain.stdout), jp.stderr[-2000:]
+    # with a policy too: its engine imports JAX, so it is built as the script's import completes
+    # (it was built before the script: float32); it then places the script's ops
+    rr = jaxplace("run", "--quiet", "--no-trace", "--devices", "2", "--policy", "rr", "--out", tmp_path / "rr",
+                  SCRIPTS / "env_before_import.py", cwd=tmp_path)
+    assert (rr.returncode, rr.stdout) == (0, plain.stdout), rr.stderr[-2000:]
+    placement = json.loads((tmp_path / "rr" / "run.json").read_text())["placement"]
+    assert placement["policy"] == "rr" and placement["decisions"] >= 1, placement
 
 
 def test_a_script_that_never_imports_jax_gets_none_imported(tmp_path):

@@ -43,7 +43,7 @@ class RunOptions:
     trace_ops: int = TRACE_OPS  # the window also closes after this many dispatches (0: no limit)
     record: str = "all"  # all | transfers (see jaxhooks.install)
     policy: str = "default"
-    placer: object = None  # placement.engine.Placer, built (and validated) before the run
+    placer: object = None  # builds --policy's engine (imports JAX); the engine once built
     command: list[str] = field(default_factory=list)
     progress: bool = False  # a live status line on stderr when it is a terminal (capture/progress.py)
     # modules the writer process imports while the script runs, for writer_call after it (jaxplace
@@ -180,7 +180,7 @@ class Session:
         # jaxplace launch: its stop requests watched from now (a script that never imports JAX
         # is stopped too), its coordinator given to JAX when JAX is imported
         distributed.before_script(self.job, self)
-        if "jax" in sys.modules:  # a followed child, a policy's engine, a sitecustomize
+        if "jax" in sys.modules:  # a followed child, a Python policy file, a sitecustomize
             self._start_recording()
             return
         from jaxplace_cli.capture.import_hook import after_import
@@ -223,7 +223,8 @@ class Session:
         limit = os.environ.get("JAXPLACE_BACKLOG_ROWS", "")
         self.recorder.attach_writer(self._bg.wake, *([int(limit)] if limit.isdigit() and int(limit) > 0 else []))
         # the hooks, held for the whole run (a device_placement or budget() in the script
-        # shares them), with --policy's placer active for every thread
+        # shares them), with --policy's placer (built now: it imports JAX) for every thread
+        self.opts.placer = self.opts.placer() if callable(self.opts.placer) else self.opts.placer
         self._recording = Recording(self.recorder, self.opts.record, placer=self.opts.placer)
         self.hook_report = self._recording.start()
         self.manifest.record = self.opts.record

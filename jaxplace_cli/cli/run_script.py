@@ -116,10 +116,11 @@ def _end(session, outcome, gate, quiet: bool) -> None:
 
 
 def _placer(policy, device_spec, on_policy_error, granularity, n_devices):
-    """The placement engine, checked before the run directory exists: `--devices two`,
-    `--devices gpu` on a CPU-only machine, `pin:cpu:7` with 4 devices and a typo in a rules
-    file are one line, and nothing is created. The checks import no JAX (the engine does:
-    1.5 s of CPU here), so a typo costs what starting Python costs."""
+    """What builds the placement engine, checked before the run directory exists: `--devices
+    two`, `--devices gpu` on a CPU-only machine, `pin:cpu:7` with 4 devices and a typo in a
+    rules file are one line, and nothing is created. The checks import no JAX; the engine
+    does, so it is built as the script's own `import jax` completes (capture/session.py), after
+    whatever the script set in os.environ first (JAX_ENABLE_X64: float64, as under python)."""
     from jaxplace_cli.placement import PolicyLoadError
     from jaxplace_cli.placement.devices import parse_device_spec
     from jaxplace_cli.placement.policies import check_before_run, load_policy
@@ -128,11 +129,14 @@ def _placer(policy, device_spec, on_policy_error, granularity, n_devices):
         loaded = load_policy(policy)
         names = parse_device_spec(device_spec) if device_spec else None
         check_before_run(loaded, names, n_devices, on_policy_error)
-        from jaxplace_cli.integrations.placement import make_placer
-
-        return make_placer(loaded, names, on_policy_error, granularity)
     except (PolicyLoadError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+
+    def build():
+        from jaxplace_cli.integrations.placement import make_placer  # imports the hooks, numpy
+
+        return make_placer(loaded, names, on_policy_error, granularity)
+    return build
 
 
 def _check_budget(run_dir, gate, script_code: int) -> int:
