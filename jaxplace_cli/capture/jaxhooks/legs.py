@@ -69,19 +69,18 @@ def host_bytes(a) -> int:
 def host_args(args, kwargs, static_nums=(), static_names=()) -> list:
     """The host leaves among a dispatch's arguments (static ones excluded: they are compile-time
     constants, never uploaded)."""
-    if static_nums or static_names:
-        args = [a for i, a in enumerate(args) if i not in static_nums]
-        kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
     out = []
-    for a in args:
+    for i, a in enumerate(args):  # no filtered copies: every x.sum() runs this (issue 29)
         t = type(a)
-        if t is ArrayImpl:
+        if t is ArrayImpl or a is None or i in static_nums:
             continue
         if t in _SEQUENCES or t is dict:
             out.extend(x for x in tree_leaves(a) if is_host(x))
         elif is_host(a):
             out.append(a)
     if kwargs:
+        if static_names:
+            kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
         out.extend(x for x in tree_leaves(kwargs) if is_host(x))
     return out
 
