@@ -492,3 +492,44 @@ def test_jit_pytrees_are_recorded_in_c_as_in_python(packed):
         (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed)
         assert native_out == python_out and native_rows == python_rows, call
         assert native_rows["ops"] and native_rows["recording_errors"] == 0
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the C hot path is not built")
+def test_a_field_a_recorder_subclass_overrides_is_read_through_the_override():
+    """The C path reads the recorder's fields at their ``__slots__`` offsets (capture/_native.c
+    ``field``) only where the slot is what Python's attribute lookup finds: a subclass whose
+    ``transfers`` is a property is read through it, as the Python path reads it, and a plain
+    subclass (offsets inherited) lands its rows where the Python path does."""
+    reads = []
+
+    class Watched(Recorder):
+        @property
+        def transfers(self):
+            reads.append(1)
+            return self.__dict__["_watched"]
+
+        @transfers.setter
+        def transfers(self, value):
+            self.__dict__["_watched"] = value
+            Recorder.transfers.__set__(self, collections.deque())  # a decoy in the shadowed slot
+
+    class Plain(Recorder):
+        pass
+
+    def rows_of(record_call, cls):
+        rec = cls()
+        reads.clear()  # the recorder's own __init__ reads it
+        previous, active.rec = active.rec, rec
+        try:
+            x = jax.device_put(np.arange(4.0, dtype=np.float32), jax.devices()[1])
+            _invoke(record_call, CallSpec("add", OP_PRIM, scalar_operands=True), lambda a, b: a + b, (x, 2.0), {}, False)
+        finally:
+            active.rec = previous
+        rows = rec.take()
+        return _without_clock(rows["ops"], (1, 2)), _without_clock(rows["transfers"], (1,))
+
+    for cls in (Recorder, Watched, Plain):  # Recorder first: its offsets resolved before the others
+        ops, transfers = rows_of(NATIVE, cls)
+        assert bool(reads) == (cls is Watched), cls
+        assert (ops, transfers) == rows_of(dispatch.python_record_call, cls), cls
+        assert len(ops) == 1 and len(transfers) == 1 and transfers[0][6] == 4, (cls, transfers)
