@@ -533,3 +533,7 @@ def test_a_field_a_recorder_subclass_overrides_is_read_through_the_override():
         assert bool(reads) == (cls is Watched), cls
         assert (ops, transfers) == rows_of(dispatch.python_record_call, cls), cls
         assert len(ops) == 1 and len(transfers) == 1 and transfers[0][6] == 4, (cls, transfers)
+    # a class changed after the C path read its offsets (Plain's, just now) is read anew
+    Plain.transfers = Watched.transfers
+    ops, transfers = rows_of(NATIVE, Plain)
+    assert reads and len(transfers) == 1 and (ops, transfers) == rows_of(dispatch.python_record_call, Plain)

@@ -340,7 +340,9 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
    offsets were resolved for, the field is read at its offset, as the slot's descriptor would
    read it, without the attribute lookup (~40 ns each, ~30 of them a recorded op: the largest
    item of the hooks' per-op cost in perf). Any other object, a field that is no slot of its
-   type, or an unset slot goes through PyObject_GetAttr, whose answer is the definition. */
+   type, or an unset slot goes through PyObject_GetAttr, whose answer is the definition. A type
+   changed since (a class attribute set: CPython gives it a new version tag, as for its own
+   attribute cache) is resolved again. */
 enum { K_REC, K_SPEC, K_ACTIVE, N_KINDS };
 enum { R_SEQS, R_BUF_IDS, R_OPS, R_TRANSFERS, R_BUFFERS, R_TAIL, R_T0, R_ON_TRANSFER, R_MEM_STATE, R_LIMIT, R_N };
 enum { P_NAME, P_API, P_DEPTH, P_KIND, P_SCALARS, P_SCALAR_API, P_HOST_DATA, P_STATIC_ARGNUMS,
@@ -356,6 +358,7 @@ static PyObject **FIELD_NAMES[N_KINDS][MAX_FIELDS] = {
 static const int N_FIELDS[N_KINDS] = {R_N, P_N, A_N};
 static struct {
     PyTypeObject *type; /* resolved for (a strong reference), NULL: not yet */
+    unsigned int version; /* type's tp_version_tag then */
     Py_ssize_t off[MAX_FIELDS]; /* -1: not a slot of type */
 } FAST[N_KINDS];
 
@@ -368,11 +371,16 @@ static void resolve_fields(int kind, PyTypeObject *t) {
                    ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
         FAST[kind].off[i] = slot ? ((PyMemberDescrObject *)d)->d_member->offset : -1;
     }
+    /* the lookups gave the type a version tag; without one (0) a change could not be seen */
+    FAST[kind].version = (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
+    if (!FAST[kind].version)
+        for (int i = 0; i < N_FIELDS[kind]; i++) FAST[kind].off[i] = -1;
 }
 
 /* o.<field i of kind>: a new reference, or NULL with an error set */
 static inline PyObject *field(PyObject *o, int kind, int i) {
-    if (Py_TYPE(o) != FAST[kind].type) resolve_fields(kind, Py_TYPE(o));
+    PyTypeObject *t = Py_TYPE(o);
+    if (t != FAST[kind].type || t->tp_version_tag != FAST[kind].version) resolve_fields(kind, t);
     Py_ssize_t off = FAST[kind].off[i];
     if (off >= 0) {
         PyObject *v = *(PyObject **)((char *)o + off);
