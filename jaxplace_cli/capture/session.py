@@ -43,7 +43,7 @@ class RunOptions:
     trace_ops: int = TRACE_OPS  # the window also closes after this many dispatches (0: no limit)
     record: str = "all"  # all | transfers (see jaxhooks.install)
     policy: str = "default"
-    placer: object = None  # builds --policy's engine (imports JAX); the engine once built
+    placer: object = None  # () -> --policy's engine; called as the script's import jax completes
     command: list[str] = field(default_factory=list)
     progress: bool = False  # a live status line on stderr when it is a terminal (capture/progress.py)
     # modules the writer process imports while the script runs, for writer_call after it (jaxplace
@@ -224,8 +224,8 @@ class Session:
         self.recorder.attach_writer(self._bg.wake, *([int(limit)] if limit.isdigit() and int(limit) > 0 else []))
         # the hooks, held for the whole run (a device_placement or budget() in the script
         # shares them), with --policy's placer (built now: it imports JAX) for every thread
-        self.opts.placer = self.opts.placer() if callable(self.opts.placer) else self.opts.placer
-        self._recording = Recording(self.recorder, self.opts.record, placer=self.opts.placer)
+        placer = self.opts.placer() if self.opts.placer is not None else None
+        self._recording = Recording(self.recorder, self.opts.record, placer=placer)
         self.hook_report = self._recording.start()
         self.manifest.record = self.opts.record
         from jaxplace_cli.capture import native
@@ -303,7 +303,7 @@ class Session:
             # "terminated" comes from a fatal signal's handler only: no call into JAX from there
             self._recording.stop(sample=outcome.status != "terminated")
             # the placer placed only once the hooks were in (hook_report: start() returned)
-            placer = self.opts.placer if self.hook_report is not None else None
+            placer = self._recording.placer if self.hook_report is not None else None
         if placer is not None:
             self.manifest.placement = Placement(placer.policy.label, placer.decisions, placer.fallbacks,
                                                 placer.granularity, placer.on_error, placer.device_names)
