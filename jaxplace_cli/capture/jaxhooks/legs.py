@@ -78,10 +78,10 @@ def host_args(args, kwargs, static_nums=(), static_names=()) -> list:
             out.extend(x for x in tree_leaves(a) if is_host(x))
         elif is_host(a):
             out.append(a)
-    if kwargs:
-        if static_names:
-            kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
-        out.extend(x for x in tree_leaves(kwargs) if is_host(x))
+    for k in sorted(kwargs):  # tree_leaves(kwargs)'s order; None and arrays hold no host leaf
+        v = kwargs[k]
+        if v is not None and type(v) is not ArrayImpl and k not in static_names:
+            out.extend(x for x in tree_leaves(v) if is_host(x))
     return out
 
 
