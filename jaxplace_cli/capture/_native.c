@@ -363,8 +363,9 @@ static struct {
 } FAST[N_KINDS];
 
 static void resolve_fields(int kind, PyTypeObject *t) {
+    PyTypeObject *old = FAST[kind].type;
     Py_INCREF(t);
-    Py_XSETREF(FAST[kind].type, t);
+    FAST[kind].type = t;
     for (int i = 0; i < N_FIELDS[kind]; i++) {
         PyObject *d = t->tp_getattro == PyObject_GenericGetAttr ? _PyType_Lookup(t, *FIELD_NAMES[kind][i]) : NULL;
         int slot = d && Py_TYPE(d) == &PyMemberDescr_Type &&
@@ -375,16 +376,19 @@ static void resolve_fields(int kind, PyTypeObject *t) {
     FAST[kind].version = (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? t->tp_version_tag : 0;
     if (!FAST[kind].version)
         for (int i = 0; i < N_FIELDS[kind]; i++) FAST[kind].off[i] = -1;
+    Py_XDECREF(old); /* last: a class freed here may run code that resolves another type */
 }
 
 /* o.<field i of kind>: a new reference, or NULL with an error set */
 static inline PyObject *field(PyObject *o, int kind, int i) {
     PyTypeObject *t = Py_TYPE(o);
     if (t != FAST[kind].type || t->tp_version_tag != FAST[kind].version) resolve_fields(kind, t);
-    Py_ssize_t off = FAST[kind].off[i];
-    if (off >= 0) {
-        PyObject *v = *(PyObject **)((char *)o + off);
-        if (v) return Py_NewRef(v);
+    if (t == FAST[kind].type) { /* still its offsets (see resolve_fields' last line) */
+        Py_ssize_t off = FAST[kind].off[i];
+        if (off >= 0) {
+            PyObject *v = *(PyObject **)((char *)o + off);
+            if (v) return Py_NewRef(v);
+        }
     }
     return PyObject_GetAttr(o, *FIELD_NAMES[kind][i]);
 }
