@@ -1,6 +1,7 @@
 """jaxplace run's last lines are made in the writer process (cli/run_summary.py, issue 29): the
 same lines the script's process makes, and the writer process's after-run calls behave."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -275,3 +276,108 @@ def test_the_preload_is_all_a_summary_imports(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     new, n_lines = p.stdout.splitlines()
     assert new == "[]" and int(n_lines) >= 3, p.stdout
+
+
+AT_EXIT = """
+import atexit, sys
+import jax.numpy as jnp
+atexit.register(lambda: print("the script's atexit", file=sys.stderr))
+print(float(jnp.ones(3).sum()))
+"""
+
+
+def test_the_summary_is_the_last_thing_printed(tmp_path):
+    """The writer process makes the summary while the script's interpreter tears down, and the
+    script's process writes it after that (store/writer_process.py print_at_exit): what the
+    script prints at its exit (an atexit handler) comes before it, the exit code is python's,
+    and the lines are those the script's process would make."""
+    script = tmp_path / "s.py"
+    script.write_text(AT_EXIT)
+    run = tmp_path / "run"
+    r = jaxplace("run", "--out", str(run), str(script), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "3.0\n", r.stderr[-2000:]
+    here = summary_lines_of(read_manifest(run), run, False, saved=True)
+    printed = r.stderr.splitlines()
+    assert printed[-len(here) - 1:] == ["the script's atexit", *here]
+
+
+PRINT_AT_EXIT = """
+import os, subprocess, sys, pathlib
+sys.path.insert(0, sys.argv[1])
+from jaxplace_cli.capture._native import print_at_exit
+from jaxplace_cli.store.writer_process import WriterProcess
+w = WriterProcess(pathlib.Path(sys.argv[2]))
+w.close(linger=True)
+if sys.argv[3] == "dead":
+    w.proc.kill(); w.proc.wait()
+holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], pass_fds=(w._sock.fileno(),),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(w.pid, holder.pid, flush=True)
+# plain() returns a str, not lines: the fallback is what is printed
+assert w.print_at_exit("jaxplace_cli.model.safe", "plain", {"text": "x"}, 30, "fallback \u00fc", sys.stderr, print_at_exit)
+assert not w.print_at_exit("jaxplace_cli.model.safe", "plain", {"text": "x"}, 30, "twice", sys.stderr, print_at_exit)
+if os.fork() == 0:
+    sys.exit(0)  # a fork child's exit (its teardown runs the hook too) writes nothing
+os.wait()
+print("last words", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("writer", ["alive", "dead"])
+def test_print_at_exit_writes_the_fallback_once_after_everything(tmp_path, writer):
+    """Lines that cannot be had (not lines, or the writer gone) end as the fallback line, once,
+    after the process's own last output; the writer leaves once it answered although a process
+    still holds its socket (a fork of the script would)."""
+    pytest.importorskip("jaxplace_cli.capture._native")
+    r = subprocess.run([sys.executable, "-c", PRINT_AT_EXIT, str(SAMPLES.parent), str(tmp_path / "e.sqlite"), writer],
+                       env=child_env(), capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    pid, holder = map(int, r.stdout.split())
+    try:
+        assert r.stderr.endswith("last words\nfallback \u00fc\n".encode())
+        assert r.stderr.count(b"fallback") == 1
+        assert _gone_within(pid, 20), "the writer stayed for its socket's holder"
+    finally:
+        os.kill(holder, 9)
+
+
+SIGNALLED = """
+import os, signal, subprocess, sys, pathlib
+sys.path.insert(0, sys.argv[1])
+from jaxplace_cli.capture._native import print_at_exit
+from jaxplace_cli.store.writer_process import WriterProcess
+w = WriterProcess(pathlib.Path(sys.argv[2]))
+w.close(linger=True)
+os.kill(w.pid, signal.SIGSTOP)  # it will not answer: only the signal ends the wait
+print(w.pid, flush=True)
+assert w.print_at_exit("jaxplace_cli.model.safe", "plain", {"text": "x"}, 600, "fallback", sys.stderr, print_at_exit)
+subprocess.Popen([sys.executable, "-c", SENDER, str(os.getpid()), sys.argv[3]],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("last words", file=sys.stderr)
+"""
+SENDER = """
+import os, sys, time
+while True:  # again and again until the process is gone: one lands in its last wait
+    time.sleep(0.2)
+    try:
+        os.kill(int(sys.argv[1]), int(sys.argv[2]))
+    except ProcessLookupError:
+        break
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_the_wait_for_the_last_lines(tmp_path, signum):
+    """Python's handlers cannot run after its teardown: the wait for the writer's lines has its
+    own. Ctrl-C cuts it short (the fallback line, the script's exit code), SIGTERM too and then
+    acts as it would have (death by SIGTERM). Without them the wait would last its 600 s."""
+    pytest.importorskip("jaxplace_cli.capture._native")
+    code = f"SENDER = {SENDER!r}\n" + SIGNALLED
+    r = subprocess.run([sys.executable, "-c", code, str(SAMPLES.parent), str(tmp_path / "e.sqlite"), str(int(signum))],
+                       env=child_env(), capture_output=True, timeout=60)
+    pid = int(r.stdout.split()[0])
+    try:
+        assert r.returncode == (0 if signum == signal.SIGINT else -signal.SIGTERM), r.stderr.decode()[-2000:]
+        assert r.stderr.endswith(b"last words\nfallback\n")
+    finally:
+        os.kill(pid, signal.SIGKILL)

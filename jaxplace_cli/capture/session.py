@@ -46,8 +46,8 @@ class RunOptions:
     placer: object = None  # () -> --policy's engine; called as the script's import jax completes
     command: list[str] = field(default_factory=list)
     progress: bool = False  # a live status line on stderr when it is a terminal (capture/progress.py)
-    # modules the writer process imports while the script runs, for writer_call after it (jaxplace
-    # run's verdict); when given, the writer process stays after the run until end_writer
+    # modules the writer process imports while the script runs, for calls after it (jaxplace
+    # run's verdict); when given, the writer process stays after the run (Session.writer_after)
     writer_after: list[str] = field(default_factory=list)
 
 
@@ -373,18 +373,10 @@ class Session:
                 print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)
         drop_reserve(self._reserve)
 
-    def writer_call(self, module: str, function: str, kwargs: dict, timeout: float):
-        """``module.function(**kwargs)`` in the writer process after the run (``RunOptions.
-        writer_after``); raises ``OSError`` where there is none waiting."""
-        writer = self._writer
-        if not getattr(writer, "lingering", False):
-            raise OSError("no writer process waits for calls")
-        return writer.call(module, function, kwargs, timeout)
-
-    def end_writer(self) -> None:
-        """Let a writer process that stayed for ``writer_call`` go."""
-        if getattr(self._writer, "lingering", False):
-            self._writer.end()
+    def writer_after(self):
+        """The writer process that stayed after the run (``RunOptions.writer_after``) for its
+        ``call``, ``print_at_exit`` and ``end``; None where there is none."""
+        return self._writer if getattr(self._writer, "lingering", False) else None
 
     def _lost(self, writer) -> int:
         """Events (ops + transfers) the recorder made that the store does not hold: what the

@@ -98,10 +98,16 @@ def _end(session, outcome, gate, quiet: bool) -> None:
     from jaxplace_cli.capture.runner import exit_like_python
 
     outcome.finish()
-    try:
-        _print_run_summary(session, quiet)
-    finally:
-        session.end_writer()
+    # nothing of jaxplace's may come after python's own last words: the summary waits only for
+    # a plain ending (no budget verdict, exit message or launch report after it)
+    plain_end = (gate is None and outcome.exit_message is None and session.job is None
+                 and outcome.status in ("complete", "failed"))
+    if not (plain_end and _summary_at_exit(session, quiet)):
+        try:
+            _print_run_summary(session, quiet)
+        finally:
+            if session.writer_after() is not None:
+                session.writer_after().end()
     code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
@@ -176,24 +182,54 @@ def _print_start(session, n_devices, policy) -> None:
     say(start_line(target, session.run_dir, extra))
 
 
+def _summary_call(session, quiet: bool) -> tuple:
+    """What the writer process calls for the summary: the script's last working directory
+    decides how file names are said."""
+    import os
+
+    return "jaxplace_cli.cli.run_summary", "run_summary", {
+        "run_dir": str(session.run_dir), "quiet": quiet, "cwd": os.getcwd()}
+
+
+def _summary_timeout(session) -> float:
+    """Never forever: ~1 s per 100,000 events is the audit's pace here, a minute spare."""
+    ev = session.manifest.events
+    return 60 + (ev.ops + ev.transfers) / 10_000
+
+
+def _summary_at_exit(session, quiet: bool) -> bool:
+    """The summary made by the writer process while this interpreter tears down, and written
+    after it (store/writer_process.py ``print_at_exit``): the ~40 ms verdict of a small run
+    then costs the script's process nothing. False where that cannot be arranged."""
+    from jaxplace_cli.model.safe import plain
+
+    writer = session.writer_after()
+    if writer is None or not session.saved or sys.stderr is None or sys.stderr is not sys.__stderr__:
+        return False
+    try:
+        from jaxplace_cli.capture._native import print_at_exit
+    except ImportError:  # not built: the script's process waits for the summary instead
+        return False
+    fallback = (f"jaxplace: the verdict was not made at the run's end; "
+                f"`jaxplace audit {plain(session.run_dir)}` makes it")
+    return writer.print_at_exit(*_summary_call(session, quiet), _summary_timeout(session), fallback,
+                                sys.stderr, print_at_exit)
+
+
 def _print_run_summary(session, quiet: bool) -> None:
     """What was recorded and the verdict (cli/run_summary.py), made by the writer process
     where it waits for it, else here; nothing at all when stderr is closed."""
-    import os
-
     from jaxplace_cli.cli import run_summary
     from jaxplace_cli.model.safe import plain
 
     if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
         return
     lines, interrupted, timed_out = None, False, False
-    ev = session.manifest.events
-    timeout = 60 + (ev.ops + ev.transfers) / 10_000
-    if session.saved:
+    timeout = _summary_timeout(session)
+    writer = session.writer_after()
+    if session.saved and writer is not None:
         try:
-            lines = session.writer_call("jaxplace_cli.cli.run_summary", "run_summary",
-                                        {"run_dir": str(session.run_dir), "quiet": quiet, "cwd": os.getcwd()},
-                                        timeout=timeout)
+            lines = writer.call(*_summary_call(session, quiet), timeout=timeout)
         except KeyboardInterrupt:  # Ctrl-C now: the lines that need no audit
             interrupted = True
         except TimeoutError:  # no answer in time: not the same audit again, here

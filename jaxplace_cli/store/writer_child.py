@@ -133,17 +133,48 @@ def _answer_calls(stdin) -> None:
 
     while True:
         msg = _read_frame(stdin)
+        if type(msg) is tuple and len(msg) == 6 and msg[0] == "print":
+            _print(*msg[1:])  # the last thing asked: the parent is exiting
+            return
         if type(msg) is not tuple or len(msg) != 4 or msg[0] != "call":
             return
         _, module, function, kwargs = msg
         try:
-            if not (isinstance(module, str) and module.startswith("jaxplace_cli.")):
-                raise ValueError(f"not a jaxplace module: {module!r}")
             with contextlib.redirect_stderr(io.StringIO()):
-                answer = {"result": getattr(importlib.import_module(module), function)(**kwargs)}
+                answer = {"result": _call(module, function, kwargs)}
         except BaseException as exc:  # noqa: BLE001 - said to the parent, which decides
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         try:
             _say(answer)
         except (TypeError, ValueError) as exc:
             _say({"error": f"unanswerable result: {exc}"})
+
+
+def _call(module, function, kwargs):
+    if not (isinstance(module, str) and module.startswith("jaxplace_cli.")):
+        raise ValueError(f"not a jaxplace module: {module!r}")
+    return getattr(importlib.import_module(module), function)(**kwargs)
+
+
+def _print(module, function, kwargs, encoding, fallback) -> None:
+    """``("print", module, function, kwargs, encoding, fallback)``: the lines the call returns,
+    encoded for the parent's stderr and ended by a NUL, which the parent writes out after its
+    interpreter's teardown (store/writer_process.py ``print_at_exit``); ``fallback`` where the
+    call fails or returns something else than lines."""
+    import contextlib
+    import io
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            lines = _call(module, function, kwargs)
+        if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):
+            raise TypeError("not lines")
+    except BaseException:  # noqa: BLE001 - the parent's fallback line says where to look
+        lines = [fallback] if isinstance(fallback, str) and fallback else []
+    codec, errors = encoding if isinstance(encoding, tuple) and len(encoding) == 2 else ("utf-8", "replace")
+    try:
+        data = "".join(line + "\n" for line in lines).encode(codec, errors)
+    except (LookupError, UnicodeError, TypeError):
+        data = "".join(line + "\n" for line in lines).encode("utf-8", "replace")
+    sys.stdout.buffer.write(data.replace(b"\0", b"") + b"\0")
+    sys.stdout.flush()

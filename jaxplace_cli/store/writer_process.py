@@ -18,7 +18,10 @@ After the report the child can stay (``close(linger=True)``) for work its parent
 not do itself: ``("call", module, function, kwargs)`` frames, each answered with one JSON line
 (``jaxplace run``'s end-of-run verdict: the audit's ~100 modules are imported here while the
 script runs, ``("preload", modules)``, instead of in the script's process after it: issue 29).
-Only ``jaxplace_cli`` functions, and only from the parent's end of the private socket.
+Only ``jaxplace_cli`` functions, and only from the parent's end of the private socket. A last
+``("print", module, function, kwargs, encoding, fallback)`` frame is answered with the lines
+themselves, encoded and ended by a NUL, which the parent writes on its stderr after its own
+teardown (``print_at_exit``); the child leaves after it.
 
 The child runs ``python -I`` (no PYTHONPATH: ``--follow-children``' bootstrap is not loaded)
 in a session of its own (a Ctrl-C at the terminal goes to the script, not to the writer; the
@@ -179,6 +182,36 @@ class WriterProcess:
         if "error" in answer:
             raise RuntimeError(str(answer["error"]))
         return answer.get("result")
+
+    def print_at_exit(self, module: str, function: str, kwargs: dict, timeout: float, fallback: str,
+                      stream, register) -> bool:
+        """Have the lingering child make ``module.function(**kwargs)``'s lines now, and this
+        process write them on ``stream`` (its stderr, file descriptor 2) at the very end of its
+        exit: the child works while this interpreter tears down (~130 ms after a JAX script)
+        instead of the script's process waiting for it before (issue 29). ``register`` is what
+        writes them then (capture/_native.c ``print_at_exit``: no Python code runs there).
+        False where that cannot be arranged (no lingering child, a stream that is not fd 2):
+        then nothing was sent and ``call`` still works."""
+        try:
+            if not self.lingering or self._pending or stream.fileno() != 2:
+                return False
+            encoding = (str(stream.encoding), str(stream.errors or "strict"))
+            last = fallback.encode(*encoding) + b"\n"
+            fd = os.dup(self.proc.stdout.fileno())
+        except Exception:  # noqa: BLE001 - no file descriptor, an unknown encoding
+            return False
+        try:
+            stream.flush()
+            register(fd, timeout, last, self)  # this object's pipes stay open till then
+        except Exception:  # noqa: BLE001 - registered once already: the caller prints instead
+            os.close(fd)
+            return False
+        try:
+            self._send(("print", module, function, kwargs, encoding, fallback))
+        except OSError:  # the child is gone: the C side reads the end of its pipe, writes the fallback
+            pass
+        self.lingering = False  # the child leaves once it wrote the lines (a fork of the script may hold the socket)
+        return True
 
     def end(self, timeout: float = 5.0) -> None:
         """Let the child go and reap it; safe to call twice. Said in a frame, not by closing the
