@@ -381,3 +381,31 @@ def test_a_signal_ends_the_wait_for_the_last_lines(tmp_path, signum):
         assert r.stderr.endswith(b"last words\nfallback\n")
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+CLOSES_ALL = """
+import atexit, os, sys, tempfile
+import jax.numpy as jnp
+def close_all():  # what a daemonising script does: every descriptor past stderr, then a file
+    os.closerange(3, 65536)
+    f = tempfile.TemporaryFile()
+    f.write(b"not the verdict\\0"); f.flush(); f.seek(0)
+    print("closed", file=sys.stderr)
+atexit.register(close_all)
+print(float(jnp.ones(3).sum()))
+"""
+
+
+def test_a_script_that_closes_every_descriptor_at_exit_gets_the_fallback(tmp_path):
+    """The writer's pipe closed by the script's own atexit handler (its number perhaps another
+    file's by then): the last line says the verdict was not made — nothing else is read."""
+    script = tmp_path / "s.py"
+    script.write_text(CLOSES_ALL)
+    run = tmp_path / "run"
+    # well within the wait's own bound (60 s): the pipe is known to be gone, not waited for
+    r = jaxplace("run", "--out", str(run), str(script), cwd=tmp_path, timeout=45)
+    assert r.returncode == 0 and r.stdout == "3.0\n", r.stderr[-2000:]
+    lines = r.stderr.splitlines()
+    assert lines[-2] == "closed"
+    assert lines[-1].startswith("jaxplace: the verdict was not made at the run's end; `jaxplace audit ")
+    assert "not the verdict" not in r.stderr

@@ -34,6 +34,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define USER 2
@@ -1308,6 +1309,8 @@ static double exit_timeout;
 static char *exit_fallback;
 static Py_ssize_t exit_fallback_len;
 static PyObject *exit_keep;
+static dev_t exit_dev; /* the pipe's identity: fd numbers are reused */
+static ino_t exit_ino;
 
 static void write_fd2(const char *p, size_t n) {
     while (n > 0) {
@@ -1348,6 +1351,13 @@ static int catch_signal(int signum, struct sigaction *old) {
 
 static void lines_at_exit(void) {
     if (exit_fd < 0 || getpid() != exit_pid) return;
+    struct stat st;
+    if (fstat(exit_fd, &st) != 0 || st.st_dev != exit_dev || st.st_ino != exit_ino) {
+        /* the script closed it at its exit (the number may even be another file's now) */
+        if (exit_fallback) write_fd2(exit_fallback, (size_t)exit_fallback_len);
+        exit_fd = -1;
+        return;
+    }
     struct sigaction old_int, old_term;
     int piped = pipe(wake_fd) == 0;
     int caught_int = piped && catch_signal(SIGINT, &old_int);
@@ -1361,7 +1371,9 @@ static void lines_at_exit(void) {
         if (left <= 0) break;
         struct pollfd pfd[2] = {{exit_fd, POLLIN, 0}, {piped ? wake_fd[0] : -1, POLLIN, 0}};
         int r = poll(pfd, 2, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
+        if (r < 0 && errno != EINTR) break;
         if (r <= 0) continue; /* EINTR, or woken early: the deadline and the signal decide */
+        if (pfd[0].revents & POLLNVAL) break; /* the descriptor is gone */
         if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (cap - len < 4096) {
             char *bigger = realloc(buf, cap * 2);
@@ -1405,9 +1417,13 @@ static PyObject *print_at_exit(PyObject *self, PyObject *args) {
     Py_buffer fallback;
     PyObject *keep;
     if (!PyArg_ParseTuple(args, "idy*O", &fd, &timeout, &fallback, &keep)) return NULL;
-    if (exit_fd >= 0) {
+    struct stat st;
+    if (exit_fd >= 0 || fstat(fd, &st) != 0) {
         PyBuffer_Release(&fallback);
-        PyErr_SetString(PyExc_RuntimeError, "print_at_exit: already set for this process");
+        if (exit_fd >= 0)
+            PyErr_SetString(PyExc_RuntimeError, "print_at_exit: already set for this process");
+        else
+            PyErr_SetFromErrno(PyExc_OSError);
         return NULL;
     }
     char *copy = malloc(fallback.len ? (size_t)fallback.len : 1);
@@ -1431,6 +1447,8 @@ static PyObject *print_at_exit(PyObject *self, PyObject *args) {
     Py_XSETREF(exit_keep, keep); /* never released: see above */
     exit_timeout = timeout;
     exit_pid = getpid();
+    exit_dev = st.st_dev;
+    exit_ino = st.st_ino;
     exit_fd = fd;
     Py_RETURN_NONE;
 }

@@ -98,16 +98,17 @@ def _end(session, outcome, gate, quiet: bool) -> None:
     from jaxplace_cli.capture.runner import exit_like_python
 
     outcome.finish()
-    # nothing of jaxplace's may come after python's own last words: the summary waits only for
-    # a plain ending (no budget verdict, exit message or launch report after it)
+    # the summary after the interpreter's teardown only on a plain ending: a budget verdict, an
+    # exit message or launch's report must come after it
     plain_end = (gate is None and outcome.exit_message is None and session.job is None
                  and outcome.status in ("complete", "failed"))
     if not (plain_end and _summary_at_exit(session, quiet)):
         try:
             _print_run_summary(session, quiet)
         finally:
-            if session.writer_after() is not None:
-                session.writer_after().end()
+            writer = session.writer_after()
+            if writer is not None:
+                writer.end()
     code = 0
     if gate is not None and outcome.status != "interrupted":
         code = _check_budget(session.run_dir, gate, outcome.exit_code)
