@@ -307,9 +307,8 @@ class TraceWindow:
             self.note = f"trace not saved: {type(exc).__name__}: {exc}"
 
     def join(self) -> None:
-        """Wait for a stop running on its own thread (``close(wait=False)``); any thread may,
-        any number of times."""
-        stopper = self._stopper
+        """Wait for a stop running on its own thread (``close(wait=False)``)."""
+        stopper, self._stopper = self._stopper, None
         if stopper is not None and stopper is not threading.current_thread():
             stopper.join()
 
