@@ -123,9 +123,9 @@ class TraceWindow:
             self._steady += 1
             now = time.monotonic()
             if self.max_ops and self._ops >= EXTEND_OPS * self.max_ops:
-                self.close(cut="ops", wait=bool(self._marked))
+                self.close(cut="ops", wait=False)
             elif now >= self._hard:
-                self.close(cut="seconds", wait=bool(self._marked))
+                self.close(cut="seconds", wait=False)
             elif compiled and not self._marked:  # still warming up: count again from here
                 self._steady, self._deadline = 0, now + self.seconds
                 self._restart_watchdog(min(self.seconds, self._hard - now))
@@ -185,7 +185,7 @@ class TraceWindow:
             self.state, self.cut, self._ops = "pending", "", 0
             active.on_dispatch = self._on_dispatch
         if self.state == "open" and self._due:
-            self.close(cut=self._due)
+            self.close(cut=self._due, wait=False)
         elif self.state == "pending" and self._marked > WARMUP_STEPS:
             self._open()
         if self.state == "open":
@@ -194,7 +194,7 @@ class TraceWindow:
     def step_end(self) -> None:
         """A marked step ended (after its own trace event): a window due closes here."""
         if self.state == "open" and self._due:
-            self.close(cut=self._due)
+            self.close(cut=self._due, wait=False)
 
     def _deadline_passed(self) -> None:
         """The watchdog: the deadline passed with the window still open, most likely inside
@@ -262,12 +262,9 @@ class TraceWindow:
 
     def close(self, reason: str = "", cut: str = "end", wait: bool = True) -> None:
         """Stop the trace. ``wait=False`` (the window's own limits, reached in a dispatch of the
-        script's thread, no steps marked): ``stop_trace`` runs on a thread of its own and the
-        script goes on once that thread has begun it — it exports the trace with the GIL mostly
-        released (16 ms in bench P1, 73 ms in the flax.nnx LIB program, ~13 ms of it holding
-        the GIL); ``join`` waits for it. The window still holds exactly the dispatches it counted
-        (tests/test_trace_window.py). A window on marked steps stops here: stopped beside the
-        script, it held steps begun after its cut (tests/test_trace_steps.py)."""
+        script's thread): ``stop_trace`` runs on a thread of its own and the script goes on —
+        it exports the trace with the GIL mostly released (16 ms in bench P1, 73 ms in the
+        flax.nnx LIB program, ~13 ms of it holding the GIL); ``join`` waits for it."""
         active.on_dispatch = None
         if self._watchdog is not None and threading.current_thread() is not self._watchdog:
             self._watchdog.cancel()
@@ -288,20 +285,14 @@ class TraceWindow:
             if wait:
                 self._stop()
             else:
-                entered = threading.Event()
-                self._stopper = threading.Thread(target=self._stop, args=(entered,), name="jaxplace-trace-stop",
-                                                 daemon=True)
+                self._stopper = threading.Thread(target=self._stop, name="jaxplace-trace-stop", daemon=True)
                 self._stopper.start()
-                entered.wait(1.0)  # the GIL passes to it here; it holds it until stop_trace's C++ call
 
-    def _stop(self, entered: threading.Event | None = None) -> None:
+    def _stop(self) -> None:
         import jax
 
-        stop = jax.profiler.stop_trace
         try:
-            if entered is not None:
-                entered.set()
-            stop()
+            jax.profiler.stop_trace()
         except Exception as exc:
             self.state = "failed"
             self.note = f"trace not saved: {type(exc).__name__}: {exc}"
