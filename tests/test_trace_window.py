@@ -70,38 +70,3 @@ def test_window_closes_after_trace_ops_dispatches(tmp_path):
     assert manifest["trace"]["traced_ops"] == 50
     assert manifest["events"]["ops"] == 302  # ones, 300 multiplies, sum
     assert len(manifest["trace"]["files"]) == 1
-
-
-STOPPED_ASIDE = """
-import threading, sys
-import jax, jax.numpy as jnp
-stops = []
-original = jax.profiler.stop_trace
-def stop_trace():  # the script's own wrapper: which thread stops jaxplace's window
-    stops.append(threading.current_thread().name)
-    return original()
-jax.profiler.stop_trace = stop_trace
-x = jnp.ones(8)
-for _ in range(40):
-    x = x * 1.0
-with jax.profiler.trace(sys.argv[1]):  # right after the window closed: one trace at a time
-    x = (x + 1.0).block_until_ready()
-print(float(x.sum()), stops[0])
-"""
-
-
-def test_a_window_closed_by_its_limit_is_stopped_beside_the_script(tmp_path):
-    """The window's own limit, reached in a dispatch: stop_trace (its export: 16 ms in bench P1,
-    73 ms in a flax.nnx program) runs on a thread of its own while the script goes on; the
-    script's own trace right after it still starts, and the window's file is whole."""
-    script = tmp_path / "aside.py"
-    script.write_text(STOPPED_ASIDE)
-    run_dir = tmp_path / "run"
-    proc = jaxplace("run", "-q", "--trace-ops", "5", "--trace-seconds", "60", "--out", run_dir, script,
-                    tmp_path / "mine")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "16.0 jaxplace-trace-stop\n"
-    manifest = json.loads((run_dir / "run.json").read_text())
-    assert manifest["trace"]["state"] == "closed" and manifest["trace"]["cut"] == "ops"
-    assert any(name.startswith("PjitFunction") for name, _ in _trace_events(run_dir))
-    assert list((tmp_path / "mine" / "plugins" / "profile").glob("*/*.xplane.pb"))

@@ -83,7 +83,6 @@ class TraceWindow:
         self._reopened = False  # a window closed in the set-up was placed again (once at most)
         self._watch = 0  # dispatches still watched after such a close
         self._after: int | None = None  # dispatches without a compile since one compiled, so watched
-        self._stopper: threading.Thread | None = None  # a stop_trace running on its own thread
 
     @property
     def steps(self) -> list[int] | None:
@@ -123,9 +122,9 @@ class TraceWindow:
             self._steady += 1
             now = time.monotonic()
             if self.max_ops and self._ops >= EXTEND_OPS * self.max_ops:
-                self.close(cut="ops", wait=False)
+                self.close(cut="ops")
             elif now >= self._hard:
-                self.close(cut="seconds", wait=False)
+                self.close(cut="seconds")
             elif compiled and not self._marked:  # still warming up: count again from here
                 self._steady, self._deadline = 0, now + self.seconds
                 self._restart_watchdog(min(self.seconds, self._hard - now))
@@ -135,7 +134,7 @@ class TraceWindow:
                 if limit and self._marked:
                     self._due = limit  # close as the marked step in progress ends
                 elif limit:
-                    self.close(cut=limit, wait=False)
+                    self.close(cut=limit)
                     if not self._reopened and self.state == "closed":  # was it the set-up?
                         self._watch = EXTEND_OPS * max(self.max_ops, TRACE_OPS)
                         active.on_dispatch = self._after_close
@@ -185,7 +184,7 @@ class TraceWindow:
             self.state, self.cut, self._ops = "pending", "", 0
             active.on_dispatch = self._on_dispatch
         if self.state == "open" and self._due:
-            self.close(cut=self._due, wait=False)
+            self.close(cut=self._due)
         elif self.state == "pending" and self._marked > WARMUP_STEPS:
             self._open()
         if self.state == "open":
@@ -194,7 +193,7 @@ class TraceWindow:
     def step_end(self) -> None:
         """A marked step ended (after its own trace event): a window due closes here."""
         if self.state == "open" and self._due:
-            self.close(cut=self._due, wait=False)
+            self.close(cut=self._due)
 
     def _deadline_passed(self) -> None:
         """The watchdog: the deadline passed with the window still open, most likely inside
@@ -205,7 +204,6 @@ class TraceWindow:
     def _open(self) -> None:
         import jax
 
-        self.join()  # a window placed again: the last one's stop has written its files
         self._sessions = set(self._session_dirs())
         try:
             options = jax.profiler.ProfileOptions()
@@ -251,7 +249,6 @@ class TraceWindow:
 
     def _remove_new_sessions(self) -> None:
         """Remove the profile session(s) the discarded window wrote (none that were there before)."""
-        self.join()
         for d in set(self._session_dirs()) - self._sessions:
             shutil.rmtree(d, ignore_errors=True)
         for d in (self.log_dir / "plugins" / "profile", self.log_dir / "plugins"):
@@ -260,48 +257,30 @@ class TraceWindow:
             except OSError:
                 pass
 
-    def close(self, reason: str = "", cut: str = "end", wait: bool = True) -> None:
-        """Stop the trace. ``wait=False`` (the window's own limits, reached in a dispatch of the
-        script's thread): ``stop_trace`` runs on a thread of its own and the script goes on —
-        it exports the trace with the GIL mostly released (16 ms in bench P1, 73 ms in the
-        flax.nnx LIB program, ~13 ms of it holding the GIL); ``join`` waits for it."""
+    def close(self, reason: str = "", cut: str = "end") -> None:
         active.on_dispatch = None
         if self._watchdog is not None and threading.current_thread() is not self._watchdog:
             self._watchdog.cancel()
-        self.join()
         with self._lock:
             if self.state == "pending":
                 self.state = "skipped"  # no steady state reached: said by the audit, not on stderr
                 return
             if self.state != "open":
                 return
+            import jax
+
             active.tracing = False
             if active.rec is not None:
                 active.rec.on_transfer = None
             self.cut = cut
-            self.state = "closed"  # from now on: what follows (a new window, the run's end) joins
-            if reason:
-                self.note = reason
-            if wait:
-                self._stop()
-            else:
-                self._stopper = threading.Thread(target=self._stop, name="jaxplace-trace-stop", daemon=True)
-                self._stopper.start()
-
-    def _stop(self) -> None:
-        import jax
-
-        try:
-            jax.profiler.stop_trace()
-        except Exception as exc:
-            self.state = "failed"
-            self.note = f"trace not saved: {type(exc).__name__}: {exc}"
-
-    def join(self) -> None:
-        """Wait for a stop running on its own thread (``close(wait=False)``)."""
-        stopper, self._stopper = self._stopper, None
-        if stopper is not None and stopper is not threading.current_thread():
-            stopper.join()
+            try:
+                jax.profiler.stop_trace()
+                self.state = "closed"
+                if reason:
+                    self.note = reason
+            except Exception as exc:
+                self.state = "failed"
+                self.note = f"trace not saved: {type(exc).__name__}: {exc}"
 
     def _patch_user_start_trace(self) -> None:
         import jax
@@ -315,7 +294,6 @@ class TraceWindow:
         @functools.wraps(original)
         def start_trace(*args, **kwargs):
             self._reopened = True  # the script traces itself: the window is never placed again
-            self.join()  # the window's own stop first: one trace at a time
             if self.state == "closed" and active.on_dispatch == self._after_close:
                 active.on_dispatch = None
             if self.state == "open":
@@ -362,7 +340,6 @@ class TraceWindow:
         _patch(jax.profiler, "StepTraceAnnotation", StepTraceAnnotation)
 
     def files(self) -> list[str]:
-        self.join()
         root = self.log_dir / "plugins" / "profile"
         if not root.is_dir():
             return []
