@@ -1300,7 +1300,8 @@ static PyObject *make_free_callback(PyObject *mod, PyObject *args) {
    spends ~130 ms tearing down after a JAX script's last line; the writer process makes
    `jaxplace run`'s verdict (~40 ms on a 9,000-op run) meanwhile on the other core instead of
    the script's process waiting for it before that teardown (issue 29). `fallback` is written
-   when no NUL comes within `timeout` seconds (the writer died or is stuck); `keep` is held until
+   instead when no NUL comes within `timeout` seconds (the writer died or is stuck), the pipe is
+   no longer the writer's, or a SIGINT/SIGTERM ends the wait; `keep` is held until
    exit so that nothing closes the writer's pipes or reaps it during the teardown. Acts only in
    the process that registered it (not in a fork child of the script). */
 static int exit_fd = -1;
@@ -1320,12 +1321,6 @@ static void write_fd2(const char *p, size_t n) {
         p += w;
         n -= (size_t)w;
     }
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* A Ctrl-C or SIGTERM while waiting ends the wait (the fallback line is written): Python's own
@@ -1365,9 +1360,9 @@ static void lines_at_exit(void) {
     size_t cap = 8192, len = 0;
     char *buf = malloc(cap);
     int done = 0;
-    double deadline = now_s() + exit_timeout;
+    double deadline = now_ns() / 1e9 + exit_timeout;
     while (buf && !done && !exit_signal) {
-        double left = deadline - now_s();
+        double left = deadline - now_ns() / 1e9;
         if (left <= 0) break;
         struct pollfd pfd[2] = {{exit_fd, POLLIN, 0}, {piped ? wake_fd[0] : -1, POLLIN, 0}};
         int r = poll(pfd, 2, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);

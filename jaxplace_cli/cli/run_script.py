@@ -200,8 +200,8 @@ def _summary_timeout(session) -> float:
 
 def _summary_at_exit(session, quiet: bool) -> bool:
     """The summary made by the writer process while this interpreter tears down, and written
-    after it (store/writer_process.py ``print_at_exit``): the ~40 ms verdict of a small run
-    then costs the script's process nothing. False where that cannot be arranged."""
+    after it (store/writer_process.py ``print_at_exit``; the measured gain in capture/_native.c):
+    the verdict then costs the script's process nothing. False where that cannot be arranged."""
     from jaxplace_cli.model.safe import plain
 
     writer = session.writer_after()

@@ -128,9 +128,6 @@ def _answer_calls(stdin) -> None:
     or the end of the input. What a call writes on stderr is dropped: nobody reads this
     process's stderr while it works (a full pipe would stop it), and its warnings are not the
     script's."""
-    import contextlib
-    import io
-
     while True:
         msg = _read_frame(stdin)
         if type(msg) is tuple and len(msg) == 6 and msg[0] == "print":
@@ -140,8 +137,7 @@ def _answer_calls(stdin) -> None:
             return
         _, module, function, kwargs = msg
         try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                answer = {"result": _call(module, function, kwargs)}
+            answer = {"result": _call(module, function, kwargs)}
         except BaseException as exc:  # noqa: BLE001 - said to the parent, which decides
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         try:
@@ -151,9 +147,14 @@ def _answer_calls(stdin) -> None:
 
 
 def _call(module, function, kwargs):
+    """``module.function(**kwargs)``, a ``jaxplace_cli`` one only, its stderr dropped."""
+    import contextlib
+    import io
+
     if not (isinstance(module, str) and module.startswith("jaxplace_cli.")):
         raise ValueError(f"not a jaxplace module: {module!r}")
-    return getattr(importlib.import_module(module), function)(**kwargs)
+    with contextlib.redirect_stderr(io.StringIO()):
+        return getattr(importlib.import_module(module), function)(**kwargs)
 
 
 def _print(module, function, kwargs, encoding, fallback) -> None:
@@ -161,12 +162,8 @@ def _print(module, function, kwargs, encoding, fallback) -> None:
     encoded for the parent's stderr and ended by a NUL, which the parent writes out after its
     interpreter's teardown (store/writer_process.py ``print_at_exit``); ``fallback`` where the
     call fails or returns something else than lines."""
-    import contextlib
-    import io
-
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            lines = _call(module, function, kwargs)
+        lines = _call(module, function, kwargs)
         if not (isinstance(lines, list) and all(isinstance(line, str) for line in lines)):
             raise TypeError("not lines")
     except BaseException:  # noqa: BLE001 - the parent's fallback line says where to look
