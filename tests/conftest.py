@@ -29,9 +29,21 @@ from pathlib import Path
 
 import pytest
 
-os.environ["XLA_FLAGS"] = " ".join(
+# XLA's CPU compiler at its least effort, here and in every child (``child_env``): compiles are
+# most of a child's CPU time, and both sides of every comparison (python and jaxplace, guard
+# oracle and recording) get the same flags, so what a program computes, prints and moves is
+# compared like for like. recompile_shapes.py under python: 2.2 -> 1.2 s of CPU.
+FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+
+
+def with_fast_compile(flags: str) -> str:
+    names = {f.split("=", 1)[0] for f in flags.split()}
+    return " ".join([*flags.split(), *(f for f in FAST_COMPILE if f.split("=", 1)[0] not in names)])
+
+
+os.environ["XLA_FLAGS"] = with_fast_compile(" ".join(
     [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    + ["--xla_force_host_platform_device_count=4"])
+    + ["--xla_force_host_platform_device_count=4"]))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # A suite started from a non-interactive shell's background job inherits SIGINT and SIGQUIT
@@ -58,8 +70,9 @@ GUARD_ORACLE = ("import runpy, sys; import jax._src.pjit as p; "
 
 def child_env(**extra) -> dict:
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # children choose their own device count (--devices)
     env["PYTHONUNBUFFERED"] = "1"
+    # children choose their own device count (--devices, or XLA_FLAGS in ``extra``)
+    env["XLA_FLAGS"] = with_fast_compile(extra.pop("XLA_FLAGS", ""))
     env.update(extra)
     return env
 

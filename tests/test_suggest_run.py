@@ -23,7 +23,11 @@ from jaxplace_cli.suggest.from_run import build_run_graph
 from jaxplace_cli.suggest.plan import make_plan
 
 MiB = 1 << 20
-CHAIN = '''import jax.numpy as jnp
+CHAIN = '''import os
+
+import jax.numpy as jnp
+
+print(os.environ.get("XLA_FLAGS"))  # the replay of suggest --verify keeps the user's flags
 
 x = jnp.ones((256, 256))
 for _ in range(6):

@@ -41,7 +41,14 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
     args = plan.run_command(str(Path(policy_path).resolve()), script, str(Path(out_dir).resolve()))
     cmd = [sys.executable, "-m", "jaxplace_cli", *args[1:2], "--no-trace", "--quiet", *args[2:]]
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # the replay sets its own device count (--devices)
+    # the replay's device count is the recorded run's (``--devices``, or none simulated); the
+    # user's other XLA flags stay, as they were when the run was recorded
+    flags = [f for f in env.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
+    else:
+        env.pop("XLA_FLAGS", None)
     try:
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
