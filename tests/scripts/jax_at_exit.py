@@ -1,5 +1,5 @@
 # Never imports JAX while it runs; its atexit handlers (run after jaxplace saved the run) see
-# whether JAX was imported behind its back, then import it and compute.
+# whether JAX or numpy was imported behind its back, then import it and compute.
 import atexit
 import sys
 
@@ -11,4 +11,5 @@ def late():
 
 
 atexit.register(late)  # atexit runs last-in first-out: this one second
-atexit.register(lambda: print("jax imported by the end:", "jax" in sys.modules))
+atexit.register(lambda: print("jax imported by the end:", "jax" in sys.modules,
+                              "numpy:", "numpy" in sys.modules))
