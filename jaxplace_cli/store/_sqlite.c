@@ -65,7 +65,11 @@ static int conn_init(Conn *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(PyBytes_AS_STRING(path), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    /* NOMUTEX: no lock around each call on the connection. Every call here holds the GIL and
+       none releases it, so nothing can use this connection concurrently (insert 0.84 -> 0.77 us
+       a row, bench/bench_writer.py 800 3, alternated twice). */
+    int rc = sqlite3_open_v2(PyBytes_AS_STRING(path), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
     Py_DECREF(path);
     if (rc != SQLITE_OK) {
         sqlite_error(db, rc);
