@@ -55,10 +55,10 @@ def simulate_cpu_devices(n: int) -> None:
     """Make the CPU backend expose ``n`` devices; must run before JAX is imported."""
     if "jax" in sys.modules:
         raise RuntimeError("--devices must be applied before JAX is imported")
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
-    flags.append(f"--xla_force_host_platform_device_count={n}")
-    os.environ["XLA_FLAGS"] = " ".join(flags)
+    from jaxplace_cli.placement.devices import DEVICE_COUNT_FLAG, without_device_count
+
+    os.environ["XLA_FLAGS"] = " ".join([*without_device_count(os.environ.get("XLA_FLAGS", "")),
+                                        f"{DEVICE_COUNT_FLAG}={n}"])
 
 
 def _devices_manifest() -> list[dict]:

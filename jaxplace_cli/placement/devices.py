@@ -17,6 +17,13 @@ _NAME = re.compile(r"^[a-z]+(:\d+)?$")
 # device name ("two", "gpus") is a typo, said before the run starts.
 PLATFORMS = ("cpu", "gpu", "cuda", "rocm", "tpu")
 _GPU = ("gpu", "cuda", "rocm")
+# The XLA flag ``--devices N`` sets: how many CPU devices the host platform simulates.
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def without_device_count(flags: str) -> list[str]:
+    """The flags of an ``XLA_FLAGS`` value less the simulated CPU device count."""
+    return [f for f in flags.split() if not f.startswith(DEVICE_COUNT_FLAG)]
 
 
 def check_name(name: str, where: str) -> str:
@@ -62,7 +69,7 @@ def cpu_device_count(simulated: int | None = None) -> int:
     JAX_NUM_CPU_DEVICES force, else 1 (JAX's default)."""
     if simulated:
         return simulated
-    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    m = re.search(DEVICE_COUNT_FLAG + r"=(\d+)", os.environ.get("XLA_FLAGS", ""))
     if m:
         return max(int(m.group(1)), 1)
     n = os.environ.get("JAX_NUM_CPU_DEVICES", "")

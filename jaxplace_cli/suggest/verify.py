@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxplace_cli.model.events import TRANSFER_KINDS
+from jaxplace_cli.placement.devices import without_device_count
 from jaxplace_cli.suggest.plan import Plan
 from jaxplace_cli.suggest.predict import Traffic, measure
 
@@ -43,8 +44,7 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
     env = dict(os.environ)
     # the replay's device count is the recorded run's (``--devices``, or none simulated); the
     # user's other XLA flags stay, as they were when the run was recorded
-    flags = [f for f in env.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
+    flags = without_device_count(env.get("XLA_FLAGS", ""))
     if flags:
         env["XLA_FLAGS"] = " ".join(flags)
     else:
