@@ -29,10 +29,11 @@ from pathlib import Path
 
 import pytest
 
-# XLA's CPU compiler at its least effort, here and in every child (``child_env``): compiles are
-# most of a child's CPU time, and both sides of every comparison (python and jaxplace, guard
-# oracle and recording) get the same flags, so what a program computes, prints and moves is
-# compared like for like. recompile_shapes.py under python: 2.2 -> 1.2 s of CPU.
+# XLA's CPU compiler at its least effort, here and in every child (``child_env``): after
+# `import jax` (~0.6 s) compiles are a child's largest CPU cost, and both sides of every
+# comparison (python and jaxplace, guard oracle and recording) get the same flags, so what a
+# program computes, prints and moves is compared like for like. recompile_shapes.py under
+# python: 2.2 -> 1.2 s of CPU (the whole suite: README, Development).
 FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 
 

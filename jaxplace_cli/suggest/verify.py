@@ -43,7 +43,7 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
     cmd = [sys.executable, "-m", "jaxplace_cli", *args[1:2], "--no-trace", "--quiet", *args[2:]]
     env = dict(os.environ)
     # the replay's device count is the recorded run's (``--devices``, or none simulated); the
-    # user's other XLA flags stay, as they were when the run was recorded
+    # other XLA flags of this environment stay (they were dropped with it before)
     flags = without_device_count(env.get("XLA_FLAGS", ""))
     if flags:
         env["XLA_FLAGS"] = " ".join(flags)
