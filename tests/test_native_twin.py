@@ -110,12 +110,20 @@ def _jit_fns():
     def scaled(a, n, b=1.0):
         return a * n + b
 
+    def deep(t, c):  # nested containers, None leaves, a dict whose keys are not in sorted order
+        return {"z": [t["z"][0] * c, None], "a": (t["a"] + t["z"][2][0],)}
+
+    def pair_in(p, c):  # a namedtuple operand: not a container the C code flattens itself
+        return p.first * c + p.second
+
     def fails(a, b):
         raise ValueError("a jitted function that raises")
 
-    return {f.__name__: f for f in (add, pair, as_list, as_dict, first, nested, dict_in, scaled, fails)}
+    return {f.__name__: f for f in (add, pair, as_list, as_dict, first, nested, dict_in, scaled, deep, pair_in,
+                                    fails)}
 
 
+Pair = collections.namedtuple("Pair", "first second")
 JIT_FNS = _jit_fns()
 JITTED = {name: jax.jit(f) for name, f in JIT_FNS.items()}
 JITTED["scaled_static"] = jax.jit(JIT_FNS["scaled"], static_argnums=(1,))
@@ -152,8 +160,11 @@ def calls(draw):
         return (form, draw(st.sampled_from(["sin", "neg"])), [draw(operands(allow_sharded=False))], {},
                 draw(st.booleans()))
     name = draw(st.sampled_from(sorted(JITTED)))
-    if name in ("nested", "dict_in"):
-        args = [("tuple" if name == "nested" else "dict", [draw(operands()), draw(operands())]), draw(operands())]
+    if name in ("nested", "dict_in", "pair_in"):
+        form_ = {"nested": "tuple", "dict_in": "dict", "pair_in": "named"}[name]
+        args = [(form_, [draw(operands()), draw(operands())]), draw(operands())]
+    elif name == "deep":
+        args = [("deep", [draw(operands()), draw(operands()), draw(operands())]), draw(operands())]
     elif name in ("scaled", "scaled_static"):
         args = [draw(operands()), ("scalar", draw(st.sampled_from([2, 3])))]
     else:
@@ -171,6 +182,10 @@ def materialise(call):
     def one(r):
         if r[0] == "dict":
             return {"w": build(r[1][0]), "b": build(r[1][1])}
+        if r[0] == "deep":
+            return {"z": (build(r[1][0]), None, [build(r[1][1])]), "a": build(r[1][2])}
+        if r[0] == "named":
+            return Pair(build(r[1][0]), build(r[1][1]))
         return tuple(build(x) for x in r[1]) if r[0] == "tuple" else build(r)
 
     args = tuple(one(r) for r in arg_recipes)
@@ -463,6 +478,11 @@ PYTREE_CALLS = [  # jit calls whose operands or results are pytrees of arrays (a
     ("eager", "multiply", [("numpy", ((4,), "int32", 0)), ("scalar", 0.5)], {}, False),
     ("jit", "dict_in", [("dict", [_U0, _C1]), _C1], {}, False),  # a dict operand: its leaves, a d2d
     ("jit", "dict_in", [("dict", [("numpy", ((4,), "float32", 0)), _C1]), ("scalar", 3)], {}, False),
+    # nested tuple/list/dict and None, operands and results: flattened by the C code itself
+    ("jit", "deep", [("deep", [_C1, _U0, ("numpy", ((3,), "float32", 0))]), ("scalar", 2)], {}, False),
+    ("jit", "deep", [("deep", [_C1, ("scalar", 0.5), _C1]), _C1], {}, False),
+    # a namedtuple operand: its leaves by jax.tree_util.tree_leaves, still recorded in C
+    ("jit", "pair_in", [("named", [_C1, _U0]), _C1], {}, False),
 ]
 
 
@@ -489,6 +509,25 @@ def test_jit_pytrees_are_recorded_in_c_as_in_python(packed):
                 mp.undo()
                 dispatch.configure_native(_native)
         assert handed == [], call  # recorded in C
+        flattened = []
+
+        def counted_leaves(tree, *args, flattened=flattened, **kwargs):
+            flattened.append(tree)
+            return jax.tree_util.tree_leaves(tree, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(dispatch, "tree_leaves", counted_leaves)
+            counting = dispatch.configure_native(_native)
+            try:
+                _, outcome = run_path(counting, call, packed)
+            finally:
+                mp.undo()
+                dispatch.configure_native(_native)
+        # the C code flattens tuples, lists, str-keyed dicts and None itself (issue 29); a
+        # namedtuple (any other registered container) goes to jax.tree_util.tree_leaves, and so
+        # does a call that raised (dispatch._record_failure)
+        if outcome[0] == "returned":
+            assert bool(flattened) == (call[1] == "pair_in"), call
         (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed)
         assert native_out == python_out and native_rows == python_rows, call
         assert native_rows["ops"] and native_rows["recording_errors"] == 0
@@ -537,3 +576,31 @@ def test_a_field_a_recorder_subclass_overrides_is_read_through_the_override():
     Plain.transfers = Watched.transfers
     ops, transfers = rows_of(NATIVE, Plain)
     assert reads and len(transfers) == 1 and (ops, transfers) == rows_of(dispatch.python_record_call, Plain)
+
+
+def test_the_c_path_reads_sharding_directly_only_behind_the_plain_property():
+    """``_sharding`` is read instead of ``Array.sharding`` only where the property is exactly
+    ``return self._sharding`` (issue 29: one Python frame a read); a JAX whose property does
+    more keeps what it does."""
+
+    class Plain:
+        @property
+        def sharding(self):
+            return self._sharding
+
+    class More:
+        @property
+        def sharding(self):
+            return self._sharding if self._sharding is not None else self._fallback
+
+    class Computed:
+        @property
+        def sharding(self):
+            s = self._sharding
+            return s
+
+    class Attribute:
+        sharding = None
+
+    assert dispatch._sharding_attr(Plain) == "_sharding"
+    assert [dispatch._sharding_attr(c) for c in (More, Computed, Attribute)] == ["sharding"] * 3
