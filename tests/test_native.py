@@ -80,10 +80,10 @@ def _rows(run: Path) -> dict[str, list]:
     c = sqlite3.connect(run / "events.sqlite")
     try:
         out = {}
-        for table in ("sites", "ops", "transfers", "buffers"):
+        for table in ("sites", "ops", "transfers", "buffers", "frees"):  # frees: the watches (issue 27)
             cols = [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
             keep = [col for col in cols if col not in TIME_COLUMNS]
-            order = "id" if table == "sites" else ("buf" if table == "buffers" else "seq")
+            order = {"sites": "id", "buffers": "buf", "frees": "buf, seq"}.get(table, "seq")
             out[table] = c.execute(f"SELECT {', '.join(keep)} FROM {table} ORDER BY {order}").fetchall()
         return out
     finally:

@@ -337,7 +337,7 @@ static struct {
     int ready;
 } G;
 
-static PyObject *ZERO, *ONE, *SITE_SHIFT;
+static PyObject *ZERO, *ONE;
 static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
     *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
@@ -527,11 +527,165 @@ static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
     return Py_NewRef(b);
 }
 
+/* ---------------------------------------------------------------- device memory: frees */
+
+/* When a recorded buffer is freed (capture/memory.py, issue 27). Each new array gets a Watch in
+   its __dict__ (beside its buffer id); the array's death releases its __dict__, the Watch's
+   deallocation appends (buf, the next seq, 0 = "gc") to the tracker's frees. It replaces a
+   weakref with a callback and two dict stores per buffer (bench P6 in-process, 2 threads: the
+   tracking cost 0.26 s of a 1.9 s loop, now ~0.08 s): one small object that the cycle
+   collector does not track, one dict store, no call on free. The array's lifetime is not
+   extended (nothing but its own __dict__ holds the Watch) and an array freed as cyclic garbage
+   is seen as well (the collector clears the array's __dict__). A WatchCore is one tracker's:
+   its `on` ends every Watch of a stopped recording at once (teardown frees are no rows). */
+static long long count_peek(PyObject *c);
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *frees; /* bytearray: three int64 a free (model/raw.py FREE_ROW) */
+    PyObject *seqs;  /* the recorder's itertools.count, peeked */
+    PyObject *attr;  /* the __dict__ key of a Watch (capture/memory.py WATCH_ATTR) */
+    int on;
+} WatchCore;
+
+typedef struct {
+    PyObject_HEAD
+    WatchCore *core;
+    long long b, site;
+    int armed;
+} Watch;
+
+static PyTypeObject WatchType;
+
+static void append_free(WatchCore *core, long long b, long long seq, long long how) {
+    if (seq < 0) seq = count_peek(core->seqs);
+    Py_ssize_t n = PyByteArray_GET_SIZE(core->frees);
+    if (seq >= 0 && PyByteArray_Resize(core->frees, n + 24) == 0) {
+        int64_t row[3] = {(int64_t)b, (int64_t)seq, (int64_t)how};
+        memcpy(PyByteArray_AS_STRING(core->frees) + n, row, sizeof row);
+    }
+}
+
+/* Runs inside the array's deallocation, on any thread: never raises, keeps an error in flight. */
+static void watch_dealloc(Watch *w) {
+    if (w->armed && w->core->on) {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        append_free(w->core, w->b, -1, 0);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, etb);
+    }
+    Py_DECREF(w->core);
+    PyObject_Free(w);
+}
+
+static Watch *new_watch(WatchCore *core, long long b, long long site) {
+    Watch *w = PyObject_New(Watch, &WatchType);
+    if (!w) return NULL;
+    w->core = (WatchCore *)Py_NewRef(core);
+    w->b = b;
+    w->site = site;
+    w->armed = 1;
+    return w;
+}
+
+/* watch.release(how, seq): the array gave its memory back while it lives on (Array.delete, a
+   donated argument): the free is appended now (seq -1: the next event's) and the Watch's own
+   end is none. True if it was still following a buffer. */
+static PyObject *watch_release(Watch *w, PyObject *args) {
+    long long how, seq;
+    if (!PyArg_ParseTuple(args, "LL", &how, &seq)) return NULL;
+    if (!w->armed || !w->core->on) Py_RETURN_FALSE;
+    w->armed = 0;
+    append_free(w->core, w->b, seq, how);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *watch_core(Watch *w, void *c) { return Py_NewRef((PyObject *)w->core); }
+static PyObject *watch_live(Watch *w, void *c) { return PyBool_FromLong(w->armed && w->core->on); }
+static PyObject *watch_b(Watch *w, void *c) { return PyLong_FromLongLong(w->b); }
+static PyObject *watch_site(Watch *w, void *c) { return PyLong_FromLongLong(w->site); }
+
+static PyMethodDef watch_methods[] = {
+    {"release", (PyCFunction)watch_release, METH_VARARGS, "release(how, seq): the buffer was given back now"},
+    {NULL, NULL, 0, NULL},
+};
+static PyGetSetDef watch_getset[] = {
+    {"core", (getter)watch_core, NULL, "the WatchCore (tracker) it reports to", NULL},
+    {"live", (getter)watch_live, NULL, "still following its buffer", NULL},
+    {"b", (getter)watch_b, NULL, "the buffer id", NULL},
+    {"site", (getter)watch_site, NULL, "where the buffer was made", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+static PyTypeObject WatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jaxplace_cli.capture._native.Watch",
+    .tp_basicsize = sizeof(Watch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Appends its buffer's free when the array that holds it dies (capture/memory.py).",
+    .tp_dealloc = (destructor)watch_dealloc,
+    .tp_methods = watch_methods,
+    .tp_getset = watch_getset,
+};
+
+static int core_init(WatchCore *self, PyObject *args, PyObject *kw) {
+    PyObject *frees, *seqs, *attr;
+    if (!PyArg_ParseTuple(args, "O!OU", &PyByteArray_Type, &frees, &seqs, &attr)) return -1;
+    Py_XSETREF(self->frees, Py_NewRef(frees));
+    Py_XSETREF(self->seqs, Py_NewRef(seqs));
+    Py_XSETREF(self->attr, Py_NewRef(attr));
+    self->on = 1;
+    return 0;
+}
+
+static void core_dealloc(WatchCore *self) {
+    Py_XDECREF(self->frees);
+    Py_XDECREF(self->seqs);
+    Py_XDECREF(self->attr);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *core_watch(WatchCore *self, PyObject *args) {
+    long long b, site;
+    if (!PyArg_ParseTuple(args, "LL", &b, &site)) return NULL;
+    return (PyObject *)new_watch(self, b, site);
+}
+
+static PyObject *core_get_on(WatchCore *self, void *c) { return PyBool_FromLong(self->on); }
+static int core_set_on(WatchCore *self, PyObject *v, void *c) {
+    int t = v ? PyObject_IsTrue(v) : 0;
+    if (t < 0) return -1;
+    self->on = t;
+    return 0;
+}
+
+static PyMethodDef core_methods[] = {
+    {"watch", (PyCFunction)core_watch, METH_VARARGS, "watch(b, site): a Watch for a new buffer"},
+    {NULL, NULL, 0, NULL},
+};
+static PyGetSetDef core_getset[] = {
+    {"on", (getter)core_get_on, (setter)core_set_on, "False: no Watch of this core appends a free", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+static PyTypeObject WatchCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jaxplace_cli.capture._native.WatchCore",
+    .tp_basicsize = sizeof(WatchCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WatchCore(frees, seqs, attr): one tracker's Watches append their frees to frees.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)core_init,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+};
+
 /* Follow a new buffer until it is freed (capture/memory.py, Tracker.track inlined): with
-   rec.mem_state = (refs, bufs, callback) set, refs[b] = weakref(arr, callback) and
-   bufs[id(weakref)] = b | site << 64 (ids may be >= 2**40: integrations/budget.py); an array over several devices (its shards) goes through
-   rec.track in Python. rec.mem_state None: not tracking. */
-static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyObject *dev) {
+   rec.mem_state a WatchCore, a Watch goes into the array's __dict__ `od`; an array over
+   several devices (its shards) goes through rec.track in Python. rec.mem_state None: not
+   tracking. */
+static int track_(PyObject *rec, PyObject *arr, PyObject *od, PyObject *b, PyObject *site, PyObject *dev) {
     if (has_comma(dev)) {
         PyObject *r = PyObject_CallMethodObjArgs(rec, S_track, arr, b, site, dev, NULL);
         if (!r) return -1;
@@ -540,35 +694,13 @@ static int track_(PyObject *rec, PyObject *arr, PyObject *b, PyObject *site, PyO
     }
     PyObject *st = field(rec, K_REC, R_MEM_STATE);
     if (!st) return -1;
-    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3) {
-        Py_DECREF(st);
-        return 0;
+    int rc = 0;
+    if (Py_TYPE(st) == &WatchCoreType && ((WatchCore *)st)->on) {
+        long long bv = PyLong_AsLongLong(b), sv = PyLong_AsLongLong(site);
+        Watch *w = (bv == -1 || sv == -1) && PyErr_Occurred() ? NULL : new_watch((WatchCore *)st, bv, sv);
+        rc = w ? PyDict_SetItem(od, ((WatchCore *)st)->attr, (PyObject *)w) : -1;
+        Py_XDECREF(w);
     }
-    int rc = -1;
-    PyObject *wr = PyWeakref_NewRef(arr, PyTuple_GET_ITEM(st, 2));
-    if (!wr) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) { /* not weak-referenceable: untracked */
-            PyErr_Clear();
-            rc = 0;
-        }
-        Py_DECREF(st);
-        return rc;
-    }
-    /* The weakref stays in the cycle collector's lists. Untracking it (one tracked object
-       fewer per op) crashed the interpreter: when the array itself dies as cyclic garbage (held
-       by a reference cycle, freed by gc.collect or an automatic collection), the collector
-       moves every weakref-with-callback of an unreachable object into its own list, and an
-       untracked one has no list links (tests/test_memory_cycles.py). */
-    PyObject *key = NULL, *val = NULL, *hi = NULL;
-    if ((key = PyLong_FromVoidPtr(wr)) && (hi = PyNumber_Lshift(site, SITE_SHIFT)) &&
-        (val = PyNumber_Or(b, hi)) &&
-        PyDict_SetItem(PyTuple_GET_ITEM(st, 0), b, wr) == 0 &&
-        PyDict_SetItem(PyTuple_GET_ITEM(st, 1), key, val) == 0)
-        rc = 0;
-    Py_XDECREF(key);
-    Py_XDECREF(hi);
-    Py_XDECREF(val);
-    Py_DECREF(wr);
     Py_DECREF(st);
     return rc;
 }
@@ -960,7 +1092,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             PyObject *shape = NULL, *dname = NULL, *cm = NULL;
             b = PyIter_Next(bufids);
             if (b && PyDict_SetItem(od, G.buf_attr, b) == 0 && PyObject_SetItem(tail, dev, b) == 0 &&
-                track_(c->rec, outs[0], b, c->site, dev) == 0 && aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
+                track_(c->rec, outs[0], od, b, c->site, dev) == 0 && aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
                 row = row_(PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
                                         G.empty, c->backward, c->placed, shape, dname, cm));
             }
@@ -992,7 +1124,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 b = odev ? PyIter_Next(bufids) : NULL;
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
-                     track_(c->rec, o, b, c->site, odev) == 0 && aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
+                     track_(c->rec, o, od, b, c->site, odev) == 0 && aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
                      append_steal(buffers, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
@@ -1308,53 +1440,6 @@ static void count_check(void) {
 
 static PyObject *peek_seq(PyObject *mod, PyObject *c) { return PyLong_FromLongLong(count_peek(c)); }
 
-/* The weakref callback of a tracked buffer (capture/memory.py, Tracker._freed in C): state =
-   (bufs, refs, frees, seqs); bufs[id(weakref)] = buf | site << 64 is popped, refs[buf] dropped,
-   and (buf, the next seq (count_peek), 0 = "gc") appended to the frees bytearray as three int64. Runs inside a
-   deallocation, on any thread: never raises. */
-static PyObject *freed_cb(PyObject *st, PyObject *wr) {
-    PyObject *bufs = PyTuple_GET_ITEM(st, 0), *refs = PyTuple_GET_ITEM(st, 1);
-    PyObject *frees = PyTuple_GET_ITEM(st, 2), *seqs = PyTuple_GET_ITEM(st, 3);
-    PyObject *et, *ev, *etb; /* an exception in flight where the buffer died stays as it was */
-    PyErr_Fetch(&et, &ev, &etb);
-    Py_INCREF(wr);
-    PyObject *key = PyLong_FromVoidPtr(wr), *v = NULL, *bo = NULL;
-    if (key && (v = PyDict_GetItemWithError(bufs, key))) {
-        Py_INCREF(v);
-        unsigned long long b = PyLong_AsUnsignedLongLongMask(v);
-        if (PyDict_DelItem(bufs, key) == 0 && (bo = PyLong_FromUnsignedLongLong(b))) {
-            if (PyDict_DelItem(refs, bo) < 0) PyErr_Clear();
-            long long sv = count_peek(seqs);
-            Py_ssize_t n = PyByteArray_GET_SIZE(frees);
-            if (sv >= 0 && PyByteArray_Resize(frees, n + 24) == 0) {
-                int64_t row[3] = {(int64_t)b, (int64_t)sv, 0};
-                memcpy(PyByteArray_AS_STRING(frees) + n, row, sizeof row);
-            }
-        }
-    }
-    Py_XDECREF(key);
-    Py_XDECREF(v);
-    Py_XDECREF(bo);
-    Py_DECREF(wr);
-    PyErr_Clear();
-    PyErr_Restore(et, ev, etb);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef freed_def = {"freed", (PyCFunction)freed_cb, METH_O, "a tracked buffer was freed"};
-
-static PyObject *make_free_callback(PyObject *mod, PyObject *args) {
-    PyObject *bufs, *refs, *frees, *seqs;
-    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyDict_Type, &bufs, &PyDict_Type, &refs, &PyByteArray_Type,
-                          &frees, &seqs))
-        return NULL;
-    PyObject *st = PyTuple_Pack(4, bufs, refs, frees, seqs);
-    if (!st) return NULL;
-    PyObject *f = PyCFunction_New(&freed_def, st);
-    Py_DECREF(st);
-    return f;
-}
-
 /* ---------------------------------------------------------------- the run's last lines */
 
 /* print_at_exit(fd, timeout, fallback, keep): the bytes the writer process sends on `fd`, up to
@@ -1513,8 +1598,6 @@ static PyObject *print_at_exit(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"peek_seq", peek_seq, METH_O, "peek_seq(count): the value next(count) would give, not drawn"},
-    {"make_free_callback", make_free_callback, METH_VARARGS,
-     "make_free_callback(bufs, refs, frees, seqs): the weakref callback of capture/memory.py's Tracker"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**objects): the Python objects record_call reads (dispatch.py calls it once)."},
     {"record_call", (PyCFunction)(void (*)(void))record_call, METH_FASTCALL | METH_KEYWORDS,
@@ -1572,14 +1655,14 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_limit, "backlog_limit");
     INTERN(S_recording_failed, "recording_failed");
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
-    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1)) || !(SITE_SHIFT = PyLong_FromLong(64))) return NULL;
+    if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
     if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;
-    if (PyType_Ready(&SiteCacheType) < 0) return NULL;
+    if (PyType_Ready(&SiteCacheType) < 0 || PyType_Ready(&WatchType) < 0 || PyType_Ready(&WatchCoreType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
-    Py_INCREF(&SiteCacheType);
-    if (PyModule_AddObject(m, "SiteCache", (PyObject *)&SiteCacheType) < 0) {
-        Py_DECREF(&SiteCacheType);
+    if (PyModule_AddObjectRef(m, "SiteCache", (PyObject *)&SiteCacheType) < 0 ||
+        PyModule_AddObjectRef(m, "WatchCore", (PyObject *)&WatchCoreType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -280,12 +280,13 @@ def _on_device(fn, device, uncommit: bool = False):
             if isinstance(leaf, _Array):
                 if uncommit and getattr(leaf, "_committed", False):
                     buf = leaf.__dict__.get("_jaxplace_buf") if hasattr(leaf, "__dict__") else None
-                    leaf = leaves[i] = _uncommitted(leaf)
+                    old, leaf = leaf, _uncommitted(leaf)
+                    leaves[i] = leaf
                     changed = True
                     if buf:
                         leaf._jaxplace_buf = buf
                         if state.active.rec is not None:  # the new Array holds the buffer now
-                            state.active.rec.memory.retarget(buf, leaf)
+                            state.active.rec.memory.retarget(old, leaf)
                 try:
                     setattr(leaf, HOME, device)
                 except AttributeError:

@@ -1,5 +1,5 @@
 """The two ways an array gives its device memory back while the Python object lives on
-(issue 27; the rest is a weakref's callback, capture/memory.py): ``Array.delete()`` and a
+(issue 27; the rest is the array's watch, capture/memory.py): ``Array.delete()`` and a
 buffer donated to a jit call (``donate_argnums``: JAX deletes the argument in C++, no Python
 method runs, so the call's arguments are checked after it returns)."""
 from __future__ import annotations
