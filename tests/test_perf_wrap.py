@@ -169,3 +169,25 @@ def test_the_wrapper_type_is_optional():
         assert hook is double
     finally:
         dispatch._c_wrapper = saved
+
+
+def test_the_hooks_read_the_trace_jax_reads_outside_and_inside_a_trace():
+    """``common._trace_now.value`` (JAX's holder behind ``trace_ctx.trace``, read without the
+    property's frame: issue 29) is JAX's current trace wherever a hook asks: at top level (the
+    eval trace: record) and while ``jax.jit`` traces a function (not: no op is dispatched)."""
+    from jax._src import core
+
+    from jaxplace_cli.capture.jaxhooks import common
+
+    seen = []
+
+    def f(x):
+        seen.append((common._trace_now.value, core.trace_ctx.trace,
+                     common._CurrentTrace().value))  # the fallback reads the property itself
+        return x + 1
+
+    top = (common._trace_now.value, core.trace_ctx.trace, common._CurrentTrace().value)
+    jax.jit(f)(jnp.ones(2))
+    assert top[0] is top[1] is top[2] and type(top[0]) is core.EvalTrace
+    (inside,) = seen
+    assert inside[0] is inside[1] is inside[2] and type(inside[0]) is not core.EvalTrace

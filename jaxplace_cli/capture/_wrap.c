@@ -30,11 +30,11 @@
 #include <stddef.h>
 
 static struct {
-    PyObject *active, *tls, *trace_ctx, *eval_trace, *inner_call, *drop_own;
+    PyObject *active, *tls, *trace_now, *eval_trace, *inner_call, *drop_own;
     int ready;
 } G;
 
-static PyObject *S_rec, *S_trace, *S_depth, *S_qualname;
+static PyObject *S_rec, *S_value, *S_depth, *S_qualname;
 
 typedef struct {
     PyObject_HEAD
@@ -89,7 +89,7 @@ static int mode(void) {
     int off = rec == Py_None;
     Py_DECREF(rec);
     if (off) return 0;
-    PyObject *trace = PyObject_GetAttr(G.trace_ctx, S_trace);
+    PyObject *trace = PyObject_GetAttr(G.trace_now, S_value); /* JAX's current trace (common._trace_now) */
     if (!trace) return -1;
     off = (PyObject *)Py_TYPE(trace) != G.eval_trace;
     Py_DECREF(trace);
@@ -222,7 +222,7 @@ static PyTypeObject WrapperType = {
 };
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"active", "tls", "trace_ctx", "eval_trace", "inner_call", "drop_own", NULL};
+    static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", NULL};
     PyObject *v[6];
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]))
         return NULL;
@@ -230,7 +230,7 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "configure(): eval_trace must be a type");
         return NULL;
     }
-    PyObject **slots[] = {&G.active, &G.tls, &G.trace_ctx, &G.eval_trace, &G.inner_call, &G.drop_own};
+    PyObject **slots[] = {&G.active, &G.tls, &G.trace_now, &G.eval_trace, &G.inner_call, &G.drop_own};
     for (int i = 0; i < 6; i++) Py_XSETREF(*slots[i], Py_NewRef(v[i]));
     G.ready = 1;
     Py_RETURN_NONE;
@@ -238,7 +238,7 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(active, tls, trace_ctx, eval_trace, inner_call, drop_own): what every Wrapper reads"},
+     "configure(active, tls, trace_now, eval_trace, inner_call, drop_own): what every Wrapper reads"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -246,7 +246,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_wrap",
                                     "jaxplace's Array operator/method hooks in C (issue 29).", -1, methods};
 
 PyMODINIT_FUNC PyInit__wrap(void) {
-    if (!(S_rec = PyUnicode_InternFromString("rec")) || !(S_trace = PyUnicode_InternFromString("trace")) ||
+    if (!(S_rec = PyUnicode_InternFromString("rec")) || !(S_value = PyUnicode_InternFromString("value")) ||
         !(S_depth = PyUnicode_InternFromString("depth")) ||
         !(S_qualname = PyUnicode_InternFromString("__qualname__")))
         return NULL;

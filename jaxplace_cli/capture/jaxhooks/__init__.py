@@ -76,15 +76,16 @@ def _install_ufunc(report: HookReport) -> None:
     from jax.numpy import ufunc
 
     from jaxplace_cli.capture.jaxhooks import legs
+    from jaxplace_cli.capture.jaxhooks.common import _trace_now
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, fast_hook, record_call
 
     original = ufunc.__dict__["__call__"]
     specs: dict[str, CallSpec] = {}
-    active, tls, trace_ctx, eval_trace = state.active, state.tls, core.trace_ctx, core.EvalTrace
+    active, tls, trace_now, eval_trace = state.active, state.tls, _trace_now, core.EvalTrace
 
     def __call__(self, *args, **kwargs):
         # is_recording(), inlined: every `x * y` passes here inside its operator's hook
-        if active.rec is None or type(trace_ctx.trace) is not eval_trace:
+        if active.rec is None or type(trace_now.value) is not eval_trace:
             return original(self, *args, **kwargs)
         if tls.depth:  # inside an operator (x * 2.0): the ufunc's jit uploads the 2.0
             return legs.inner_call(original, (self, *args), kwargs)

@@ -25,7 +25,7 @@ import jax
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.frames import drop_own
-from jaxplace_cli.capture.jaxhooks.common import _EvalTrace, _trace_ctx
+from jaxplace_cli.capture.jaxhooks.common import _EvalTrace, _trace_now
 from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, upload_nbytes
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, tls, wraps
 from jaxplace_cli.model.events import D2H, H2D, HOST, TransferEvent
@@ -80,7 +80,7 @@ def _note(cb, caller) -> None:
     try:
         if op is not None:
             _ORIGIN[id(cb)] = (cb, op[2], op[0], _device_of(op))
-        elif type(_trace_ctx.trace) is not _EvalTrace:
+        elif type(_trace_now.value) is not _EvalTrace:
             user, _ = rec.user_frame_and_caller(caller)
             if user is not None:
                 _ORIGIN[id(cb)] = (cb, rec.site_of(user), None, _device_of(None))

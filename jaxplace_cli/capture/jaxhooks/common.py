@@ -17,6 +17,38 @@ from jaxplace_cli.capture.recorder import _nbytes
 _trace_ctx = _core.trace_ctx
 _EvalTrace = _core.EvalTrace
 
+
+class _CurrentTrace:
+    """``trace_ctx.trace`` as ``.value``: where ``_trace_now`` cannot be JAX's own holder."""
+
+    @property
+    def value(self):
+        return _trace_ctx.trace
+
+
+def _trace_holder():
+    """What every hook reads to know whether JAX is tracing: ``_trace_now.value`` is JAX's
+    current trace. ``trace_ctx.trace`` is a property whose body is ``return
+    trace_state_strong_ref.value``; reading that holder's ``value`` directly saves the
+    property's Python frame (61 -> 28 ns; ~1.7 reads an eager op, issue 29). A JAX whose
+    property reads anything else keeps the property (``_CurrentTrace``)."""
+    prop = type(_trace_ctx).__dict__.get("trace")
+    fget = getattr(prop, "fget", None)
+    code = getattr(fget, "__code__", None)
+    holder = getattr(_core, "trace_state_strong_ref", None)
+    if (type(prop) is property and code is not None and code.co_argcount == 1
+            and code.co_names == ("trace_state_strong_ref", "value") and code.co_nlocals == 1
+            and getattr(fget, "__globals__", None) is vars(_core) and holder is not None):
+        try:
+            if holder.value is _trace_ctx.trace:
+                return holder
+        except Exception:
+            pass
+    return _CurrentTrace()
+
+
+_trace_now = _trace_holder()
+
 # Bytes a Python scalar operand uploads: it becomes a weakly typed 32-bit value, or 64-bit
 # with x64 enabled (bool: 1 byte either way). Indexed by x64_enabled().
 _SCALAR_BYTES = ({float: 4, int: 4, bool: 1, complex: 8}, {float: 8, int: 8, bool: 1, complex: 16})
@@ -65,7 +97,7 @@ def array_nbytes(a) -> int:
 def is_recording() -> bool:
     """True when a hooked call here should record (not nested, not tracing)."""
     return (active.rec is not None and not tls.depth
-            and type(_trace_ctx.trace) is _EvalTrace)
+            and type(_trace_now.value) is _EvalTrace)
 
 
 # Wrapper frames between the user and the function they called: the callable they wrap

@@ -29,7 +29,7 @@ from jaxplace_cli.capture.jaxhooks import legs
 from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     _EvalTrace,
-    _trace_ctx,
+    _trace_now,
     array_nbytes,
     upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
@@ -313,7 +313,7 @@ def wrap(fn, spec: CallSpec, method: bool = False):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            if active.rec is None or type(_trace_ctx.trace) is not _EvalTrace:
+            if active.rec is None or type(_trace_now.value) is not _EvalTrace:
                 return fn(*args, **kwargs)
             if tls.depth:  # inside another recorded op: a jitted one adds its legs to it
                 return legs.inner_call(fn, args, kwargs, *static) if static else fn(*args, **kwargs)
@@ -386,7 +386,7 @@ def _wrapper_type():
     mod = native.wrap_module()
     if mod is None:
         return None
-    mod.configure(active=active, tls=tls, trace_ctx=_trace_ctx, eval_trace=_EvalTrace,
+    mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,
                   inner_call=legs.inner_call, drop_own=frames.drop_own)
     return mod.Wrapper
 

@@ -15,7 +15,7 @@ from jaxplace_cli.capture.jaxhooks.common import JitProxy
 from jaxplace_cli.capture.jaxhooks.dispatch import (
     CallSpec,
     _EvalTrace,
-    _trace_ctx,
+    _trace_now,
     record_call,
 )
 from jaxplace_cli.capture.jaxhooks.legs import inner_call
@@ -52,7 +52,7 @@ class JitFunction(JitProxy):
 
     def __call__(self, *args, **kwargs):
         try:
-            if active.rec is None or type(_trace_ctx.trace) is not _EvalTrace:
+            if active.rec is None or type(_trace_now.value) is not _EvalTrace:
                 return self._jitted(*args, **kwargs)
             if tls.depth:  # called inside another recorded op: its host arguments are legs of it
                 spec = self._spec

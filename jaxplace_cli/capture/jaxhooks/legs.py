@@ -29,7 +29,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     JitProxy,
     _EvalTrace,
-    _trace_ctx,
+    _trace_now,
     sharded_upload,
     upload_nbytes,
     x64_enabled,
@@ -159,7 +159,7 @@ def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
         if active.rec is not None:
             active.rec.recording_failed(exc)
     out = fn(*args, **kwargs)
-    if hosts and type(_trace_ctx.trace) is _EvalTrace:
+    if hosts and type(_trace_now.value) is _EvalTrace:
         record_inner(hosts, out)
     return out
 
