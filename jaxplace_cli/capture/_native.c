@@ -334,13 +334,14 @@ static struct {
     PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
     PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves, *host_leg, *host_types;
     PyObject *sharding_attr;
+    PyObject *x64_now; /* JAX's jax_enable_x64 holder (its .value), or None: x64_enabled() */
     int ready;
 } G;
 
 static PyObject *ZERO, *ONE;
 static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
-    *S_sharding, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
+    *S_sharding, *S_value, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_index, *S_static_argnums,
     *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
     *S_mem_state, *S_stack_of;
@@ -415,14 +416,15 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
                             "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", "host_leg",
-                            "host_types", "sharding_attr", NULL};
-    PyObject *v[20], *sharding_attr = S_sharding;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOO|U", names, &v[0], &v[1], &v[2],
+                            "host_types", "sharding_attr", "x64_now", NULL};
+    PyObject *v[20], *sharding_attr = S_sharding, *x64_now = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOO|UO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
                                      &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19],
-                                     &sharding_attr))
+                                     &sharding_attr, &x64_now))
         return NULL;
     Py_XSETREF(G.sharding_attr, Py_NewRef(sharding_attr));
+    Py_XSETREF(G.x64_now, Py_NewRef(x64_now));
     PyObject **slots[] = {&G.active, &G.tls, &G.labels, &G.array_type, &G.dtype_names,
                           &G.dtype_name, &G.sharding_label,
                           &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
@@ -1049,7 +1051,8 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             }
         } else {
             if (!scalar_bytes) {
-                PyObject *x64 = PyObject_CallNoArgs(G.x64_enabled);
+                PyObject *x64 = G.x64_now != Py_None ? PyObject_GetAttr(G.x64_now, S_value)
+                                                     : PyObject_CallNoArgs(G.x64_enabled);
                 if (!x64) goto done;
                 int on = PyObject_IsTrue(x64);
                 Py_DECREF(x64);
@@ -1632,6 +1635,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_on_dispatch, "on_dispatch");
     INTERN(S_append, "append");
     INTERN(S_sharding, "sharding");
+    INTERN(S_value, "value");
     INTERN(S_device, "_device");
     INTERN(S_dict, "__dict__");
     INTERN(S_aval, "aval");

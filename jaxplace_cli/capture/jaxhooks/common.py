@@ -55,18 +55,19 @@ _SCALAR_BYTES = ({float: 4, int: 4, bool: 1, complex: 8}, {float: 8, int: 8, boo
 
 
 def _x64_reader():
-    """``jax_enable_x64`` as of now (a script may enable it after the hooks are installed):
-    JAX's config holder is ~3x cheaper to read than ``jax.config.jax_enable_x64``."""
+    """(JAX's ``jax_enable_x64`` holder or None, a function reading it now): a script may enable
+    x64 after the hooks are installed. The holder is ~3x cheaper to read than
+    ``jax.config.jax_enable_x64``; the C hot path reads its ``value`` itself (no frame)."""
     try:
         from jax._src.config import enable_x64
 
         enable_x64.value  # noqa: B018 - fails here, not per op, if the holder changed
-        return lambda: bool(enable_x64.value)
+        return enable_x64, lambda: bool(enable_x64.value)
     except Exception:
-        return lambda: bool(jax.config.jax_enable_x64)
+        return None, lambda: bool(jax.config.jax_enable_x64)
 
 
-x64_enabled = _x64_reader()
+_x64_now, x64_enabled = _x64_reader()
 
 _DEVICE_ITEMSIZE: dict = {}  # (host dtype, x64) -> itemsize of the dtype JAX uploads it as
 

@@ -30,6 +30,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     _EvalTrace,
     _trace_now,
+    _x64_now,
     array_nbytes,
     upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
@@ -349,7 +350,7 @@ def configure_native(mod):
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
                   d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=legs.host_leg,
-                  host_types=(np.ndarray, np.generic), sharding_attr=_sharding_attr())
+                  host_types=(np.ndarray, np.generic), sharding_attr=_sharding_attr(), x64_now=_x64_now)
     return mod.record_call
 
 
