@@ -191,3 +191,42 @@ def test_the_hooks_read_the_trace_jax_reads_outside_and_inside_a_trace():
     assert top[0] is top[1] is top[2] and type(top[0]) is core.EvalTrace
     (inside,) = seen
     assert inside[0] is inside[1] is inside[2] and type(inside[0]) is not core.EvalTrace
+
+
+def _as_class_attributes():
+    """What each function does looked up through a class (``self.act(x)``), as under python:
+    ``jax.nn.relu`` (a ``custom_jvp``) does not bind, ``jnp.sin`` (a ``PjitFunction``) and
+    ``jnp.where`` (a Python function) do, so the instance becomes their first argument."""
+
+    class M:
+        relu, sin, where = jax.nn.relu, jnp.sin, jnp.where
+
+    out = {}
+    for name in ("relu", "sin", "where"):
+        try:
+            out[name] = ("returned", np.asarray(getattr(M(), name)(jnp.arange(3.0) - 1)).tolist())
+        except TypeError as exc:
+            out[name] = ("raised", type(exc).__name__)
+    return out
+
+
+@pytest.mark.parametrize("c_wrappers", [True, False])
+def test_a_hooked_function_binds_exactly_when_the_original_does(c_wrappers, monkeypatch):
+    """A library function kept as a class attribute behaves as under python: a wrapper binds as
+    a method only where the function it wraps does (``M().act(x)`` with ``act = jax.nn.relu``
+    raised TypeError under jaxplace: the wrapper bound the instance as relu's argument)."""
+    from jaxplace_cli.capture import recording
+
+    plain = _as_class_attributes()
+    assert plain["relu"] == ("returned", [0.0, 0.0, 1.0])
+    assert plain["sin"][0] == plain["where"][0] == "raised"
+    if not c_wrappers:
+        monkeypatch.setattr(dispatch, "_c_wrapper", None)
+    assert not recording._installed  # the hooks are installed (so wrapped) inside recorded()
+    with recorded() as rec:
+        kinds = {type(f).__name__ for f in (jax.nn.relu, jnp.sin)}
+        assert kinds == ({"PlainWrapper", "Wrapper"} if c_wrappers and _wrap is not None
+                         else {"_Unbound", "function"})
+        assert _as_class_attributes() == plain
+        assert jax.nn.relu(jnp.ones(2)).tolist() == [1.0, 1.0]
+    assert "relu" in [o.name.split(".")[-1] for o in rec.ops]

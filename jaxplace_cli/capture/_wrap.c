@@ -21,7 +21,10 @@
    Python frame. It is a method descriptor (binds like a function: Py_TPFLAGS_METHOD_DESCRIPTOR
    lets CPython call it unbound for `x + y` and `x.sum()`), keeps a __dict__ (functools.wraps
    fills __wrapped__, __name__, __qualname__, __doc__, __module__) and pickles by reference
-   (__reduce__ gives its qualified name, as a function does).
+   (__reduce__ gives its qualified name, as a function does). dispatch.wrap also puts it around
+   jitted jax.numpy functions (jnp.sin: a PjitFunction binds as a function does), and a
+   `PlainWrapper` -- the same without the binding -- around callables that do not bind
+   (jax.nn.relu, a custom_jvp: kept as a class attribute it is called as it is).
 
    Optional like the other extensions: without it dispatch.py keeps the Python wrapper.
 */
@@ -221,6 +224,28 @@ static PyTypeObject WrapperType = {
     .tp_new = wrapper_new,
 };
 
+/* The same hook around a callable that does not bind as a method (jax.nn.relu is a custom_jvp
+   object: `class M: act = jax.nn.relu` then `M().act(x)` calls relu(x) under python): no
+   method-descriptor flag and no __get__, so an attribute lookup through a class returns it
+   as it is, as it returns the original. */
+static PyTypeObject PlainWrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "jaxplace_cli.capture._wrap.PlainWrapper",
+    .tp_basicsize = sizeof(Wrapper),
+    .tp_dealloc = (destructor)wrapper_dealloc,
+    .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)wrapper_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A recording hook around a jax entry point that does not bind (capture/_wrap.c).",
+    .tp_traverse = (traverseproc)wrapper_traverse,
+    .tp_clear = (inquiry)wrapper_clear,
+    .tp_weaklistoffset = offsetof(Wrapper, weaklist),
+    .tp_methods = wrapper_methods,
+    .tp_getset = wrapper_getset,
+    .tp_dictoffset = offsetof(Wrapper, dict),
+    .tp_new = wrapper_new,
+};
+
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", NULL};
     PyObject *v[6];
@@ -250,10 +275,11 @@ PyMODINIT_FUNC PyInit__wrap(void) {
         !(S_depth = PyUnicode_InternFromString("depth")) ||
         !(S_qualname = PyUnicode_InternFromString("__qualname__")))
         return NULL;
-    if (PyType_Ready(&WrapperType) < 0) return NULL;
+    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
-    if (PyModule_AddObjectRef(m, "Wrapper", (PyObject *)&WrapperType) < 0) {
+    if (PyModule_AddObjectRef(m, "Wrapper", (PyObject *)&WrapperType) < 0 ||
+        PyModule_AddObjectRef(m, "PlainWrapper", (PyObject *)&PlainWrapperType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

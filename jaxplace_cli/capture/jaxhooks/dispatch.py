@@ -29,7 +29,9 @@ from jaxplace_cli.capture.jaxhooks import legs
 from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     _EvalTrace,
+    _sharding_attr,
     _trace_now,
+    _Unbound,
     _x64_now,
     array_nbytes,
     upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
@@ -301,12 +303,17 @@ def wrap(fn, spec: CallSpec, method: bool = False):
 
     ``method``: an Array operator or method. Those are the per-op cost of eager code (every
     ``x + 1.0``), so where the extension loaded the wrapper is ``capture/_wrap.c``'s
-    ``Wrapper``, the same decisions without a Python frame (issue 29)."""
+    ``Wrapper``, the same decisions without a Python frame (issue 29) — and so it is for a
+    jitted ``jax.numpy`` function (``jnp.sin``: a ``PjitFunction``, which is no Python function
+    either) and a ``custom_jvp``/``custom_vjp`` one (``jax.nn.relu``). A Python function keeps a
+    Python wrapper (``inspect.isfunction`` stays true). The wrapper binds as a method exactly
+    when ``fn`` does: ``class M: act = jax.nn.relu`` then ``M().act(x)`` calls ``relu(x)``."""
     # the native path counts an index's Python ints; x[idx] needs index_uploads (Python)
     call = python_record_call if spec.index else None
     static = legs.jit_static(fn)  # a jitted function: its host arguments are uploads
-    if method and _c_wrapper is not None:
-        wrapper = _c_wrapper(fn, spec, call or record_call, static)
+    binds = hasattr(type(fn), "__get__")
+    if _c_wrapper is not None and (method or type(fn).__name__ in _C_WRAPPED):
+        wrapper = (_c_wrapper if binds else _c_plain_wrapper)(fn, spec, call or record_call, static)
         functools.update_wrapper(wrapper, fn)
         wrapper.__jaxplace_original__ = fn
         return wrapper
@@ -324,7 +331,11 @@ def wrap(fn, spec: CallSpec, method: bool = False):
             raise
 
     wrapper.__jaxplace_original__ = fn
-    return wrapper
+    return wrapper if binds else _Unbound(wrapper, fn)
+
+
+# callables wrapped by the C Wrapper besides Array methods: no Python function to imitate
+_C_WRAPPED = ("PjitFunction", "custom_jvp", "custom_vjp")
 
 
 def fast_hook(original, hook):
@@ -354,18 +365,6 @@ def configure_native(mod):
     return mod.record_call
 
 
-def _sharding_attr(array_type=ArrayImpl) -> str:
-    """What the C path reads for an array's sharding: ``_sharding`` where ``Array.sharding`` is
-    the property ``return self._sharding`` (jax 0.4-0.10: no Python frame, 55 -> 24 ns a read),
-    else ``sharding`` itself — a JAX whose property does more keeps what it does."""
-    prop = array_type.__dict__.get("sharding")
-    code = getattr(getattr(prop, "fget", None), "__code__", None)
-    if (type(prop) is property and code is not None and code.co_names == ("_sharding",)
-            and code.co_argcount == 1 and code.co_nlocals == 1 and prop.fget.__closure__ is None):
-        return "_sharding"
-    return "sharding"
-
-
 def _native_record_call():
     """The native hot path, or None when the extension is missing, failed to import, or
     ``JAXPLACE_CAPTURE=python`` (capture/native.py)."""
@@ -389,7 +388,7 @@ def _wrapper_type():
         return None
     mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,
                   inner_call=legs.inner_call, drop_own=frames.drop_own)
-    return mod.Wrapper
+    return mod.Wrapper, mod.PlainWrapper
 
 
-_c_wrapper = _wrapper_type()
+_c_wrapper, _c_plain_wrapper = _wrapper_type() or (None, None)
