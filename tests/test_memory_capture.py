@@ -225,3 +225,38 @@ def test_a_placement_policy_keeps_the_count(tmp_path, jax_devices):
             d = c + 1
     assert sum(d_["end_bytes"] for d_ in m.doc["devices"]) == 3 * 256 * 1024
     del a, c, d
+
+
+def _watch_cores():
+    """The watch implementations: capture/_native.c's where it is built, and the Python twin."""
+    from jaxplace_cli.capture import memory, native
+
+    mod = native.module()
+    return [memory._Core] + ([mod.WatchCore] if mod is not None else [])
+
+
+@pytest.mark.parametrize("core_type", _watch_cores(), ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_a_watch_appends_its_free_once_and_only_while_its_core_is_on(core_type):
+    """The free of a tracked buffer (capture/memory.py): the watch's end appends (buf, the next
+    seq, gc); an explicit release appends (buf, seq, how) once and ends it; a forgotten watch and
+    any watch of a stopped core append nothing. Rows read back as three int64, by hand."""
+    import itertools
+    import struct
+
+    frees, seqs = bytearray(), itertools.count(40)
+    core = core_type(frees, seqs, "_jaxplace_watch")
+    rows = lambda: [struct.unpack("qqq", bytes(frees[i:i + 24])) for i in range(0, len(frees), 24)]  # noqa: E731
+    w = core.watch(7, 3)
+    assert (w.b, w.site, w.live, w.core is core) == (7, 3, True, True)
+    del w  # the array holding it died: a "gc" free (how 0) at the next seq, 40
+    next(seqs)  # an event drew 40
+    w = core.watch(8, 3)
+    assert w.release(2, 17) is True and w.release(2, 17) is False and not w.live  # "donated" at 17
+    del w  # released: its end is no second free
+    w = core.watch(9, 3)
+    w.forget()
+    del w
+    w = core.watch(10, 3)
+    core.on = False  # the recording stopped: the teardown's frees are no rows
+    del w
+    assert rows() == [(7, 40, 0), (8, 17, 2)]

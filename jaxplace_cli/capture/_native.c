@@ -604,6 +604,12 @@ static PyObject *watch_release(Watch *w, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* watch.forget(): it follows nothing any more, and its end appends nothing. */
+static PyObject *watch_forget(Watch *w, PyObject *unused) {
+    w->armed = 0;
+    Py_RETURN_NONE;
+}
+
 static PyObject *watch_core(Watch *w, void *c) { return Py_NewRef((PyObject *)w->core); }
 static PyObject *watch_live(Watch *w, void *c) { return PyBool_FromLong(w->armed && w->core->on); }
 static PyObject *watch_b(Watch *w, void *c) { return PyLong_FromLongLong(w->b); }
@@ -611,6 +617,7 @@ static PyObject *watch_site(Watch *w, void *c) { return PyLong_FromLongLong(w->s
 
 static PyMethodDef watch_methods[] = {
     {"release", (PyCFunction)watch_release, METH_VARARGS, "release(how, seq): the buffer was given back now"},
+    {"forget", (PyCFunction)watch_forget, METH_NOARGS, "forget(): follow nothing, append nothing"},
     {NULL, NULL, 0, NULL},
 };
 static PyGetSetDef watch_getset[] = {

@@ -80,8 +80,12 @@ class Tracker:
         memory, capture/jaxhooks/engine.py): the old object's end is no free, the new one's is."""
         od, nd = getattr(old, "__dict__", None), getattr(new, "__dict__", None)
         w = od.pop(WATCH_ATTR, None) if od is not None else None
-        if w is not None and self.on and type(nd) is dict:
+        if w is None:
+            return
+        if self.on and type(nd) is dict:
             nd[WATCH_ATTR] = w
+        else:  # nowhere to follow it: untracked from here, its end is no free either
+            w.forget()
 
     def _add_shards(self, arr, b: int) -> None:
         """Each device of a multi-device array holds one shard of ``shard_shape``."""
@@ -174,6 +178,9 @@ class _Watch:
     @property
     def live(self) -> bool:
         return self.armed and self.core.on
+
+    def forget(self) -> None:
+        self.armed = False
 
     def release(self, how: int, seq: int) -> bool:
         if not self.live:
