@@ -225,26 +225,10 @@ static PyTypeObject WrapperType = {
 };
 
 /* The same hook around a callable that does not bind as a method (jax.nn.relu is a custom_jvp
-   object: `class M: act = jax.nn.relu` then `M().act(x)` calls relu(x) under python): no
-   method-descriptor flag and no __get__, so an attribute lookup through a class returns it
-   as it is, as it returns the original. */
-static PyTypeObject PlainWrapperType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "jaxplace_cli.capture._wrap.PlainWrapper",
-    .tp_basicsize = sizeof(Wrapper),
-    .tp_dealloc = (destructor)wrapper_dealloc,
-    .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_repr = (reprfunc)wrapper_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A recording hook around a jax entry point that does not bind (capture/_wrap.c).",
-    .tp_traverse = (traverseproc)wrapper_traverse,
-    .tp_clear = (inquiry)wrapper_clear,
-    .tp_weaklistoffset = offsetof(Wrapper, weaklist),
-    .tp_methods = wrapper_methods,
-    .tp_getset = wrapper_getset,
-    .tp_dictoffset = offsetof(Wrapper, dict),
-    .tp_new = wrapper_new,
-};
+   object: `class M: act = jax.nn.relu` then `M().act(x)` calls relu(x) under python): made at
+   import from WrapperType without the method-descriptor flag and without __get__, so an
+   attribute lookup through a class returns it as it is, as it returns the original. */
+static PyTypeObject PlainWrapperType;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", NULL};
@@ -275,6 +259,11 @@ PyMODINIT_FUNC PyInit__wrap(void) {
         !(S_depth = PyUnicode_InternFromString("depth")) ||
         !(S_qualname = PyUnicode_InternFromString("__qualname__")))
         return NULL;
+    PlainWrapperType = WrapperType; /* both not readied yet: a copy of the static slots */
+    PlainWrapperType.tp_name = "jaxplace_cli.capture._wrap.PlainWrapper";
+    PlainWrapperType.tp_doc = "A recording hook around a jax entry point that does not bind (capture/_wrap.c).";
+    PlainWrapperType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
+    PlainWrapperType.tp_descr_get = NULL;
     if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
