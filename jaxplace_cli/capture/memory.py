@@ -9,7 +9,7 @@ watch's end appends the free. Nothing else holds a watch, so no lifetime is exte
 an array freed as cyclic garbage is seen too (the collector clears its ``__dict__``). It costs
 one small object and one dict store per new buffer (capture/_native.c ``Watch``; it replaced a
 weakref with a callback and two dict stores: bench P6 in-process with two threads, 0.26 of a
-1.9 s loop went to tracking, now ~0.08 s). An array released without dying —
+1.9 s loop went to tracking, now ~0.02–0.07 s). An array released without dying —
 ``Array.delete()``, a buffer donated to a jit call — is reported by the hooks (``released``:
 capture/jaxhooks/memory.py), which end its watch so it is freed once.
 
