@@ -534,9 +534,9 @@ static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
 /* When a recorded buffer is freed (capture/memory.py, issue 27). Each new array gets a Watch in
    its __dict__ (beside its buffer id); the array's death releases its __dict__, the Watch's
    deallocation appends (buf, the next seq, 0 = "gc") to the tracker's frees. It replaces a
-   weakref with a callback and two dict stores per buffer (bench P6 in-process, 2 threads: the
-   tracking cost 0.26 s of a 1.9 s loop, now ~0.08 s): one small object that the cycle
-   collector does not track, one dict store, no call on free. The array's lifetime is not
+   weakref with a callback and two dict stores per buffer (the measured gain: docs/memory.md,
+   "Cost"): one small object that the cycle collector does not track, one dict store, no call
+   on free. The array's lifetime is not
    extended (nothing but its own __dict__ holds the Watch) and an array freed as cyclic garbage
    is seen as well (the collector clears the array's __dict__). A WatchCore is one tracker's:
    its `on` ends every Watch of a stopped recording at once (teardown frees are no rows). */

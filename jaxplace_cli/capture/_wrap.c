@@ -259,11 +259,13 @@ PyMODINIT_FUNC PyInit__wrap(void) {
         !(S_depth = PyUnicode_InternFromString("depth")) ||
         !(S_qualname = PyUnicode_InternFromString("__qualname__")))
         return NULL;
-    PlainWrapperType = WrapperType; /* both not readied yet: a copy of the static slots */
-    PlainWrapperType.tp_name = "jaxplace_cli.capture._wrap.PlainWrapper";
-    PlainWrapperType.tp_doc = "A recording hook around a jax entry point that does not bind (capture/_wrap.c).";
-    PlainWrapperType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
-    PlainWrapperType.tp_descr_get = NULL;
+    if (!(WrapperType.tp_flags & Py_TPFLAGS_READY)) { /* the copy is of the static slots only */
+        PlainWrapperType = WrapperType;
+        PlainWrapperType.tp_name = "jaxplace_cli.capture._wrap.PlainWrapper";
+        PlainWrapperType.tp_doc = "A recording hook around a jax entry point that does not bind (capture/_wrap.c).";
+        PlainWrapperType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
+        PlainWrapperType.tp_descr_get = NULL;
+    }
     if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;

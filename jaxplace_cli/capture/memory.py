@@ -8,8 +8,8 @@ watch's end appends the free. Nothing else holds a watch, so no lifetime is exte
 (tests/test_memory_capture.py compares ``jax.live_arrays()`` with and without jaxplace), and
 an array freed as cyclic garbage is seen too (the collector clears its ``__dict__``). It costs
 one small object and one dict store per new buffer (capture/_native.c ``Watch``; it replaced a
-weakref with a callback and two dict stores: bench P6 in-process with two threads, 0.26 of a
-1.9 s loop went to tracking, now ~0.02–0.07 s). An array released without dying —
+weakref with a callback and two dict stores: the measured gain is in docs/memory.md, "Cost").
+An array released without dying —
 ``Array.delete()``, a buffer donated to a jit call — is reported by the hooks (``released``:
 capture/jaxhooks/memory.py), which end its watch so it is freed once.
 
@@ -102,12 +102,11 @@ class Tracker:
 
     def live(self):
         """(buf, site, array) of every tracked array still alive and not deleted: JAX's own
-        list of live arrays (``jax.live_arrays``, every platform in use), those with a watch of
-        this tracker."""
+        list of live arrays (``jax.live_arrays``: the default backend's and the CPU's), those
+        with a live watch of this tracker."""
         jax = sys.modules.get("jax")
         if jax is None or not self.on:
             return
-        seen = set()
         for platform in _platforms(jax):
             try:
                 arrays = jax.live_arrays(platform)
@@ -116,9 +115,8 @@ class Tracker:
             for arr in arrays:
                 d = getattr(arr, "__dict__", None)
                 w = d.get(WATCH_ATTR) if d is not None else None
-                if w is None or w.core is not self.core or not w.live or id(arr) in seen:
+                if w is None or w.core is not self.core or not w.live:
                     continue
-                seen.add(id(arr))
                 try:
                     if arr.is_deleted():
                         continue
@@ -144,7 +142,8 @@ class Tracker:
 
 
 def _platforms(jax) -> list[str]:
-    """The platforms whose devices this process started (``jax.live_arrays`` takes one)."""
+    """The default backend's platform and the CPU (``jax.live_arrays`` takes one at a time;
+    the set keeps the CPU once where it is the default)."""
     try:
         return sorted({d.platform for d in jax.devices()} | {"cpu"})
     except Exception:

@@ -29,6 +29,16 @@ class _CurrentTrace:
         return _trace_ctx.trace
 
 
+def _plain_property(prop, names: tuple[str, ...]) -> bool:
+    """``prop`` is a property whose getter only reads ``names`` (``return self._sharding``,
+    ``return trace_state_strong_ref.value``): what it returns can be read without its Python
+    frame. Checked on its code, so a JAX whose property does more keeps the property."""
+    fget = getattr(prop, "fget", None)
+    code = getattr(fget, "__code__", None)
+    return (type(prop) is property and code is not None and code.co_argcount == 1
+            and code.co_nlocals == 1 and code.co_names == names and fget.__closure__ is None)
+
+
 def _trace_holder():
     """What every hook reads to know whether JAX is tracing: ``_trace_now.value`` is JAX's
     current trace. ``trace_ctx.trace`` is a property whose body is ``return
@@ -36,12 +46,9 @@ def _trace_holder():
     property's Python frame (61 -> 28 ns; ~1.7 reads an eager op, issue 29). A JAX whose
     property reads anything else keeps the property (``_CurrentTrace``)."""
     prop = type(_trace_ctx).__dict__.get("trace")
-    fget = getattr(prop, "fget", None)
-    code = getattr(fget, "__code__", None)
     holder = getattr(_core, "trace_state_strong_ref", None)
-    if (type(prop) is property and code is not None and code.co_argcount == 1
-            and code.co_names == ("trace_state_strong_ref", "value") and code.co_nlocals == 1
-            and getattr(fget, "__globals__", None) is vars(_core) and holder is not None):
+    if (_plain_property(prop, ("trace_state_strong_ref", "value"))
+            and prop.fget.__globals__ is vars(_core) and holder is not None):
         try:
             if holder.value is _trace_ctx.trace:
                 return holder
@@ -308,9 +315,4 @@ def _sharding_attr(array_type=ArrayImpl) -> str:
     """What the C path reads for an array's sharding: ``_sharding`` where ``Array.sharding`` is
     the property ``return self._sharding`` (jax 0.4-0.10: no Python frame, 55 -> 24 ns a read),
     else ``sharding`` itself — a JAX whose property does more keeps what it does."""
-    prop = array_type.__dict__.get("sharding")
-    code = getattr(getattr(prop, "fget", None), "__code__", None)
-    if (type(prop) is property and code is not None and code.co_names == ("_sharding",)
-            and code.co_argcount == 1 and code.co_nlocals == 1 and prop.fget.__closure__ is None):
-        return "_sharding"
-    return "sharding"
+    return "_sharding" if _plain_property(array_type.__dict__.get("sharding"), ("_sharding",)) else "sharding"
