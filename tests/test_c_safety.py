@@ -134,3 +134,29 @@ def test_finish_core_survives_rows_that_empty_its_inputs_and_cache(tmp_path):
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["1", "1", "2x7", "True"]
+
+
+def test_the_string_id_cache_never_answers_for_another_string(tmp_path):
+    """RowBuffer keeps the ids of the strings it met last by the str's address; strings made and
+    freed by the thousand (each address reused by the next one), equal strings as distinct
+    objects, and more strings than the cache holds still decode to exactly the rows appended,
+    over several takes (the definitions carry over). A cache of borrowed addresses fails it."""
+    proc = _child("""
+        from collections import deque
+        from jaxplace_cli.model._packed import RowBuffer, Decoder
+
+        def row_of(i):
+            a = "dev:%d" % (i % 700)          # a fresh object each time
+            b = "".join(["na", "me"])         # equal, distinct objects
+            return (i, a, b, ("x%d" % (i * 7 % 1009), i), None, True)
+
+        rb = RowBuffer(); s = rb.sink(1, deque()); dec = Decoder()
+        got = []
+        for batch in range(4):
+            for i in range(batch * 3000, batch * 3000 + 3000):
+                s.append(row_of(i))  # freed after its row: its address is reused by the next
+            got.extend(dec.decode(rb.take()[0])[1])
+        print(got == [row_of(i) for i in range(12000)], len(got))
+    """, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "12000"]

@@ -602,5 +602,21 @@ def test_the_c_path_reads_sharding_directly_only_behind_the_plain_property():
     class Attribute:
         sharding = None
 
-    assert dispatch._sharding_attr(Plain) == "_sharding"
-    assert [dispatch._sharding_attr(c) for c in (More, Computed, Attribute)] == ["sharding"] * 3
+    assert dispatch._direct_attr("sharding", Plain) == "_sharding"
+    assert [dispatch._direct_attr("sharding", c) for c in (More, Computed, Attribute)] == ["sharding"] * 3
+
+
+def test_committed_is_read_as_jax_stores_it():
+    """The C path reads ``_committed`` behind JAX's ``committed`` property only where that is
+    ``return self._committed``; what it reads agrees with the property on a committed and an
+    uncommitted array (device_put with and without a device)."""
+    from jax._src.array import ArrayImpl
+
+    from jaxplace_cli.capture.jaxhooks.common import _plain_property
+
+    attr = dispatch._direct_attr("committed")
+    assert attr in ("_committed", "committed")
+    assert (attr == "_committed") == _plain_property(ArrayImpl.__dict__.get("committed"), ("_committed",))
+    for arr, expected in ((jax.device_put(np.ones(3)), False), (jax.device_put(np.ones(3), jax.devices()[0]), True)):
+        assert arr.committed is expected
+        assert getattr(arr, attr) is expected

@@ -25,6 +25,19 @@
 
 enum { T_OPS = 0, T_TRANSFERS = 1, T_BUFFERS = 2, N_TABLES = 3 };
 
+#include "_packed_api.h"
+
+/* The ids of the strings met last, by the str object's address: a row holds three to five
+   strings (names, device labels, APIs), nearly always the very same objects, and a dict lookup
+   and an int conversion per string were the largest part of encoding (bench P6's workload
+   pinned to one CPU: `encode` 4.8 us an iteration of 71 rows). An entry holds a reference to
+   its str, so an address is never reused while it is here. */
+#define STR_CACHE 256
+typedef struct {
+    PyObject *s; /* a strong reference, or NULL */
+    uint32_t id;
+} StrSlot;
+
 typedef struct {
     PyObject_HEAD
     char *buf;
@@ -34,6 +47,7 @@ typedef struct {
     PyObject *strings;        /* str -> id */
     Py_ssize_t rows[N_TABLES];
     int busy;                 /* a row is being encoded into `row` (see rb_add) */
+    StrSlot cache[STR_CACHE];
 } RowBuffer;
 
 static int grow(char **b, Py_ssize_t *cap, Py_ssize_t need) {
@@ -111,8 +125,13 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         return rc;
     }
     if (PyUnicode_CheckExact(v)) {
-        PyObject *id = PyDict_GetItemWithError(rb->strings, v);
+        StrSlot *slot = &rb->cache[((uintptr_t)v >> 4) % STR_CACHE];
         uint32_t sid;
+        if (slot->s == v) {
+            tag = 's';
+            return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &slot->id, 4);
+        }
+        PyObject *id = PyDict_GetItemWithError(rb->strings, v);
         if (id) {
             sid = (uint32_t)PyLong_AsUnsignedLong(id);
         } else {
@@ -132,6 +151,9 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
             if (bput(rb, &tag, 1) < 0 || bput(rb, &sid, 4) < 0 || bput(rb, &n32, 4) < 0 || bput(rb, u, n) < 0)
                 return -1;
         }
+        /* the old entry's str may be freed here: a str's deallocation runs no Python code */
+        Py_XSETREF(slot->s, Py_NewRef(v));
+        slot->id = sid;
         tag = 's';
         return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &sid, 4);
     }
@@ -166,6 +188,7 @@ static int rb_add(RowBuffer *rb, int table, PyObject *row) {
 }
 
 static void rb_dealloc(RowBuffer *self) {
+    for (int i = 0; i < STR_CACHE; i++) Py_CLEAR(self->cache[i].s);
     PyMem_Free(self->buf);
     PyMem_Free(self->row);
     Py_XDECREF(self->strings);
@@ -410,20 +433,35 @@ typedef struct {
     PyObject *fallback; /* a collections.deque */
 } Sink;
 
-static PyObject *sink_append(Sink *self, PyObject *row) {
+/* sink.append(row), stealing row: 0, or -1 with an error set. Also the C entry point
+   capture/_native.c calls for a Sink (the `_C_API` capsule), without a method call per row. */
+static int sink_add(PyObject *sink, PyObject *row) {
+    Sink *self = (Sink *)sink;
     if (PyTuple_Check(row) && !self->rb->busy) {
         Py_INCREF(row);
-        if (rb_add(self->rb, self->table, row) == 0) Py_RETURN_NONE;
+        if (rb_add(self->rb, self->table, row) == 0) {
+            Py_DECREF(row);
+            return 0;
+        }
         if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
-            !PyErr_ExceptionMatches(PyExc_OverflowError))
-            return NULL; /* out of memory: said */
+            !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            Py_DECREF(row);
+            return -1; /* out of memory: said */
+        }
         PyErr_Clear();
     }
     /* not PyObject_CallMethod(..., "O", row): a tuple built from "O" becomes the argument list */
     PyObject *name = PyUnicode_InternFromString("append");
     PyObject *r = name ? PyObject_CallMethodOneArg(self->fallback, name, row) : NULL;
     Py_XDECREF(name);
-    return r;
+    Py_DECREF(row);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *sink_append(Sink *self, PyObject *row) {
+    return sink_add((PyObject *)self, Py_NewRef(row)) < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static Py_ssize_t sink_len(Sink *self) {
@@ -502,6 +540,17 @@ PyMODINIT_FUNC PyInit__packed(void) {
         return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
+    /* for capture/_native.c: the Sink type and its append (see sink_add) */
+    static JaxplacePackedAPI api;
+    api.version = JAXPLACE_PACKED_API_VERSION;
+    api.sink_type = &SinkType;
+    api.sink_add = sink_add;
+    PyObject *capsule = PyCapsule_New(&api, "jaxplace_cli.model._packed._C_API", NULL);
+    if (!capsule || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
     PyTypeObject *types[] = {&RowBufferType, &DecoderType};
     const char *names[] = {"RowBuffer", "Decoder"};
     for (int i = 0; i < 2; i++) {

@@ -28,8 +28,8 @@ from jaxplace_cli.capture import frames
 from jaxplace_cli.capture.jaxhooks import legs
 from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
+    _direct_attr,
     _EvalTrace,
-    _sharding_attr,
     _trace_now,
     _Unbound,
     _x64_now,
@@ -361,7 +361,8 @@ def configure_native(mod):
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
                   d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=legs.host_leg,
-                  host_types=(np.ndarray, np.generic), sharding_attr=_sharding_attr(), x64_now=_x64_now)
+                  host_types=(np.ndarray, np.generic), sharding_attr=_direct_attr("sharding"), x64_now=_x64_now,
+                  committed_attr=_direct_attr("committed"))
     return mod.record_call
 
 
