@@ -29,6 +29,8 @@
 #include <frameobject.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <time.h>
 #include <errno.h>
 #include <poll.h>
@@ -552,6 +554,7 @@ static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
    is seen as well (the collector clears the array's __dict__). A WatchCore is one tracker's:
    its `on` ends every Watch of a stopped recording at once (teardown frees are no rows). */
 static long long count_peek(PyObject *c);
+static int count_next(PyObject *c, long long *v);
 
 typedef struct {
     PyObject_HEAD
@@ -791,6 +794,24 @@ static int emit_transfer(PyObject *transfers, PyObject *cb, PyObject *ev) {
     return append_steal(transfers, ev);
 }
 
+/* A row into `table`, as the tuple Py_BuildValue(fmt, ...) makes ("(...)" of 'L', a long long,
+   and 'O', an object): a Sink packs it straight from the values, no tuple made
+   (model/_packed.c sink_vrow: ~5 % of the hooks' cost on bench P6's rows); a deque, or a Sink
+   that declines, gets the tuple (untracked). Steals nothing. */
+static int emit_row(PyObject *table, const char *fmt, ...) {
+    va_list ap;
+    if (PACKED && Py_TYPE(table) == PACKED->sink_type) {
+        va_start(ap, fmt);
+        int r = PACKED->sink_vrow(table, fmt, ap);
+        va_end(ap);
+        if (r <= 0) return r;
+    }
+    va_start(ap, fmt);
+    PyObject *row = Py_VaBuildValue(fmt, ap);
+    va_end(ap);
+    return append_steal(table, row_(row));
+}
+
 static int set_tls(PyObject *depth, PyObject *op) {
     if (PyObject_SetAttr(G.tls, S_depth, depth) < 0) return -1;
     return PyObject_SetAttr(G.tls, S_op, op);
@@ -991,8 +1012,11 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     dev = device_of(outs[0]);
     if (!dev) goto done;
     if (has_comma(dev)) goto to_python; /* a multi-device op: endpoint groups, sharded uploads */
-    if (!(tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident()))) goto done;
-    if (!(t0rel = PyLong_FromLongLong(c->t0 - c->base))) goto done;
+    unsigned long tidv = PyThread_get_thread_ident();
+    long long t0r = c->t0 - c->base, durv = c->t1 - c->t0;
+    int direct = tidv <= (unsigned long)LLONG_MAX; /* the 'L' fields of emit_row */
+    if (!(tid = PyLong_FromUnsignedLong(tidv))) goto done;
+    if (!(t0rel = PyLong_FromLongLong(t0r))) goto done;
     if (!(seqs = field(c->rec, K_REC, R_SEQS))) goto done;
     if (!(transfers = field(c->rec, K_REC, R_TRANSFERS))) goto done;
     if (!(on_transfer = field(c->rec, K_REC, R_ON_TRANSFER))) goto done;
@@ -1083,12 +1107,19 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 if (!scalar_bytes) goto done;
             }
             PyObject *nb = PyObject_GetItem(scalar_bytes, (PyObject *)Py_TYPE(a));
-            PyObject *s = nb ? PyIter_Next(seqs) : NULL;
+            long long sv = -1; /* the row's seq, taken as an int where it goes in by emit_row */
+            int fast = nb && on_transfer == Py_None && direct && count_next(seqs, &sv);
+            PyObject *s = nb && !fast ? PyIter_Next(seqs) : NULL;
             int err = -1;
-            if (s && (stack || (stack = call_stack(c)))) {
-                PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
-                                            Py_False, scalar_api, c->site, ZERO, c->seq, stack));
-                err = emit_transfer(transfers, on_transfer, ev);
+            if ((fast || s) && (stack || (stack = call_stack(c)))) {
+                if (fast) {
+                    err = emit_row(transfers, "(LLLOOOOOOOOOOO)", sv, t0r, (long long)tidv, G.h2d, G.host, dev, nb, Py_True,
+                                   Py_False, scalar_api, c->site, ZERO, c->seq, stack);
+                } else {
+                    PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
+                                                Py_False, scalar_api, c->site, ZERO, c->seq, stack));
+                    err = emit_transfer(transfers, on_transfer, ev);
+                }
             }
             Py_XDECREF(nb);
             Py_XDECREF(s);
@@ -1103,9 +1134,10 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (!(tail = field(c->rec, K_REC, R_TAIL))) goto done;
     if (!(kind = field(c->spec, K_SPEC, P_KIND))) goto done;
     if (!(name = field(c->spec, K_SPEC, P_NAME))) goto done;
-    PyObject *dur = PyLong_FromLongLong(c->t1 - c->t0);
+    PyObject *dur = PyLong_FromLongLong(durv);
     if (!dur) goto done;
     PyObject *row = NULL;
+    int emitted = 0; /* the op row went in by emit_row (no tuple) */
     if (nouts == 1) { /* one result (or a 1-tuple): its buffer rides in the op row */
         PyObject *od = NULL, *b = buf_of(outs[0], &od);
         if (!b) {
@@ -1118,8 +1150,13 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             b = PyIter_Next(bufids);
             if (b && PyDict_SetItem(od, G.buf_attr, b) == 0 && PyObject_SetItem(tail, dev, b) == 0 &&
                 track_(c->rec, outs[0], od, b, c->site, dev) == 0 && aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
-                row = row_(PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
-                                        G.empty, c->backward, c->placed, shape, dname, cm));
+                if (direct) {
+                    emitted = emit_row(ops, "(OLLLOOOOOOOOOOOO)", c->seq, t0r, durv, (long long)tidv, kind, name,
+                                       dev, c->site, in_ids, b, G.empty, c->backward, c->placed, shape, dname, cm) == 0 ? 1 : -1;
+                } else {
+                    row = row_(PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
+                                            G.empty, c->backward, c->placed, shape, dname, cm));
+                }
             }
             Py_XDECREF(shape);
             Py_XDECREF(dname);
@@ -1129,8 +1166,13 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 Py_DECREF(b);
                 b = Py_NewRef(ZERO);
             }
-            row = row_(PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
-                                    G.empty, c->backward, c->placed));
+            if (direct) {
+                emitted = emit_row(ops, "(OLLLOOOOOOOOO)", c->seq, t0r, durv, (long long)tidv, kind, name, dev,
+                                   c->site, in_ids, b, G.empty, c->backward, c->placed) == 0 ? 1 : -1;
+            } else {
+                row = row_(PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
+                                        G.empty, c->backward, c->placed));
+            }
         }
         Py_XDECREF(b);
         Py_XDECREF(od);
@@ -1150,7 +1192,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 ok = b && PyDict_SetItem(od, G.buf_attr, b) == 0 &&
                      (i != 0 || PyObject_SetItem(tail, dev, b) == 0) &&
                      track_(c->rec, o, od, b, c->site, odev) == 0 && aval_fields(o, &shape, &dname) == 0 && (cm = committed_of(o)) != NULL &&
-                     append_steal(buffers, row_(PyTuple_Pack(7, b, c->seq, odev, shape, dname, cm, c->site))) == 0;
+                     emit_row(buffers, "(OOOOOOO)", b, c->seq, odev, shape, dname, cm, c->site) == 0;
                 Py_XDECREF(odev);
                 Py_XDECREF(shape);
                 Py_XDECREF(dname);
@@ -1163,14 +1205,17 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             if (ok && b) PyTuple_SET_ITEM(out_bufs, i, Py_NewRef(b));
             Py_XDECREF(b);
         }
-        if (ok)
+        if (ok && direct)
+            emitted = emit_row(ops, "(OLLLOOOOOOOOO)", c->seq, t0r, durv, (long long)tidv, kind, name, dev, c->site,
+                               in_ids, out_bufs, G.empty, c->backward, c->placed) == 0 ? 1 : -1;
+        else if (ok)
             row = row_(PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids,
                                     out_bufs, G.empty, c->backward, c->placed));
         Py_XDECREF(out_bufs);
         Py_XDECREF(buffers);
     }
     Py_DECREF(dur);
-    if (append_steal(ops, row) < 0) goto done;
+    if (emitted < 0 || (!emitted && append_steal(ops, row) < 0)) goto done;
     rc = 0;
     goto done;
 to_python:
@@ -1434,6 +1479,18 @@ typedef struct {
 } count_layout;
 static PyTypeObject *count_type;
 static int count_ok;
+
+/* next(c) as a C int where itertools.count is in its fast mode (as count_peek reads it): 1 and
+   *v, the count moved on as count's own next does; 0 (nothing taken) otherwise. Saves an int
+   object a row where the row is packed straight from the values (emit_row). */
+static int count_next(PyObject *c, long long *v) {
+    if (count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt < PY_SSIZE_T_MAX - 1 &&
+        ((count_layout *)c)->long_cnt == NULL) {
+        *v = ((count_layout *)c)->cnt++;
+        return 1;
+    }
+    return 0;
+}
 
 static long long count_peek(PyObject *c) {
     if (count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt != PY_SSIZE_T_MAX &&

@@ -460,6 +460,44 @@ static int sink_add(PyObject *sink, PyObject *row) {
     return 0;
 }
 
+/* See _packed_api.h: the bytes rb_add writes for the tuple of these values, in the same order
+   ('R', the table, '(' and the count, each value at depth 1). */
+static int sink_vrow(PyObject *sink, const char *fmt, va_list ap) {
+    Sink *self = (Sink *)sink;
+    RowBuffer *rb = self->rb;
+    Py_ssize_t n = (Py_ssize_t)strlen(fmt) - 2;
+    if (rb->busy || n < 0 || fmt[0] != '(' || fmt[n + 1] != ')') return 1;
+    rb->busy = 1;
+    rb->rlen = 0;
+    char head[3] = {'R', (char)self->table, '('};
+    uint32_t count = (uint32_t)n;
+    int rc = rput(rb, head, 3) < 0 || rput(rb, &count, 4) < 0 ? -1 : 0;
+    for (Py_ssize_t i = 1; !rc && i <= n; i++) {
+        if (fmt[i] == 'L') {
+            int64_t x = (int64_t)va_arg(ap, long long);
+            char tag = 'i';
+            rc = rput(rb, &tag, 1) < 0 || rput(rb, &x, 8) < 0 ? -1 : 0;
+        } else if (fmt[i] == 'O') {
+            rc = encode(rb, va_arg(ap, PyObject *), 1);
+        } else {
+            PyErr_SetString(PyExc_ValueError, "sink_vrow: a format of 'L' and 'O' only");
+            rc = -1;
+        }
+    }
+    if (!rc) rc = bput(rb, rb->row, rb->rlen);
+    rb->busy = 0;
+    if (!rc) {
+        rb->rows[self->table]++;
+        return 0;
+    }
+    if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
+        PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear(); /* the caller appends the tuple: to the fallback deque, as sink_add does */
+        return 1;
+    }
+    return -1;
+}
+
 static PyObject *sink_append(Sink *self, PyObject *row) {
     return sink_add((PyObject *)self, Py_NewRef(row)) < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -545,6 +583,7 @@ PyMODINIT_FUNC PyInit__packed(void) {
     api.version = JAXPLACE_PACKED_API_VERSION;
     api.sink_type = &SinkType;
     api.sink_add = sink_add;
+    api.sink_vrow = sink_vrow;
     PyObject *capsule = PyCapsule_New(&api, "jaxplace_cli.model._packed._C_API", NULL);
     if (!capsule || PyModule_AddObject(m, "_C_API", capsule) < 0) {
         Py_XDECREF(capsule);
