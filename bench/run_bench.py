@@ -125,7 +125,7 @@ TARGETS = {
     "P3": ("peak RSS of jaxplace run on a 1M-event run", "≤ plain + 100 MB, flat to 10M"),
     "P4": ("jaxplace audit of the 1M-event run", "≤ 5 s, ≥ 200k ev/s, ≤ 400 MB"),
     "P5": ("jaxplace audit of a foreign .xplane.pb vs from_file + 1 pass", "≤ ×1.5"),
-    "P6": ("recorder throughput (events in store / script loop time)", "≥ 400k ev/s, none lost"),
+    "P6": ("recorder throughput (events in store / script loop time)", "≥ 400k ev/s or ≥ 90 % of plain's, none lost"),
     "P7": ("jaxplace audit of a 4 MiB TPU trace, huge core_details stat", "≤ 5 s"),
     "P8": ("jaxplace audit of a 10M-event run", "≤ 15 s, ≤ 1 GB"),
     "P9": ("jaxplace report (one HTML file) of the 1M-event run", "≤ 10 s, ≤ 20 MB"),
@@ -670,7 +670,8 @@ def rows(res: dict) -> list[dict]:
             note += f"; python path: {pyp / 1e3:.0f}k ev/s"
         row("P6", f"{eps / 1e3:.0f}k ev/s, lost {worst} of {len(lost)} runs' events" if worst != 0
             else f"{eps / 1e3:.0f}k ev/s, 0 events lost ({len(lost)} runs)",
-            eps >= 400_000 and none_lost, eps, note)
+            # issue 29: 400k where the plain script can make that many, else 90 % of its own rate
+            (eps >= 400_000 or eps >= 0.9 * (g["plain_events_per_s"] or float("inf"))) and none_lost, eps, note)
     g = res.get("P7")
     if g is None:
         row("P7", "skipped", None)
