@@ -795,7 +795,7 @@ static int emit_transfer(PyObject *transfers, PyObject *cb, PyObject *ev) {
 }
 
 /* A row into `table`, as the tuple Py_BuildValue(fmt, ...) makes ("(...)" of 'L', a long long,
-   and 'O', an object): a Sink packs it straight from the values, no tuple made
+   'K', an unsigned one, and 'O', an object): a Sink packs it straight from the values, no tuple made
    (model/_packed.c sink_vrow: ~5 % of the hooks' cost on bench P6's rows); a deque, or a Sink
    that declines, gets the tuple (untracked). Steals nothing. */
 static int emit_row(PyObject *table, const char *fmt, ...) {
@@ -1012,10 +1012,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     dev = device_of(outs[0]);
     if (!dev) goto done;
     if (has_comma(dev)) goto to_python; /* a multi-device op: endpoint groups, sharded uploads */
-    unsigned long tidv = PyThread_get_thread_ident();
+    unsigned long long tidv = PyThread_get_thread_ident();
     long long t0r = c->t0 - c->base, durv = c->t1 - c->t0;
-    int direct = tidv <= (unsigned long)LLONG_MAX; /* the 'L' fields of emit_row */
-    if (!(tid = PyLong_FromUnsignedLong(tidv))) goto done;
+    if (!(tid = PyLong_FromUnsignedLongLong(tidv))) goto done;
     if (!(t0rel = PyLong_FromLongLong(t0r))) goto done;
     if (!(seqs = field(c->rec, K_REC, R_SEQS))) goto done;
     if (!(transfers = field(c->rec, K_REC, R_TRANSFERS))) goto done;
@@ -1108,12 +1107,12 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             }
             PyObject *nb = PyObject_GetItem(scalar_bytes, (PyObject *)Py_TYPE(a));
             long long sv = -1; /* the row's seq, taken as an int where it goes in by emit_row */
-            int fast = nb && on_transfer == Py_None && direct && count_next(seqs, &sv);
+            int fast = nb && on_transfer == Py_None && count_next(seqs, &sv);
             PyObject *s = nb && !fast ? PyIter_Next(seqs) : NULL;
             int err = -1;
             if ((fast || s) && (stack || (stack = call_stack(c)))) {
                 if (fast) {
-                    err = emit_row(transfers, "(LLLOOOOOOOOOOO)", sv, t0r, (long long)tidv, G.h2d, G.host, dev, nb, Py_True,
+                    err = emit_row(transfers, "(LLKOOOOOOOOOOO)", sv, t0r, tidv, G.h2d, G.host, dev, nb, Py_True,
                                    Py_False, scalar_api, c->site, ZERO, c->seq, stack);
                 } else {
                     PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
@@ -1134,29 +1133,18 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (!(tail = field(c->rec, K_REC, R_TAIL))) goto done;
     if (!(kind = field(c->spec, K_SPEC, P_KIND))) goto done;
     if (!(name = field(c->spec, K_SPEC, P_NAME))) goto done;
-    PyObject *dur = PyLong_FromLongLong(durv);
-    if (!dur) goto done;
-    PyObject *row = NULL;
-    int emitted = 0; /* the op row went in by emit_row (no tuple) */
+    int emitted = -1; /* the op row: 0 once in (emit_row) */
     if (nouts == 1) { /* one result (or a 1-tuple): its buffer rides in the op row */
         PyObject *od = NULL, *b = buf_of(outs[0], &od);
-        if (!b) {
-            Py_DECREF(dur);
-            goto done;
-        }
+        if (!b) goto done;
         if (b == Py_None && od && PyDict_Check(od)) {
             Py_DECREF(b);
             PyObject *shape = NULL, *dname = NULL, *cm = NULL;
             b = PyIter_Next(bufids);
             if (b && PyDict_SetItem(od, G.buf_attr, b) == 0 && PyObject_SetItem(tail, dev, b) == 0 &&
                 track_(c->rec, outs[0], od, b, c->site, dev) == 0 && aval_fields(outs[0], &shape, &dname) == 0 && (cm = committed_of(outs[0]))) {
-                if (direct) {
-                    emitted = emit_row(ops, "(OLLLOOOOOOOOOOOO)", c->seq, t0r, durv, (long long)tidv, kind, name,
-                                       dev, c->site, in_ids, b, G.empty, c->backward, c->placed, shape, dname, cm) == 0 ? 1 : -1;
-                } else {
-                    row = row_(PyTuple_Pack(16, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
-                                            G.empty, c->backward, c->placed, shape, dname, cm));
-                }
+                emitted = emit_row(ops, "(OLLKOOOOOOOOOOOO)", c->seq, t0r, durv, tidv, kind, name, dev, c->site,
+                                   in_ids, b, G.empty, c->backward, c->placed, shape, dname, cm);
             }
             Py_XDECREF(shape);
             Py_XDECREF(dname);
@@ -1166,13 +1154,8 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 Py_DECREF(b);
                 b = Py_NewRef(ZERO);
             }
-            if (direct) {
-                emitted = emit_row(ops, "(OLLLOOOOOOOOO)", c->seq, t0r, durv, (long long)tidv, kind, name, dev,
-                                   c->site, in_ids, b, G.empty, c->backward, c->placed) == 0 ? 1 : -1;
-            } else {
-                row = row_(PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids, b,
-                                        G.empty, c->backward, c->placed));
-            }
+            emitted = emit_row(ops, "(OLLKOOOOOOOOO)", c->seq, t0r, durv, tidv, kind, name, dev, c->site, in_ids, b,
+                               G.empty, c->backward, c->placed);
         }
         Py_XDECREF(b);
         Py_XDECREF(od);
@@ -1205,17 +1188,16 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             if (ok && b) PyTuple_SET_ITEM(out_bufs, i, Py_NewRef(b));
             Py_XDECREF(b);
         }
-        if (ok && direct)
-            emitted = emit_row(ops, "(OLLLOOOOOOOOO)", c->seq, t0r, durv, (long long)tidv, kind, name, dev, c->site,
-                               in_ids, out_bufs, G.empty, c->backward, c->placed) == 0 ? 1 : -1;
-        else if (ok)
-            row = row_(PyTuple_Pack(13, c->seq, t0rel, dur, tid, kind, name, dev, c->site, in_ids,
-                                    out_bufs, G.empty, c->backward, c->placed));
+        if (ok)
+            emitted = emit_row(ops, "(OLLKOOOOOOOOO)", c->seq, t0r, durv, tidv, kind, name, dev, c->site, in_ids,
+                               out_bufs, G.empty, c->backward, c->placed);
         Py_XDECREF(out_bufs);
         Py_XDECREF(buffers);
     }
-    Py_DECREF(dur);
-    if (emitted < 0 || (!emitted && append_steal(ops, row) < 0)) goto done;
+    if (emitted < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "record_fast: the op row was not made");
+        goto done;
+    }
     rc = 0;
     goto done;
 to_python:

@@ -473,14 +473,25 @@ static int sink_vrow(PyObject *sink, const char *fmt, va_list ap) {
     uint32_t count = (uint32_t)n;
     int rc = rput(rb, head, 3) < 0 || rput(rb, &count, 4) < 0 ? -1 : 0;
     for (Py_ssize_t i = 1; !rc && i <= n; i++) {
-        if (fmt[i] == 'L') {
-            int64_t x = (int64_t)va_arg(ap, long long);
+        if (fmt[i] == 'L' || fmt[i] == 'K') {
+            int64_t x;
+            if (fmt[i] == 'L') {
+                x = (int64_t)va_arg(ap, long long);
+            } else {
+                unsigned long long u = va_arg(ap, unsigned long long);
+                if (u > (unsigned long long)INT64_MAX) { /* past int64: the tuple's int says it */
+                    PyErr_SetString(PyExc_OverflowError, "sink_vrow: an unsigned value past int64");
+                    rc = -1;
+                    break;
+                }
+                x = (int64_t)u;
+            }
             char tag = 'i';
             rc = rput(rb, &tag, 1) < 0 || rput(rb, &x, 8) < 0 ? -1 : 0;
         } else if (fmt[i] == 'O') {
             rc = encode(rb, va_arg(ap, PyObject *), 1);
         } else {
-            PyErr_SetString(PyExc_ValueError, "sink_vrow: a format of 'L' and 'O' only");
+            PyErr_SetString(PyExc_ValueError, "sink_vrow: a format of 'L', 'K' and 'O' only");
             rc = -1;
         }
     }
