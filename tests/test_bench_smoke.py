@@ -64,3 +64,32 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     assert [r["pingpong_round_trips"] for r in p10] == [199, 799], p10
     # P11: the same 2-process job by hand and under jaxplace launch, both ran
     assert groups["P11"]["median_wall_ratio"] is not None, groups["P11"]["errors"]
+
+
+def test_accel_check_reads_memory_markers_from_the_store_when_the_audit_cannot(tmp_path):
+    """bench/accel_check.py on a machine whose Python cannot run the audit (no typer on the lent
+    TPU machine): the steps run's memory_stats markers and buffer/free counts come from its
+    events.sqlite. A store made by hand: two markers, three buffers, two frees."""
+    import sqlite3
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import accel_check
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    con = sqlite3.connect(tmp_path / "events.sqlite")
+    con.executescript("""
+        CREATE TABLE markers (seq INTEGER, ts_ns INTEGER, kind TEXT, value TEXT);
+        CREATE TABLE buffers (buf INTEGER, seq INTEGER);
+        CREATE TABLE frees (buf INTEGER, seq INTEGER, how TEXT);
+        INSERT INTO markers VALUES (9, 0, 'memory_stats', '{"tpu:0": [200, 300]}'),
+                                   (4, 0, 'memory_stats', '{"tpu:0": [100, 150]}'),
+                                   (5, 0, 'step-end', 'train');
+        INSERT INTO buffers VALUES (1, 1), (2, 2), (3, 3);
+        INSERT INTO frees VALUES (1, 6, 'gc'), (2, 8, 'gc');
+    """)
+    con.commit()
+    con.close()
+    assert accel_check.stored_memory(tmp_path) == {"in_use_by_step": [{"tpu:0": 100}, {"tpu:0": 200}],
+                                                   "buffers": 3, "frees": 2}
+    assert accel_check.stored_memory(tmp_path / "nowhere") is None
