@@ -193,8 +193,9 @@ def _run(cmd: list[str], cwd: Path, env: dict, timeout: float, merge: bool = Fal
 
 
 def stored_memory(run: Path) -> dict | None:
-    """The steps run's `memory_stats` markers (bytes in use per device at each step's end) and its
-    buffer and free counts, read from its store: what the audit would summarise."""
+    """The steps run's `memory_stats` markers in order (bytes in use per device at each step's
+    end, then at the run's end) and its buffer and free counts, read from its store: what the
+    audit would summarise."""
     try:
         con = sqlite3.connect(f"file:{run / 'events.sqlite'}?mode=ro", uri=True)
         try:
@@ -309,7 +310,7 @@ def main() -> int:
         stored = stored_memory(out / "steps") if steps.returncode == 0 else None
         if stored:  # the audit did not summarise them (a Python without typer): the store has them
             mem = {"from_store": stored}
-            print(f"memory (read from the store; the audit did not run): bytes in use by step "
+            print(f"memory (read from the store; the audit did not run): bytes in use at each step's end, then the run's "
                   f"{stored['in_use_by_step']}; {stored['frees']} of {stored['buffers']} buffers freed")
         else:
             print(f"memory: no memory_stats() by step (steps run exit {steps.returncode}; {steps.stderr.strip()[-200:]})")

@@ -767,8 +767,9 @@ static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
 
 /* table.append(row) of one of the recorder's tables, then decref row (steals it). A table is a
    deque, or once a writer is attached a model/_packed.c Sink that encodes the row and lets it
-   go: called in C, without a method lookup and call per row (~5 % of the hooks' cost on bench
-   P6's rows). A deque's append is called as a method: no bound method object made per row. */
+   go: called in C, without a method lookup and call per row (measured with the other row
+   changes: bench/README.md, round 10). A deque's append is called as a method: no bound method
+   object made per row. */
 static inline int append_steal(PyObject *table, PyObject *row) {
     if (!row) return -1;
     if (PACKED && Py_TYPE(table) == PACKED->sink_type) return PACKED->sink_add(table, row);
@@ -795,9 +796,9 @@ static int emit_transfer(PyObject *transfers, PyObject *cb, PyObject *ev) {
 }
 
 /* A row into `table`, as the tuple Py_BuildValue(fmt, ...) makes ("(...)" of 'L', a long long,
-   'K', an unsigned one, and 'O', an object): a Sink packs it straight from the values, no tuple made
-   (model/_packed.c sink_vrow: ~5 % of the hooks' cost on bench P6's rows); a deque, or a Sink
-   that declines, gets the tuple (untracked). Steals nothing. */
+   'K', an unsigned one, and 'O', an object): a Sink packs it straight from the values, no tuple
+   made (model/_packed.c sink_vrow; bench/README.md, round 10); a deque, or a Sink that declines,
+   gets the tuple (untracked). Steals nothing. */
 static int emit_row(PyObject *table, const char *fmt, ...) {
     va_list ap;
     if (PACKED && Py_TYPE(table) == PACKED->sink_type) {
@@ -1462,22 +1463,26 @@ typedef struct {
 static PyTypeObject *count_type;
 static int count_ok;
 
-/* next(c) as a C int where itertools.count is in its fast mode (as count_peek reads it): 1 and
-   *v, the count moved on as count's own next does; 0 (nothing taken) otherwise. Saves an int
-   object a row where the row is packed straight from the values (emit_row). */
+/* c itself where it is an itertools.count in its fast mode (a Py_ssize_t count, step 1: what
+   count_check found the layout to be), else NULL: count's own next then returns cnt++. */
+static count_layout *count_fast(PyObject *c) {
+    return count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt != PY_SSIZE_T_MAX &&
+                   ((count_layout *)c)->long_cnt == NULL
+               ? (count_layout *)c
+               : NULL;
+}
+
+/* next(c) as a C int, as count's own next takes it: 1 and *v; 0 (nothing taken) outside the fast
+   mode. Saves an int object a row where the row is packed straight from the values (emit_row). */
 static int count_next(PyObject *c, long long *v) {
-    if (count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt < PY_SSIZE_T_MAX - 1 &&
-        ((count_layout *)c)->long_cnt == NULL) {
-        *v = ((count_layout *)c)->cnt++;
-        return 1;
-    }
-    return 0;
+    count_layout *f = count_fast(c);
+    if (f) *v = f->cnt++;
+    return f != NULL;
 }
 
 static long long count_peek(PyObject *c) {
-    if (count_ok && Py_TYPE(c) == count_type && ((count_layout *)c)->cnt != PY_SSIZE_T_MAX &&
-        ((count_layout *)c)->long_cnt == NULL)
-        return ((count_layout *)c)->cnt;
+    count_layout *f = count_fast(c);
+    if (f) return f->cnt;
     PyObject *r = PyObject_Repr(c);
     const char *t = r ? PyUnicode_AsUTF8(r) : NULL;
     long long v = t && strncmp(t, "count(", 6) == 0 ? strtoll(t + 6, NULL, 10) : -1;

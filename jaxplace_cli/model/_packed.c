@@ -433,6 +433,16 @@ typedef struct {
     PyObject *fallback; /* a collections.deque */
 } Sink;
 
+/* The errors a row can raise that send it to the fallback deque instead (a value of a type no
+   raw row holds, an int past what it can say): cleared, 1; any other (memory) stays, 0. */
+static int declined(void) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
+        !PyErr_ExceptionMatches(PyExc_OverflowError))
+        return 0;
+    PyErr_Clear();
+    return 1;
+}
+
 /* sink.append(row), stealing row: 0, or -1 with an error set. Also the C entry point
    capture/_native.c calls for a Sink (the `_C_API` capsule), without a method call per row. */
 static int sink_add(PyObject *sink, PyObject *row) {
@@ -443,12 +453,10 @@ static int sink_add(PyObject *sink, PyObject *row) {
             Py_DECREF(row);
             return 0;
         }
-        if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
-            !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        if (!declined()) {
             Py_DECREF(row);
             return -1; /* out of memory: said */
         }
-        PyErr_Clear();
     }
     /* not PyObject_CallMethod(..., "O", row): a tuple built from "O" becomes the argument list */
     PyObject *name = PyUnicode_InternFromString("append");
@@ -501,12 +509,7 @@ static int sink_vrow(PyObject *sink, const char *fmt, va_list ap) {
         rb->rows[self->table]++;
         return 0;
     }
-    if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
-        PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        PyErr_Clear(); /* the caller appends the tuple: to the fallback deque, as sink_add does */
-        return 1;
-    }
-    return -1;
+    return declined() ? 1 : -1; /* 1: the caller appends the tuple, to the fallback deque as sink_add does */
 }
 
 static PyObject *sink_append(Sink *self, PyObject *row) {
