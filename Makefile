@@ -27,7 +27,7 @@ install: $(STAMP)
 # Re-installs only when the project metadata changed (the install is editable). setuptools
 # >= 77 in the venv too: `pip wheel --no-build-isolation .` (tests/test_first_minutes_install.py)
 # builds with it.
-$(STAMP): pyproject.toml jaxplace_cli/capture/_native.c jaxplace_cli/capture/_wrap.c jaxplace_cli/model/_packed.c jaxplace_cli/store/_sqlite.c
+$(STAMP): pyproject.toml jaxplace_cli/capture/_native.c jaxplace_cli/capture/_wrap.c jaxplace_cli/model/_packed.c jaxplace_cli/model/_packed_api.h jaxplace_cli/store/_sqlite.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

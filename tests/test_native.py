@@ -116,6 +116,35 @@ def test_the_extension_is_built_here():
 
     importlib.import_module("jaxplace_cli.capture._native")  # ImportError: not built
     importlib.import_module("jaxplace_cli.model._packed")
+    importlib.import_module("jaxplace_cli.capture._wrap")  # Python's headers only, as the two above
+
+
+def test_each_extension_built_in_this_tree_is_newer_than_its_sources():
+    """The extensions are ``optional`` (pyproject.toml): a C file that no longer compiles
+    installs without its module, and in a working tree that built it before, the old ``.so``
+    stays beside the new source — every test then runs the previous C (noticed twice while
+    editing `_native.c`). `make install` rebuilds when a source changes; a ``.so`` older than
+    any of its ``sources`` or ``depends`` is that rebuild having failed. (`_sqlite` needs
+    ``sqlite3.h``: where it is not built at all there is nothing to compare.)"""
+    import importlib.util
+    import tomllib
+
+    exts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["ext-modules"]
+    assert {e["name"] for e in exts} >= {"jaxplace_cli.capture._native", "jaxplace_cli.model._packed"}
+    stale = []
+    for ext in exts:
+        spec = importlib.util.find_spec(ext["name"])
+        if spec is None or not spec.origin:
+            continue  # not built: test_the_extension_is_built_here says so for the required ones
+        built = Path(spec.origin).resolve()
+        if REPO not in built.parents:
+            continue  # a build installed elsewhere (a wheel), not this tree's in-place one
+        inputs = [REPO / p for p in [*ext["sources"], *ext.get("depends", [])]]
+        newest = max(inputs, key=lambda p: p.stat().st_mtime)
+        if built.stat().st_mtime < newest.stat().st_mtime:
+            stale.append(f"{built.relative_to(REPO)} is older than {newest.relative_to(REPO)}")
+    assert not stale, ("stale C build (its compile failed, or nothing rebuilt it): "
+                       + "; ".join(stale) + " — run `make install` and read the compiler's errors")
 
 
 @needs_native
