@@ -24,10 +24,11 @@ COMPILE = @$(BIN)/python -m compileall -q jaxplace_cli tests
 install: $(STAMP)
 	$(HOW_TO_USE)
 
-# Re-installs only when the project metadata changed (the install is editable). setuptools
-# >= 77 in the venv too: `pip wheel --no-build-isolation .` (tests/test_first_minutes_install.py)
-# builds with it.
-$(STAMP): pyproject.toml jaxplace_cli/capture/_native.c jaxplace_cli/capture/_wrap.c jaxplace_cli/model/_packed.c jaxplace_cli/model/_packed_api.h jaxplace_cli/store/_sqlite.c
+# Re-installs only when the project metadata or a C extension's source or header changed (the
+# install is editable; tests/test_native.py says when a rebuild failed). setuptools >= 77 in the
+# venv too: `pip wheel --no-build-isolation .` (tests/test_first_minutes_install.py) builds with it.
+C_SOURCES := $(wildcard jaxplace_cli/*/*.c jaxplace_cli/*/*.h)
+$(STAMP): pyproject.toml $(C_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
