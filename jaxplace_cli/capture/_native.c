@@ -1000,6 +1000,15 @@ static PyObject *call_stack(Call *c) {
 /* The rows of one recorded call, as dispatch._after_call appends them (the cases c_records
    accepts): 0 recorded, 1 not recorded (a multi-device result: the Python code records it),
    -1 error. One cleanup label (`done`) for every exit. */
+/* The thread and start time as int objects, made on first need: the op, buffer and scalar-upload
+   rows take them as C values (emit_row), so an op that moves nothing else makes neither; a d2d
+   row, a host leg and a row for a deque or an on_transfer callback do. 0, or -1 with an error. */
+static int time_objects(PyObject **tid, PyObject **t0rel, unsigned long long tidv, long long t0r) {
+    if (!*tid && !(*tid = PyLong_FromUnsignedLongLong(tidv))) return -1;
+    if (!*t0rel && !(*t0rel = PyLong_FromLongLong(t0r))) return -1;
+    return 0;
+}
+
 static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     int rc = -1;
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
@@ -1015,8 +1024,6 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     if (has_comma(dev)) goto to_python; /* a multi-device op: endpoint groups, sharded uploads */
     unsigned long long tidv = PyThread_get_thread_ident();
     long long t0r = c->t0 - c->base, durv = c->t1 - c->t0;
-    if (!(tid = PyLong_FromUnsignedLongLong(tidv))) goto done;
-    if (!(t0rel = PyLong_FromLongLong(t0r))) goto done;
     if (!(seqs = field(c->rec, K_REC, R_SEQS))) goto done;
     if (!(transfers = field(c->rec, K_REC, R_TRANSFERS))) goto done;
     if (!(on_transfer = field(c->rec, K_REC, R_ON_TRANSFER))) goto done;
@@ -1060,7 +1067,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                 }
                 nb = api ? PyObject_CallOneArg(G.array_nbytes, a) : NULL;
                 s = nb ? PyIter_Next(seqs) : NULL;
-                if (s && (stack || (stack = call_stack(c)))) {
+                if (s && time_objects(&tid, &t0rel, tidv, t0r) == 0 && (stack || (stack = call_stack(c)))) {
                     PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.d2d, adev, dev, nb, Py_True,
                                                 Py_False, api, c->site, b, c->seq, stack));
                     err = emit_transfer(transfers, on_transfer, ev);
@@ -1079,10 +1086,10 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
         } else if (!is_scalar(a)) { /* NumPy data and the like: dispatch._host_leg, in order */
             PyObject *kw = c->kwargs ? Py_NewRef(c->kwargs) : PyDict_New();
             PyObject *st = stack ? Py_NewRef(stack) : PyLong_FromLong(-1);
-            PyObject *r = kw && st ? PyObject_CallFunctionObjArgs(G.host_leg, c->rec, c->spec, c->fn, c->args, kw,
-                                                                 a, dev, outs[0], c->site, c->seq, t0rel, tid,
-                                                                 st, NULL)
-                                   : NULL;
+            PyObject *r = kw && st && time_objects(&tid, &t0rel, tidv, t0r) == 0
+                              ? PyObject_CallFunctionObjArgs(G.host_leg, c->rec, c->spec, c->fn, c->args, kw, a, dev,
+                                                             outs[0], c->site, c->seq, t0rel, tid, st, NULL)
+                              : NULL;
             Py_XDECREF(kw);
             Py_XDECREF(st);
             if (!r) goto done;
@@ -1116,8 +1123,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
                     err = emit_row(transfers, "(LLKOOOOOOOOOOO)", sv, t0r, tidv, G.h2d, G.host, dev, nb, Py_True,
                                    Py_False, scalar_api, c->site, ZERO, c->seq, stack);
                 } else {
-                    PyObject *ev = row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
-                                                Py_False, scalar_api, c->site, ZERO, c->seq, stack));
+                    PyObject *ev = time_objects(&tid, &t0rel, tidv, t0r) < 0 ? NULL
+                                   : row_(PyTuple_Pack(14, s, t0rel, tid, G.h2d, G.host, dev, nb, Py_True,
+                                                       Py_False, scalar_api, c->site, ZERO, c->seq, stack));
                     err = emit_transfer(transfers, on_transfer, ev);
                 }
             }
