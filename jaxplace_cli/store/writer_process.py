@@ -189,8 +189,9 @@ class WriterProcess:
         process write them on ``stream`` (its stderr, file descriptor 2) at the very end of its
         exit: the child works while this interpreter tears down instead of the script's process
         waiting for it before (issue 29). ``register`` is what writes them then
-        (capture/_native.c ``print_at_exit``: no Python code runs there). False where that cannot be arranged (no lingering child, a stream that is not fd 2):
-        then nothing was sent and ``call`` still works."""
+        (capture/_native.c ``print_at_exit``: no Python code runs there). False where that
+        cannot be arranged (no lingering child, a stream that is not fd 2): then nothing was
+        sent and ``call`` still works."""
         try:
             if not self.lingering or self._pending or stream.fileno() != 2:
                 return False
