@@ -38,6 +38,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import box  # bench/box.py, beside this script
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 WORKLOADS = BENCH / "workloads"
@@ -859,57 +861,58 @@ def main(argv=None) -> int:
     try:
         bench.log(f"jaxplace bench ({profile}): {sizes.pairs} pairs; temp dir {tmp}")
         info = {"machine": machine(), "git": git_info(), "load_start": _load()}
+        whole = box.snapshot()
         if want("P5"):
             bench.log("P5: audit of the largest foreign trace vs ProfileData.from_file + one pass")
-            res["P5"] = p5_group(bench)
+            res["P5"] = boxed(p5_group, bench)
         if want("P1"):
             bench.log(f"P1: jitted MLP, {sizes.steps} steps, batch {sizes.batch}, width {sizes.width}")
-            res["P1"] = loop_group(bench, "jit_mlp.py",
+            res["P1"] = boxed(loop_group, bench, "jit_mlp.py",
                                    ["--steps", str(sizes.steps), "--batch", str(sizes.batch), "--width", str(sizes.width)],
                                    sizes.p1_extras, sizes.p1_extra_runs)
         if want("P2"):
             bench.log(f"P2: eager loop, {sizes.ops} ops")
-            res["P2"] = loop_group(bench, "eager_ops.py", ["--ops", str(sizes.ops)], sizes.p2_extras,
+            res["P2"] = boxed(loop_group, bench, "eager_ops.py", ["--ops", str(sizes.ops)], sizes.p2_extras,
                                    sizes.p2_extra_runs)
         if want("LIB") and sizes.lib_steps > 0:
             bench.log(f"LIB: flax.nnx + optax training program, {sizes.lib_steps} steps")
-            res["LIB"] = loop_group(bench, "flax_train.py", ["--steps", str(sizes.lib_steps)], sizes.lib_extras,
+            res["LIB"] = boxed(loop_group, bench, "flax_train.py", ["--steps", str(sizes.lib_steps)], sizes.lib_extras,
                                     sizes.lib_extra_runs)
         if want("P7"):
             bench.log("P7: audit of 4 MiB TPU traces with a huge core_details stat")
-            res["P7"] = p7_group(bench)
+            res["P7"] = boxed(p7_group, bench)
         if want("P10"):
             bench.log(f"P10: audit of ping-pong runs, {bench.sizes.bounces:,} and {bench.sizes.bounces_long:,} bounces")
-            res["P10"] = p10_group(bench)
+            res["P10"] = boxed(p10_group, bench)
         if want("P11"):
             from bench_launch import launch_group
 
             bench.log(f"P11: jaxplace launch -n 2 vs by hand, dist_mlp.py {bench.sizes.launch_steps} steps")
-            res["P11"] = launch_group(bench.sizes.launch_pairs, bench.sizes.launch_steps, bench.tmp, bench.timeout,
+            res["P11"] = boxed(launch_group, bench.sizes.launch_pairs, bench.sizes.launch_steps, bench.tmp, bench.timeout,
                                       bench.log, bench.sizes.launch_trace_off_runs)
             bench.errors += [f"P11 {e}" for e in res["P11"]["errors"]]
         if want("P12"):
             from bench_long_dispatch import long_dispatch_group
 
             bench.log(f"P12: one long first dispatch, fori_loop of {sizes.long_steps:,} steps")
-            res["P12"] = long_dispatch_group(bench, median, sizes.long_steps)
+            res["P12"] = boxed(long_dispatch_group, bench, median, sizes.long_steps)
         if want("P8"):
             from bench_huge import huge_group
 
             bench.log(f"P8: {sizes.events_huge:,}-event run and its audit")
-            res["P8"] = huge_group(bench, run_child, child_env, median, last_line, PY)
+            res["P8"] = boxed(huge_group, bench, run_child, child_env, median, last_line, PY)
             res["P8"]["events_huge"] = sizes.events_huge
         if need_p3:
             bench.log(f"P3/P6: {sizes.events:,} and {sizes.events_short:,} events, {sizes.threads} threads")
-            p3 = p3_group(bench)
+            p3 = boxed(p3_group, bench)
             if want("P3") or want("P6"):
                 res["P3"] = p3
             if want("P4"):
                 bench.log("P4: jaxplace audit of the long run")
-                res["P4"] = p4_group(bench, p3.get("kept_run_dir"))
+                res["P4"] = boxed(p4_group, bench, p3.get("kept_run_dir"))
             if want("P9"):
                 bench.log("P9: jaxplace report (HTML) of the long run")
-                res["P9"] = p9_group(bench, p3.get("kept_run_dir"))
+                res["P9"] = boxed(p9_group, bench, p3.get("kept_run_dir"))
         table = rows(res)
         if only:
             table = [r for r in table if r["id"] in only]
@@ -919,8 +922,10 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
             "elapsed_s": round(elapsed, 1), "sizes": asdict(sizes), **info, "load_end": _load(),
             "rows": table, "groups": res, "errors": bench.errors,
+            "box": box.account(whole, box.snapshot(), elapsed),
         }
         print_table(table, res)
+        print_box(res, doc["box"])
         print(f"\nelapsed {elapsed:.0f} s ({profile}); load average {info['load_start']} -> {doc['load_end']}; "
               f"commit {info['git']['commit']}"
               + (f" + uncommitted changes in {len(info['git']['dirty_paths'])} jaxplace_cli file(s)"
@@ -936,6 +941,31 @@ def main(argv=None) -> int:
             print(f"temporary run dirs kept in {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def boxed(group, *args, **kw):
+    """``group(*args, **kw)`` with the CPU time other processes used meanwhile (bench/box.py)
+    in its result's ``box``."""
+    before, t0 = box.snapshot(), time.perf_counter()
+    g = group(*args, **kw)
+    if isinstance(g, dict):
+        g["box"] = box.account(before, box.snapshot(), time.perf_counter() - t0)
+    return g
+
+
+def print_box(res: dict, whole: dict, file=sys.stdout) -> None:
+    """A line for each group during which other processes were busy, and one for the run."""
+    def said(b: dict) -> str:
+        top = ", ".join(f"{t['name']} {t['cpu_s']:.1f} s" for t in b["top"])
+        return f"{b['others_cpu_s']:.1f} CPU-s ({100 * b['others_cores']:.0f} % of a core{'; ' + top if top else ''})"
+
+    for pid, g in res.items():
+        b = g.get("box") if isinstance(g, dict) else None
+        if b and b["busy"]:
+            print(f"WARNING {pid}: other processes used {said(b)} while it ran: its ratios are not reliable",
+                  file=file)
+    if whole["others_cpu_s"] is not None:
+        print(f"other processes on this box during the bench: {said(whole)}", file=file)
 
 
 def _load() -> list:

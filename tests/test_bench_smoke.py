@@ -5,8 +5,10 @@ finish, print every P-row with its measured value, target and verdict, and write
 with the keys bench/README.md documents. Every workload and every reference mode runs once.
 """
 import json
+import os
 import subprocess
 import sys
+import time
 
 from conftest import REPO, child_env
 
@@ -29,6 +31,9 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     for key in ("date", "elapsed_s", "sizes", "machine", "git", "rows", "groups", "errors"):
         assert key in doc, key
     assert [r["id"] for r in doc["rows"]] == list(ROW_IDS)
+    # what other processes used meanwhile (bench/box.py), for the run and each group
+    assert doc["box"]["others_cpu_s"] is not None and "other processes on this box" in table
+    assert all(g["box"]["others_cpu_s"] is not None for g in doc["groups"].values()), doc["groups"].keys()
     for r in doc["rows"]:
         assert set(r) >= {"id", "what", "target", "measured", "value", "pass", "note"}
         assert r["measured"] and r["target"]
@@ -93,3 +98,41 @@ def test_accel_check_reads_memory_markers_from_the_store_when_the_audit_cannot(t
     assert accel_check.stored_memory(tmp_path) == {"in_use_by_step": [{"tpu:0": 100}, {"tpu:0": 200}],
                                                    "buffers": 3, "frees": 2}
     assert accel_check.stored_memory(tmp_path / "nowhere") is None
+
+
+def test_box_counts_the_cpu_of_other_processes_and_not_the_benchs_own(tmp_path):
+    """bench/box.py: a busy process that is not the bench's (an orphan, as a stray job would be)
+    is counted between two snapshots; a busy child of the bench is not. No timing assertion:
+    the test waits until each has used CPU, then reads who is named."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import box
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    stop = tmp_path / "stop"
+    busy = "import os, sys\nwhile not os.path.exists(sys.argv[1]): pass"
+    started = subprocess.run(["sh", "-c", '("$0" -c "$1" "$2" >/dev/null 2>&1 & echo $!)', sys.executable, busy, str(stop)],
+                             capture_output=True, text=True, check=True)
+    other = int(started.stdout)  # its parent shell has exited: reparented, not ours
+    ours = None
+    try:
+        before = box.snapshot()
+        assert before is not None and not any(pid == os.getpid() for pid, _ in before)
+        ticks0 = [v for (pid, _), v in before.items() if pid == other]
+        assert ticks0, "the other process is in the first snapshot"
+        ours = subprocess.Popen([sys.executable, "-c", busy, str(stop)])
+        for _ in range(1200):  # until each has used 3 clock ticks since (a wait, not a timing assertion)
+            o, u = box._stat(str(other)), box._stat(str(ours.pid))
+            if o and u and o[2] - ticks0[0] >= 3 and u[2] >= 3:
+                break
+            time.sleep(0.05)
+        after = box.snapshot()
+    finally:
+        stop.touch()
+        if ours is not None:
+            ours.wait(timeout=60)
+    acc = box.account(before, after, 1.0)
+    named = [t["pid"] for t in acc["top"]]
+    assert other in named and ours.pid not in named, acc
+    assert acc["others_cpu_s"] > 0 and acc["busy"] is not None
+    assert box.account(None, after, 1.0)["others_cpu_s"] is None
