@@ -1,7 +1,11 @@
 """Bad input to `run`, `audit` and `devices`: one line saying what is wrong, exit code 2,
 nothing half-written (issue 2 acceptance)."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from conftest import SCRIPTS, jaxplace
+from conftest import SCRIPTS, child_env, jaxplace
 
 
 def _one_line_error(proc, *fragments):
@@ -80,3 +84,22 @@ def test_audit_corrupt_manifest(tmp_path):
 def test_unknown_option_and_command():
     _one_line_error(jaxplace("audit", "--frobnicate", "x"))
     _one_line_error(jaxplace("launch"))
+
+
+def test_the_console_script_runs_a_module_of_the_working_directory_as_python_m_does(tmp_path):
+    """`jaxplace run -m mod` through the installed `jaxplace` command (whose own sys.path[0] is
+    the venv's bin/, not the working directory as under `python -m jaxplace_cli`): a module and
+    a package module with a relative import, found in the cwd as `python -m` finds them."""
+    (tmp_path / "topmod.py").write_text("import sys\nprint('top', __name__, sys.argv[1:])\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "helper.py").write_text("X = 5\n")
+    (tmp_path / "pkg" / "mymod.py").write_text("from . import helper\nprint('pkg', __name__, helper.X)\n")
+    console = Path(sys.executable).parent / "jaxplace"
+    for argv in (["-m", "topmod", "a", "--out"], ["-m", "pkg.mymod"]):
+        want = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                              timeout=120)
+        got = subprocess.run([str(console), "run", "-q", "--no-trace", "--out", str(tmp_path / argv[1]), *argv],
+                             cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
+        assert want.returncode == 0 and got.returncode == 0, got.stderr
+        assert got.stdout == want.stdout, (argv, got.stdout, want.stdout)

@@ -64,10 +64,16 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
     if module:
         import importlib.util
 
+        # looked up where python -m looks first, the working directory (run_target puts it at
+        # sys.path[0]): the `jaxplace` console script's own sys.path[0] is the venv's bin/
+        saved = sys.path[:1]
+        sys.path[:1] = [os.getcwd()]
         try:
             spec = importlib.util.find_spec(module)
         except (ImportError, ValueError) as exc:
             raise ScriptNotFound(f"No module named {module!r} ({exc})") from None
+        finally:
+            sys.path[:1] = saved
         if spec is None:
             raise ScriptNotFound(f"No module named {module!r}")
         return "module", module
