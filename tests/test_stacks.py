@@ -226,3 +226,23 @@ def test_a_job_has_a_tree_per_process(run, tmp_path):
     assert cli("export", job, "--speedscope", out).returncode == 0
     names = [p["name"] for p in json.loads(out.read_text())["profiles"]]
     assert names[0] == "p0 · all transfers (bytes)" and "p1 · all transfers (bytes)" in names
+
+
+def test_the_console_scripts_own_frame_is_not_in_the_tree(tmp_path):
+    """Recorded through the installed `jaxplace` command, as README tells users to run it: pip's
+    launcher file (the venv's bin/jaxplace) runs under every frame of the script but is not the
+    user's code; the tree is the same hand-counted one, with no launcher frame on top."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    out = tmp_path / "r"
+    rec = subprocess.run([str(Path(sys.executable).parent / "jaxplace"), "run", "-q", "--no-trace", "--devices", "2",
+                          "--out", str(out), str(SAMPLE / "train.py")], cwd=REPO, env=child_env(), capture_output=True,
+                         text=True, timeout=240)
+    assert rec.returncode == 0, rec.stderr
+    proc = cli("audit", out, "--stacks", "-f", "text")
+    assert proc.returncode == 0, proc.stderr
+    assert "jaxplace:" not in proc.stdout.split("Bytes by call stack", 1)[1]
+    assert _tree_lines(proc.stdout) == _expected()

@@ -15,6 +15,10 @@ from pathlib import Path
 
 OWN_DIR = os.path.join(str(Path(__file__).resolve().parents[1]), "")  # the jaxplace_cli package
 RUNPY = "<frozen runpy>"  # runpy's frames (jaxplace runs the script through it; python does not)
+# The file of the `jaxplace` console script that started this process (note_launcher): pip's
+# launcher in the venv's bin/, whose `<module>` frame lies under every frame of the script. It is
+# not the user's code (capture/recorder.py's tiers), though it lies outside every library path.
+LAUNCHERS: set[str] = set()
 _FILE_LINE = re.compile(r'^\s*File "([^"]*)", line ')
 _HEADER = "Traceback (most recent call last):"
 
@@ -116,3 +120,12 @@ def _scrubbed(exc: BaseException, prefixes: tuple[str, ...]) -> BaseException:
         return new.with_traceback(exc.__traceback__)
     except Exception:  # noqa: BLE001 - an exception that will not be copied is printed as it is
         return exc
+
+
+def note_launcher(frame: types.FrameType | None) -> None:
+    """Remember the outermost frame's file under ``frame`` as the launcher's (called by the
+    console script's entry point; under ``python -m jaxplace_cli`` it is runpy's, already own)."""
+    while frame is not None and frame.f_back is not None:
+        frame = frame.f_back
+    if frame is not None and not frame.f_code.co_filename.startswith("<"):
+        LAUNCHERS.add(frame.f_code.co_filename)

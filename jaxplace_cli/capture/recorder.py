@@ -18,6 +18,7 @@ from collections import deque
 from pathlib import Path
 from time import perf_counter_ns
 
+from jaxplace_cli.capture.frames import LAUNCHERS
 from jaxplace_cli.capture.stacks import LIBRARY, TRANSFER_FIELDS, USER, Stacks
 from jaxplace_cli.model.events import MARKER_SITE_TEXT, Marker, OpEvent, Site, TransferEvent
 from jaxplace_cli.model.raw import PACKED
@@ -134,7 +135,7 @@ class Recorder(Stacks):
         libraries (their frames are skipped for the user's line, and never name an API), while
         jax inside the same site-packages stays internal."""
         fn = code.co_filename
-        if fn.startswith("<"):
+        if fn.startswith("<") or fn in LAUNCHERS:  # LAUNCHERS: the `jaxplace` command's own file
             tier = INTERNAL
         else:
             internal = max((len(p) for p in self._internal if fn.startswith(p)), default=-1)

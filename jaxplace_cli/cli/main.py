@@ -27,6 +27,10 @@ DEPENDENCIES = {"jax", "jaxlib", "numpy", "typer", "click", "rich", "scipy", "sh
 def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point: every error jaxplace reports is one line."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None:  # the console script: its frame is under the script's, never the user's code
+        from jaxplace_cli.capture.frames import note_launcher
+
+        note_launcher(sys._getframe())
     if args[:1] == ["run"]:
         from jaxplace_cli.cli.run import main as run_main
 
