@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import jsonschema
 import pytest
-from conftest import audit_json, cli
+from conftest import REPO, audit_json, cli
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -118,6 +119,14 @@ def test_host_sync_and_implicit_h2d_per_step(report):
     # y (64 x 1 float32 = 256 B) is below --min-bytes (1 KiB), so it is not part of the finding
     assert (up["line"], up["count"], up["bytes"]) == (42, 30, 30 * 32_768)
     assert up["per_step"]["median"] == 1 and up["per_step"]["bytes_median"] == 32_768
+    # the per-step view counts every transfer of a step, small ones too (as totals + small do):
+    # x and y up (32,768 + 256 B) and the 4-byte loss down, in each of the 30 steps
+    st = r["steps"]
+    assert st["per_step"]["h2d"] == {"counts": [2] * 30, "bytes": [33_024] * 30}
+    assert st["per_step"]["d2h"] == {"counts": [1] * 30, "bytes": [4] * 30}
+    assert st["steady_state"]["d2h"] == {"min": 1, "median": 1, "max": 1, "bytes_min": 4, "bytes_median": 4,
+                                         "bytes_max": 4}
+    jsonschema.validate(r, json.loads((REPO / "docs" / "audit-json-schema.json").read_text()))
 
 
 def test_clean_mlp_has_no_error_and_no_loop_findings(report):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,6 +117,11 @@ def test_text_audit_shows_every_process(job):
     proc = cli("audit", out, "--format", "text")
     assert proc.returncode == 0, proc.stderr
     assert "Processes (2 of 2; jaxplace launch" in proc.stdout
+    # each process's transfers, small ones included as in the merged totals: its one 4-byte
+    # float(loss) read (d2h) and its 16 uploads, 32,768 B (test above, by hand)
+    table = proc.stdout.split("Processes (2 of 2", 1)[1].split("Work per device", 1)[0]
+    rows = [line for line in table.splitlines() if re.match(r"^\W*p[01]\b", line)]
+    assert len(rows) == 2 and all("16 · 32.0" in r and "1 · 4 B" in r for r in rows), table
     assert "Work per device" in proc.stdout and "jit(step): calls over 4 devices" in proc.stdout
 
 

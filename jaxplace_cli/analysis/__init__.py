@@ -104,7 +104,7 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     summary = summarize(run, cfg.min_bytes, top_sites=top_sites)
     findings = run_rules(run, cfg, select, ignore)
     memory, steps = report_of(run)  # the steps, computed once for the memory rules and here
-    step_transfers = per_step_transfers(run, steps, cfg.min_bytes)
+    step_transfers = per_step_transfers(run, steps)
     chosen = [r for r in selected(select, ignore) if memory is not None or r not in MEMORY_RULES]
     return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
                        step_transfers,

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxplace_cli.analysis import AuditResult
+from jaxplace_cli.analysis.summary import kind_all
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes, human_ns
@@ -28,8 +29,8 @@ def render_job(console: Console, result: AuditResult) -> None:
         pt.add_column(col, justify="left" if col in ("process", "host", "ended", "devices") else "right",
                       overflow="fold")
     for v in view.processes:
-        cells = [f"{v.totals[k].count:,} · {human_bytes(v.totals[k].bytes)}" if k in v.totals else "?"
-                 for k in TRANSFER_KINDS]
+        moved = {k: kind_all(v, k) for k in v.totals}  # small ones too, as the merged totals above
+        cells = [f"{moved[k].count:,} · {human_bytes(moved[k].bytes)}" if k in moved else "?" for k in TRANSFER_KINDS]
         per = v.step_medians.get("h2d")
         pt.add_row(Text(f"p{v.index}", style="bold red" if v.died else ""), Text(plain(v.host)),
                    Text(plain(v.ended)), Text(plain(", ".join(v.devices))), *cells,

@@ -74,8 +74,8 @@ def steps(result: AuditResult) -> str:
         detail = info.detail if info is not None else "this input has no step information"
         return out[0] + f"<p>No steps detected ({esc(detail)}).</p></section>"
     out.append(f'<p>{len(info.steps):,} steps by {esc(info.method)} ({esc(info.detail)}); the first '
-               f'{info.warmup} is warm-up. The chart shows transfers of at least '
-               f'{esc(human_bytes(result.summary.min_bytes))} per step; click a bar to see that step on the timeline.</p>'
+               f'{info.warmup} is warm-up. The chart shows every transfer of each step, small ones '
+               'included; click a bar to see that step on the timeline.</p>'
                '<div class="toolbar"><label><input type="radio" name="stepmode" value="bytes" checked> bytes</label>'
                '<label><input type="radio" name="stepmode" value="count"> count</label></div>'
                '<div id="steps-box"><canvas id="steps-canvas"></canvas><div id="steps-tip" class="tooltip" hidden></div></div>'
@@ -163,7 +163,8 @@ def processes(result: AuditResult) -> str:
            '<th>process</th><th>host</th><th>ended</th><th>devices</th><th>ops</th><th>transfers</th>'
            '<th>run</th></tr></thead><tbody>']
     for v in view.processes:
-        moved = ", ".join(f"{k} {t.count:,} ({human_bytes(t.bytes)})" for k, t in v.totals.items() if t.count)
+        every = {k: kind_all(v, k) for k in v.totals}  # small ones too, as the merged totals
+        moved = ", ".join(f"{k} {t.count:,} ({human_bytes(t.bytes)})" for k, t in every.items() if t.count)
         out.append(f'<tr><td>p{v.index}</td><td>{esc(v.host)}</td><td>{esc(v.died or v.ended)}</td>'
                    f'<td>{esc(", ".join(v.devices))}</td><td class="num">{v.ops:,}</td>'
                    f'<td>{esc(moved or v.error or "none")}</td><td>{esc(v.path)}</td></tr>')

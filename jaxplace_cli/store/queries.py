@@ -338,10 +338,11 @@ def jit_ops(store) -> list[tuple[int, str, int, str]]:
     return store.conn.execute("SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,)).fetchall()
 
 
-def transfers_from(store, min_bytes: int, start_seq: int) -> list[tuple[int, str, int]]:
-    """``[(seq, kind, bytes)]`` of transfers of at least ``min_bytes`` from ``start_seq`` on."""
-    return store.conn.execute("SELECT seq, kind, bytes FROM transfers WHERE bytes >= ? AND seq >= ? "
-                              "ORDER BY seq", (min_bytes, start_seq)).fetchall()
+def transfers_from(store, start_seq: int) -> list[tuple[int, str, int]]:
+    """``[(seq, kind, bytes)]`` of every transfer from ``start_seq`` on, small ones included (an
+    unknown or impossible size as 0 bytes: the transfer still counts)."""
+    return store.conn.execute("SELECT seq, kind, CASE WHEN bytes > 0 THEN bytes ELSE 0 END FROM transfers "
+                              "WHERE seq >= ? ORDER BY seq", (start_seq,)).fetchall()
 
 
 def blocking_reads(store) -> list[tuple[int, int, str, int, int]]:
