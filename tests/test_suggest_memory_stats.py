@@ -23,15 +23,16 @@ from jaxplace_cli.store.writer import StoreWriter
 KiB = 1 << 10
 
 
-def _record(tmp_path, gpu_samples: bool):
-    """Three annotated steps, each making a 64 KiB array on cpu:0 that it keeps."""
+def _record(tmp_path, gpu_samples: bool, first: int = 0):
+    """Three annotated steps (step_num ``first`` on), each making a 64 KiB array on cpu:0 that it
+    keeps."""
     rec = Recorder()
     recording = Recording(rec, "all")
     recording.start()
     kept = []
     try:
         for i in range(3):
-            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            with jax.profiler.StepTraceAnnotation("train", step_num=first + i):
                 kept.append(jnp.ones((128, 128), jnp.float32) + i)
                 if gpu_samples:  # what sample_step_stats writes where the backend answers
                     rec.marker(MARKER_MEMORY_STATS, json.dumps({"cpu:0": [100 * (i + 1), 150 * (i + 1)]}))
@@ -64,3 +65,13 @@ def test_samples_taken_inside_steps_are_reported_per_step(tmp_path):
     assert dev["stats_by_step"] == [{"step": i, "bytes_in_use": 100 * (i + 1), "peak_bytes_in_use": 150 * (i + 1)}
                                     for i in range(3)]
     assert dev["memory_stats"] == {"bytes_in_use": 300, "peak_bytes_in_use": 450}  # the last sample
+
+
+def test_steps_are_named_by_the_scripts_step_num(tmp_path):
+    """Steps numbered 100, 101, 102 by the script: the peak (every step keeps its array, so the
+    last step's) and each sample are named by those numbers, as the budget and the trace window
+    name them, not by their position."""
+    _, _, doc = _record(tmp_path, gpu_samples=True, first=100)
+    (dev,) = [d for d in doc["devices"] if d["device"] == "cpu:0"]
+    assert dev["peak_step"] == 102
+    assert [s["step"] for s in dev["stats_by_step"]] == [100, 101, 102]

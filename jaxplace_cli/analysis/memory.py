@@ -147,11 +147,13 @@ def _holders(site, held, entered, sites: dict) -> list[Holder]:
 
 
 def _step_of(steps, seq: int) -> int | None:
+    """The number of the step holding event ``seq``, as the rest of the audit numbers steps (the
+    script's ``step_num``, else from 1); None outside every step."""
     if steps is None:
         return None
     for st in steps.steps:
         if st.start_seq <= seq < st.end_seq:
-            return st.index
+            return st.number
     return None
 
 
