@@ -104,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="unit: place eager ops and jit calls whole; op: also place the primitives "
                         "inside jitted functions (default: %(default)s)")
     p.add_argument("--trace", choices=TRACE_MODES, default="window",
-                   help="native jax.profiler trace: a window from the first dispatch, the full run, "
-                        "or off (default: %(default)s)")
+                   help="native jax.profiler trace: a window on the steady state (from the third "
+                        "StepTraceAnnotation step, else after the first dispatch that compiles "
+                        "nothing), the full run, or off (default: %(default)s)")
     p.add_argument("--trace-seconds", type=_seconds, default=TRACE_SECONDS, metavar="S",
                    help="the window closes after S seconds (default: %(default)s)")
     p.add_argument("--trace-ops", type=_count, default=TRACE_OPS, metavar="N",
@@ -121,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also record child Pythons that use JAX (subprocess, multiprocessing spawn) "
                         "into RUN/children/<pid>/; fork children without exec are not recorded")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="no start line, status line or summary: at most the verdict, in one line")
+                   help="no start line, status line or summary: at most the verdict, in one line "
+                        "(and a --budget's breaches)")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
