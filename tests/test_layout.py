@@ -315,3 +315,18 @@ def test_comments_name_only_files_that_exist():
                 if not ok:
                     bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_rule_is_documented_in_the_schema_and_in_rules_md():
+    """The rules `audit --rule` accepts (and `recording-incomplete`, which every audit of a lossy
+    run has) each have a row in docs/audit-json-schema.md's rules table and a section in
+    docs/rules.md: a new rule that is not documented fails here."""
+    from jaxplace_cli.analysis.findings import RULES
+    from jaxplace_cli.analysis.rules.distributed import JOB_RULES
+
+    schema = (REPO / "docs" / "audit-json-schema.md").read_text().split("## Rules", 1)[1].split("\n## ", 1)[0]
+    rules_md = (REPO / "docs" / "rules.md").read_text()
+    headings = [line[3:] for line in rules_md.splitlines() if line.startswith("## ")]
+    missing = [r for r in [*RULES, *JOB_RULES, "recording-incomplete"]
+               if f"`{r}`" not in schema or not any(r in h.replace(",", " ").split() for h in headings)]
+    assert not missing, missing
