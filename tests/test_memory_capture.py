@@ -260,3 +260,22 @@ def test_a_watch_appends_its_free_once_and_only_while_its_core_is_on(core_type):
     core.on = False  # the recording stopped: the teardown's frees are no rows
     del w
     assert rows() == [(7, 40, 0), (8, 17, 2)]
+
+
+def test_a_record_transfers_run_reports_no_memory_and_says_why(tmp_path):
+    """`--record transfers` leaves the eager ops unhooked, so the arrays they make are not
+    tracked: its audit has no memory object (a peak of what the rest made would be wrong), no
+    memory rule among those checked, and a note saying so; the same script recorded by default
+    has all three the other way round."""
+    from conftest import audit_json, jaxplace
+
+    script = tmp_path / "s.py"
+    script.write_text("import jax.numpy as jnp\nx = jnp.ones(256)\nfor i in range(5):\n    x = x * 2.0\n"
+                      "    print(float(x[0]))\n")
+    for mode, tracked in (("all", True), ("transfers", False)):
+        proc = jaxplace("run", "-q", "--no-trace", "--record", mode, "--out", tmp_path / mode, script)
+        assert proc.returncode == 0, proc.stderr
+        r = audit_json(tmp_path / mode)
+        assert ("memory" in r) == tracked, (mode, r.get("memory"))
+        assert ("memory-growth" in r["rules"]["checked"]) == tracked
+        assert any("--record transfers" in n and "device memory is not reported" in n for n in r["notes"]) != tracked

@@ -96,6 +96,11 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     if lost:
         notes.append(f"{lost} events could not be written during the run "
                      f"({m.events.write_error}); totals are lower bounds")
+    if m.record == "transfers":
+        notes.append("recorded with --record transfers: eager jax.numpy ops and Array operators were "
+                     "not hooked, so they are not in the op counts, the uploads of their Python-scalar "
+                     "operands are not counted, and device memory is not reported (the arrays they "
+                     "made were not tracked)")
     for h in m.hooks.unavailable:
         notes.append(f"hook unavailable on this JAX version, not recorded: {h}")
     notes.extend(placement_notes(run))

@@ -82,9 +82,11 @@ class MemoryReport:
 
 
 def memory_report(run, steps=None) -> MemoryReport | None:
-    """The run's device memory, or None for a run recorded before memory tracking."""
+    """The run's device memory, or None for a run recorded before memory tracking or with
+    ``--record transfers`` (the eager ops' arrays are not tracked there: a peak of what jit calls
+    made alone would be wrong, not partial)."""
     store = run.store
-    if not q.has_memory(store):
+    if getattr(getattr(run, "manifest", None), "record", None) == "transfers" or not q.has_memory(store):
         return None
     sites = store.sites()
     lv = cols.lives(store)

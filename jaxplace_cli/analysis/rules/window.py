@@ -9,7 +9,7 @@ def trace_window_notes(run) -> list[str]:
         return []
     if t.state == "skipped":
         return ["trace window: not opened (every dispatch compiled; the window is placed on the "
-                "steady state); all ops and transfers are still recorded"]
+                "steady state); the recording does not depend on it"]
     if t.cut == "watchdog":
         return [f"trace window: cut at its {t.seconds:g} s deadline while a dispatch ran "
                 f"({t.traced_ops} dispatches traced); the trace covers only that part of it"]
