@@ -16,13 +16,14 @@ import importlib.util
 import json
 import os
 import pickle
+import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, cli, jaxplace
+from conftest import REPO, SCRIPTS, child_env, cli, jaxplace
 
 JAXPLACE = Path(sys.executable).parent / "jaxplace"  # the console script: cwd is not on sys.path
 
@@ -229,3 +230,30 @@ def test_report_file_mode_follows_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_suggest_verify_runs_no_code_from_the_run_directory(tmp_path, where):
+    """`suggest RUN --verify SCRIPT` replays SCRIPT in the run's recorded working directory; a
+    hostile run.json names a directory of the run itself that holds a `jaxplace_cli` package
+    (relative, as the attacker cannot know where the run is unpacked, or absolute). The replay
+    must run jaxplace, not that package, and the user's SCRIPT, not a file of that name there."""
+    work = tmp_path / "work"
+    run = work / "evilrun"
+    shutil.copytree(REPO / "tests" / "data" / "golden_runs" / "pingpong_eager", run)
+    evil = run / "x"
+    (evil / "jaxplace_cli").mkdir(parents=True)
+    (evil / "jaxplace_cli" / "__init__.py").write_text("")
+    (evil / "jaxplace_cli" / "__main__.py").write_text(_evil_module(tmp_path / "PWNED", "jaxplace_cli"))
+    (evil / "train.py").write_text(_evil_module(tmp_path / "PWNED", "train"))
+    m = json.loads((run / "run.json").read_text())
+    m["cwd"] = "evilrun/x" if where == "relative" else str(evil)
+    (run / "run.json").write_text(json.dumps(m))
+    (work / "train.py").write_text("print('the user script')\n")
+    proc = subprocess.run([str(JAXPLACE), "suggest", "evilrun", "-o", str(tmp_path / "p.toml"), "--verify", "train.py",
+                           "--out", str(tmp_path / "verify")], cwd=work, env=child_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    _no_marker(tmp_path)
+    assert "verification: jaxplace run --no-trace" in proc.stdout, proc.stdout  # the replay ran, as jaxplace
+    assert (tmp_path / "verify" / "run.json").exists()

@@ -125,7 +125,7 @@ def _suggest_run(path, output, objective, devices, balance, cap, seed, solver, r
     if verify is not None:
         from jaxplace_cli.suggest.verify import verify as replay
 
-        script = str(Path(verify).resolve()) if Path(verify).exists() else verify
+        script = str(Path(verify).resolve())  # the user's file, whatever directory the replay runs in
         out_dir = verify_out or Path(tempfile.mkdtemp(prefix="jaxplace-verify-")) / "run"
         result = replay(plan, policy_path, script, out_dir)
     shown = str(policy_path) if policy_path is not None else None

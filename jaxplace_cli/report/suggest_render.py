@@ -137,7 +137,8 @@ def retargeted_puts(plan: Plan) -> list:
 
 
 def render_verification(v, plan: Plan) -> str:
-    out = ["", f"verification: {shlex.join(['jaxplace', *v.command[3:]])}"]
+    rest = v.command[v.command.index("jaxplace_cli") + 1:] if "jaxplace_cli" in v.command else v.command[1:]
+    out = ["", f"verification: {shlex.join(['jaxplace', *rest])}"]
     if not v.ok:
         out.append(f"  could not verify: {v.error}")
         return _lines(out)

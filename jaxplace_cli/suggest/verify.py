@@ -38,9 +38,11 @@ class Verification:
 
 def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str | None = None,
            timeout: float = 600.0) -> Verification:
-    cwd = cwd or plan.cwd or None
+    cwd = cwd or _recorded_cwd(plan.cwd)
     args = plan.run_command(str(Path(policy_path).resolve()), script, str(Path(out_dir).resolve()))
-    cmd = [sys.executable, "-m", "jaxplace_cli", *args[1:2], "--no-trace", "--quiet", *args[2:]]
+    # -P: the working directory is not put first on sys.path (it is the recorded run's, which is
+    # input: a jaxplace_cli/ package there would run instead of jaxplace)
+    cmd = [sys.executable, "-P", "-m", "jaxplace_cli", *args[1:2], "--no-trace", "--quiet", *args[2:]]
     env = dict(os.environ)
     # the replay's device count is the recorded run's (``--devices``, or none simulated); the
     # other XLA flags of this environment stay (they were dropped with it before)
@@ -68,6 +70,12 @@ def verify(plan: Plan, policy_path: Path, script: str, out_dir: Path, cwd: str |
     err = "" if proc.returncode == 0 else f"the script exited {proc.returncode} under the policy"
     return Verification(True, match and proc.returncode == 0, str(out_dir), cmd, got, rows, err, proc.stdout, mem,
                         transfers)
+
+
+def _recorded_cwd(cwd) -> str | None:
+    """The recorded run's working directory when it is one here (an absolute path to a
+    directory: ``os.getcwd()`` gives nothing else); else None, this process's own."""
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd) else None
 
 
 MEMORY_TOLERANCE = 0.01  # predicted and measured peaks may differ by 1 % of the larger
