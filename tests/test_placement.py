@@ -401,3 +401,34 @@ def test_placing_never_commits_and_jax_decides_follows_placed_data(jax_devices):
         a = jnp.arange(8.0).reshape(4, 2) * 1.0  # two ops, two devices: a moved copy
         out = jax.pmap(lambda v: v / jax.lax.psum(v.sum(), "i"), axis_name="i")(a)
     assert float(out.sum()) == 1.0 and len(out.sharding.device_set) == 4
+
+
+DTYPE_CLASSES = """import jax, jax.numpy as jnp, numpy as np
+x = jnp.ones(3)
+print(x.astype(np.float32), jnp.zeros(2, np.float32), jnp.arange(3, dtype=np.int32))
+print(jnp.full((2,), 3, np.int8), x.sum(dtype=np.int32), jnp.mean(x, dtype=np.float32))
+print(jnp.cumsum(x, dtype=np.float32), jnp.ones_like(x, dtype=np.int32), jnp.array([1, 2], dtype=np.float32))
+print(jax.random.normal(jax.random.key(0), (2,), np.float32).dtype)
+"""
+
+
+@pytest.mark.parametrize("options", [["--policy", "rr"], ["--policy", "pin:cpu:1"], ["--granularity", "op"]])
+def test_a_numpy_scalar_type_as_dtype_under_a_policy(tmp_path, options):
+    """jnp.zeros(2, np.float32) and friends: a NumPy scalar *class* among the arguments has
+    `shape` and `dtype` attributes (its descriptors), and the policy's op description took it for
+    an array (TypeError in every such call: a correct program failed under any policy). The
+    output is python's, byte for byte."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    script = tmp_path / "dtypes.py"
+    script.write_text(DTYPE_CLASSES)
+    env = child_env()
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    want = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert want.returncode == 0, want.stderr
+    got = jaxplace("run", "-q", "--no-trace", "--devices", "4", *options, "--out", tmp_path / "r", script)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout

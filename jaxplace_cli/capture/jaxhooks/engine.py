@@ -71,13 +71,19 @@ class Placer:
     def op_info(self, rec, name, kind, leaves, args, site, backward, kwargs=None) -> OpInfo:
         shapes, dtypes, inputs, nbytes = [], [], [], 0
         for a in leaves:
+            # a class is no operand: np.float32 passed as a dtype has `shape` and `dtype` too
+            # (descriptors of its class), and tuple() of one raised in every jnp.zeros(n, np.float32)
+            if isinstance(a, type):
+                continue
             if isinstance(a, _Array) or hasattr(a, "shape") and hasattr(a, "dtype"):
-                shape = tuple(getattr(a, "shape", ()))
-                dtype = getattr(a, "dtype", None)
+                try:
+                    shape = tuple(getattr(a, "shape", ()))
+                    size = int(getattr(a, "nbytes", 0) if not isinstance(a, _Array) else _nbytes(a))
+                except (TypeError, ValueError, AttributeError):  # an array-like with odd attributes
+                    continue
                 shapes.append(shape)
-                dtypes.append(dtype)
-                size = getattr(a, "nbytes", 0) if not isinstance(a, _Array) else _nbytes(a)
-                nbytes = max(nbytes, int(size))
+                dtypes.append(getattr(a, "dtype", None))
+                nbytes = max(nbytes, size)
                 if isinstance(a, _Array):
                     dev = _device_of(a)
                     placed = bool(getattr(a, "_committed", False)) or getattr(a, HOME, None) is not None
