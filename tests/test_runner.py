@@ -203,3 +203,57 @@ def test_a_traceback_entry_without_a_line_survives_the_frame_stripping():
     kept = without(ours, (here.f_code.co_filename + "-not-this-file",))
     assert (kept.tb_lineno, kept.tb_next.tb_lineno, kept.tb_next.tb_lasti) == (7, None, 10**6)
     assert without(ours, (here.f_code.co_filename,)) is None
+
+
+def _own_lines_out(text: str) -> str:
+    return "".join(line for line in text.splitlines(True) if not line.startswith("jaxplace:"))
+
+
+def _layout(tmp_path):
+    """Scripts that python runs in ways jaxplace got wrong (each checked by hand against python)."""
+    import zipfile
+
+    (tmp_path / "late_mod.py").write_text("VALUE = 42\n")
+    (tmp_path / "atexit_late.py").write_text(
+        "import atexit, sys, threading, time\n"
+        "@atexit.register\n"
+        "def save():\n"
+        "    import late_mod\n"
+        "    print('atexit', late_mod.VALUE, sys.argv[1:], sys.path[0].endswith('atexit_case'))\n"
+        "def late():\n"
+        "    time.sleep(0.2)\n"
+        "    print('thread', sys.argv[1:])\n"
+        "threading.Thread(target=late).start()\n"
+        "print('main done')\n")
+    real, link = tmp_path / "realdir", tmp_path / "linkdir"
+    real.mkdir()
+    link.mkdir()
+    (real / "helpmod.py").write_text("V = 'real helper'\n")
+    (real / "real.py").write_text("import sys, helpmod\nprint(sys.argv[0], __file__.endswith('link.py'), helpmod.V)\n")
+    (link / "link.py").symlink_to(real / "real.py")
+    (tmp_path / "dot.py").write_text("import sys\nprint(sys.argv[0], __file__)\nraise ValueError('x')\n")
+    with zipfile.ZipFile(tmp_path / "app.pyz", "w") as z:
+        z.writestr("__main__.py", "import sys\nprint('zipapp', sys.argv[1:], sys.path[0].endswith('app.pyz'))\n")
+    (tmp_path / "appdir").mkdir()
+    (tmp_path / "appdir" / "__main__.py").write_text("import sys, os\nprint(os.path.isabs(sys.path[0]), sys.argv)\n")
+    (tmp_path / "exit_true.py").write_text("import sys\nprint('bye')\nsys.exit(True)\n")
+
+
+@pytest.mark.parametrize("argv", [["atexit_late.py", "a"], ["linkdir/link.py"], ["./dot.py"], ["app.pyz", "z"],
+                                  ["appdir"], ["exit_true.py"]], ids=lambda a: a[0])
+def test_runs_like_python_after_the_body_and_for_unusual_paths(tmp_path, argv):
+    """What a script sees after its body returns (atexit, a thread still running: the script's
+    argv and sys.path[0], not jaxplace's), a symlinked script (sys.path[0] is its real directory),
+    `./dot.py` (argv[0], __file__ and the traceback's path as typed), a zip app, a directory
+    (an absolute sys.path[0]) and sys.exit(True) (exit 1, an int in run.json): stdout, stderr
+    and the exit code are python's."""
+    case = tmp_path / "atexit_case"
+    case.mkdir()
+    _layout(case)
+    plain = python(*argv, cwd=case)
+    jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", *argv, cwd=case)
+    assert jp.returncode == plain.returncode, (jp.stderr, plain.stderr)
+    assert jp.stdout == plain.stdout
+    assert _own_lines_out(jp.stderr) == plain.stderr
+    m = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert m["exit_code"] == plain.returncode and type(m["exit_code"]) is int

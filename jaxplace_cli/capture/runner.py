@@ -83,7 +83,7 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
         raise ScriptNotFound(f"can't open file {script!r}: no such file")
     if path.is_dir() and not (path / "__main__.py").exists():
         raise ScriptNotFound(f"can't find '__main__' module in {script!r}")
-    return "path", str(path)
+    return "path", script  # as typed (`./train.py` stays so in sys.argv[0] and __file__, as under python)
 
 
 def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
@@ -112,8 +112,9 @@ def _no_assert_rewrite_warning() -> None:
 def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     """Execute the target in this process as ``__main__``; never raises for script errors."""
     _no_assert_rewrite_warning()
-    saved_argv = sys.argv[:]
-    saved_path0 = sys.path[0] if sys.path else None
+    # sys.argv and sys.path[0] stay the script's after its body returns, as under python: its
+    # atexit handlers, its excepthook and threads still running then see them (they saw
+    # jaxplace's command line and the venv's bin/, and a late `import` beside the script failed)
     if kind == "module":
         sys.argv = [target, *args]  # runpy replaces argv[0] with the module's file
         if sys.path:
@@ -122,7 +123,9 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
             sys.path.insert(0, os.getcwd())
     else:
         sys.argv = [target, *args]
-        script_dir = os.path.dirname(os.path.abspath(target)) if not os.path.isdir(target) else os.path.abspath(target)
+        # python's sys.path[0]: a directory or zip app itself, else the directory of the
+        # script's real file (a symlinked script imports its neighbours of the link's target)
+        script_dir = os.path.abspath(target) if _runs_as_path(target) else os.path.dirname(os.path.realpath(target))
         if sys.path:
             sys.path[0] = script_dir
         else:
@@ -130,8 +133,10 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     try:
         if kind == "module":
             runpy.run_module(target, run_name="__main__", alter_sys=True)
-        elif os.path.isdir(target):
-            runpy.run_path(target, run_name="__main__")
+        elif _runs_as_path(target):
+            # as python runs a directory or zip app: its __main__ found on sys.path[0] (set above,
+            # absolute), argv left as typed (runpy.run_path would make argv[0] its own path)
+            runpy._run_module_as_main("__main__", alter_argv=False)
         else:
             _exec_script(target)
         return Outcome("complete", 0)
@@ -145,20 +150,28 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
         info = _plain(exc)
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return Outcome("failed", 1, msg, info)
-    finally:
-        sys.argv = saved_argv
-        if saved_path0 is not None and sys.path:
-            sys.path[0] = saved_path0
+
+
+def _runs_as_path(target: str) -> bool:
+    """A directory or a zip file (a zipapp): runpy runs its ``__main__``, as python does."""
+    if os.path.isdir(target):
+        return True
+    if target.endswith(".py"):
+        return False
+    import zipfile
+
+    return zipfile.is_zipfile(target)
 
 
 def _exec_script(target: str) -> None:
     """Execute a script file as ``__main__`` the way ``python FILE`` does: ``__file__`` is the
-    absolute path, ``sys.argv[0]`` stays as typed (``runpy.run_path`` would change it)."""
+    path joined to the working directory, not normalised (``/work/./train.py``), ``sys.argv[0]``
+    stays as typed (``runpy.run_path`` would change it)."""
     import builtins
     import importlib.machinery
     import io
 
-    path = os.path.abspath(target)
+    path = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
     with io.open_code(path) as fh:
         source = fh.read()
     code = compile(source, path, "exec", dont_inherit=True)
@@ -174,6 +187,8 @@ def _exit_outcome(exc: SystemExit) -> Outcome:
     code = exc.code
     if code is None:
         return Outcome("complete", 0)
+    if isinstance(code, bool):  # sys.exit(True) exits 1, as python; run.json holds an int
+        code = int(code)
     if isinstance(code, int):
         return Outcome("complete" if code == 0 else "failed", code, "" if code == 0 else f"SystemExit: {code}")
     # python prints a non-int payload to stderr and exits 1
