@@ -257,3 +257,39 @@ def test_runs_like_python_after_the_body_and_for_unusual_paths(tmp_path, argv):
     assert _own_lines_out(jp.stderr) == plain.stderr
     m = json.loads((tmp_path / "r" / "run.json").read_text())
     assert m["exit_code"] == plain.returncode and type(m["exit_code"]) is int
+
+
+ENDINGS = {
+    "hook_raises": 'import sys\ndef hook(t, v, tb): raise RuntimeError("hook broke")\nsys.excepthook = hook\n'
+                   'print("out1")\nraise ValueError("orig")\n',
+    "hook_none": 'import sys\nprint("out1")\nsys.excepthook = None\nraise ValueError("orig")\n',
+    "hook_deleted": 'import sys\nprint("out1")\ndel sys.excepthook\nraise ValueError("orig")\n',
+    "str_fails": 'class W(Exception):\n    def __str__(self): raise RuntimeError("no")\nprint("out1")\nraise W()\n',
+    "exit_message": 'print("out1")\nimport sys\nsys.exit("exit message")\n',
+    "partial_line": 'import sys\nsys.stdout.write("partial no newline")\nraise RuntimeError\n',
+    "stderr_replaced": 'import sys\nsys.stderr = open(sys.argv[1], "w")\nprint("script log line", file=sys.stderr)\n'
+                       'import jax.numpy as jnp\nprint(float(jnp.ones(2).sum()))\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENDINGS))
+def test_endings_print_as_python_does(tmp_path, name):
+    """Stdout and stderr into one file, stdout buffered (no PYTHONUNBUFFERED): the script's
+    pending output comes before the traceback or exit message as under python; a failing,
+    cleared or deleted sys.excepthook and an exception whose str() fails are reported as python
+    reports them (they were jaxplace internal errors, exit 3); a script that points sys.stderr
+    at its own log file gets none of jaxplace's lines in it."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(ENDINGS[name])
+    env = child_env()
+    env.pop("PYTHONUNBUFFERED", None)
+    got = {}
+    for who, cmd in (("python", [sys.executable, str(script)]),
+                     ("jaxplace", [sys.executable, "-m", "jaxplace_cli", "run", "--no-trace", "--out",
+                                   str(tmp_path / "r"), str(script)])):
+        log = tmp_path / f"{who}.log"
+        with open(tmp_path / f"{who}.out", "w") as out:
+            rc = subprocess.run([*cmd, str(log)], stdout=out, stderr=subprocess.STDOUT, env=env, timeout=240).returncode
+        text = (tmp_path / f"{who}.out").read_text()
+        got[who] = (rc, _own_lines_out(text), log.read_text() if log.exists() else None)
+    assert got["jaxplace"] == got["python"]

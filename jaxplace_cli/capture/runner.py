@@ -43,6 +43,7 @@ class Outcome:
         """``sys.exit("text")``'s text on stderr, as python prints it: nowhere when stderr is
         closed (``print(file=None)`` would put it into stdout)."""
         if self.exit_message is not None and sys.stderr is not None:
+            _flush_stdout()  # python writes the script's pending output first
             try:
                 print(self.exit_message, file=sys.stderr, flush=True)
             except (OSError, ValueError):
@@ -53,10 +54,40 @@ class Outcome:
         """Print what python prints for this ending. Call after the recording is saved."""
         if self.exc_info is not None:
             etype, value, tb = self.exc_info
+            self.exc_info = None
             if value is not None:
                 value.__traceback__ = tb  # 3.11's default hook prints value.__traceback__
-            sys.excepthook(etype, value, tb)
-            self.exc_info = None
+            _flush_stdout()
+            hook = getattr(sys, "excepthook", _MISSING)
+            if hook is _MISSING:  # the script deleted it: python's words, then the default display
+                print("sys.excepthook is missing", file=sys.stderr)
+                hook = sys.__excepthook__
+            try:
+                hook(etype, value, tb)
+            except BaseException as err:  # noqa: BLE001 - the script's hook failed (or is None): as python says it
+                err.__traceback__ = err.__traceback__.tb_next if err.__traceback__ else None  # not this frame
+                print("Error in sys.excepthook:", file=sys.stderr)
+                sys.__excepthook__(type(err), err, err.__traceback__)
+                print("\nOriginal exception was:", file=sys.stderr)
+                sys.__excepthook__(etype, value, tb)
+
+
+_MISSING = object()
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError):  # closed (None) or broken: python says nothing
+        pass
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or what python's traceback prints when that raises."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - the script's __str__
+        return "<exception str() failed>"
 
 
 def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
@@ -148,7 +179,8 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
         return Outcome("interrupted", 130, "KeyboardInterrupt", _plain(exc))
     except BaseException as exc:  # noqa: BLE001 - we report it exactly like python
         info = _plain(exc)
-        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        text = _text(exc)
+        msg = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
         return Outcome("failed", 1, msg, info)
 
 

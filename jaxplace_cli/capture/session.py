@@ -373,8 +373,8 @@ class Session:
             self.saved = True
         except OSError as exc:
             self.saved = False
-            if sys.stderr is not None:  # closed: not into the script's stdout (print(file=None))
-                print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.stderr)
+            if sys.__stderr__ is not None:  # closed: not into the script's stdout (print(file=None))
+                print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.__stderr__)
         drop_reserve(self._reserve)
 
     def writer_after(self):

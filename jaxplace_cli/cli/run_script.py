@@ -157,14 +157,14 @@ def _check_budget(run_dir, gate, script_code: int) -> int:
     run = open_run(run_dir)
     with reading(run_dir):
         result = analyse(run, lambda: judge_run(run, gate))
-    say(*verdict_lines(result.budget))
+    say(*verdict_lines(result.budget), after_script=True)
     verdict = 0 if result.budget.passed else 1
     if script_code:
         say(f"jaxplace: the script exited with {script_code}; that exit code is kept"
-            + (" (the budget was also exceeded, see above)" if verdict else ""))
+            + (" (the budget was also exceeded, see above)" if verdict else ""), after_script=True)
         return 0
     if verdict == 0:
-        say(f"jaxplace: budget passed ({plain(gate.source)})")
+        say(f"jaxplace: budget passed ({plain(gate.source)})", after_script=True)
     return verdict
 
 
@@ -205,7 +205,7 @@ def _summary_at_exit(session, quiet: bool) -> bool:
     from jaxplace_cli.model.safe import plain
 
     writer = session.writer_after()
-    if writer is None or not session.saved or sys.stderr is None or sys.stderr is not sys.__stderr__:
+    if writer is None or not session.saved or sys.__stderr__ is None:
         return False
     try:
         from jaxplace_cli.capture._native import print_at_exit
@@ -214,7 +214,7 @@ def _summary_at_exit(session, quiet: bool) -> bool:
     fallback = (f"jaxplace: the verdict was not made at the run's end; "
                 f"`jaxplace audit {plain(session.run_dir)}` makes it")
     return writer.print_at_exit(*_summary_call(session, quiet), _summary_timeout(session), fallback,
-                                sys.stderr, print_at_exit)
+                                sys.__stderr__, print_at_exit)
 
 
 def _print_run_summary(session, quiet: bool) -> None:
@@ -223,7 +223,7 @@ def _print_run_summary(session, quiet: bool) -> None:
     from jaxplace_cli.cli import run_summary
     from jaxplace_cli.model.safe import plain
 
-    if sys.stderr is None:  # closed: nothing would be seen (report/run_lines.say)
+    if sys.__stderr__ is None:  # closed: nothing would be seen (report/run_lines.say)
         return
     lines, interrupted, timed_out = None, False, False
     timeout = _summary_timeout(session)
@@ -245,4 +245,4 @@ def _print_run_summary(session, quiet: bool) -> None:
         if timed_out and not quiet:
             lines.insert(-1, f"jaxplace: the verdict took longer than {timeout:.0f} s and was left out; "
                              f"`jaxplace audit {plain(session.run_dir)}` makes it")
-    say(*lines)
+    say(*lines, after_script=True)

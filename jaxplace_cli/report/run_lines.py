@@ -15,10 +15,12 @@ from jaxplace_cli.model.sizes import human_bytes
 FINDINGS_SHOWN = 5  # error/warning lines after a run; the rest are counted (audit lists them)
 
 
-def say(*lines: str) -> None:
+def say(*lines: str, after_script: bool = False) -> None:
     """Print jaxplace's own lines on stderr — and nowhere when stderr is closed: python then
-    has ``sys.stderr`` None, and ``print(file=None)`` would write them into the script's stdout."""
-    stream = sys.stderr
+    has ``sys.stderr`` None, and ``print(file=None)`` would write them into the script's stdout.
+    ``after_script``: the process's own stderr (``sys.__stderr__``), not the stream the script
+    may have put in ``sys.stderr`` (its log file must not get jaxplace's summary)."""
+    stream = sys.__stderr__ if after_script else sys.stderr
     if stream is None:
         return
     try:
