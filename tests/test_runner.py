@@ -293,3 +293,18 @@ def test_endings_print_as_python_does(tmp_path, name):
         text = (tmp_path / f"{who}.out").read_text()
         got[who] = (rc, _own_lines_out(text), log.read_text() if log.exists() else None)
     assert got["jaxplace"] == got["python"]
+
+
+def test_wrapped_jax_functions_keep_their_own_attributes(tmp_path):
+    """jnp.sin.lower(x), eval_shape, trace, clear_cache, a custom_jvp's defjvp: the recording
+    wrappers hand every attribute they lack to the function they wrap (AttributeError before);
+    the output is python's."""
+    script = tmp_path / "attrs.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\nx = jnp.ones(3)\n"
+        "print(type(jnp.sin.lower(x)).__name__, jnp.sin.eval_shape(x).shape, callable(jnp.sin.clear_cache))\n"
+        "print(callable(jax.nn.relu.defjvp), callable(jax.nn.relu.defjvps), type(jnp.matmul.trace(x, x)).__name__)\n"
+        "print(jnp.linalg.norm.lower(x).as_text()[:10], jax.nn.silu.lower(x).compile() is not None)\n")
+    plain, jp = _run_both(tmp_path, script)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout

@@ -189,6 +189,16 @@ static PyObject *wrapper_repr(Wrapper *w) { return PyObject_Repr(w->fn); }
 /* Pickled by reference, as a function is: its qualified name, looked up in its __module__. */
 static PyObject *wrapper_reduce(PyObject *self, PyObject *unused) { return PyObject_GetAttr(self, S_qualname); }
 
+/* An attribute the wrapper does not have is the wrapped callable's: jnp.sin.lower(x),
+   jax.jit-made functions' eval_shape/trace/clear_cache, a custom_jvp's defjvp -- the wrapped
+   object stays usable as what it is (they raised AttributeError on the wrapper). */
+static PyObject *wrapper_getattro(Wrapper *w, PyObject *name) {
+    PyObject *r = PyObject_GenericGetAttr((PyObject *)w, name);
+    if (r || !PyErr_ExceptionMatches(PyExc_AttributeError) || !w->fn) return r;
+    PyErr_Clear();
+    return PyObject_GetAttr(w->fn, name);
+}
+
 static PyObject *wrapper_fn(Wrapper *w, void *c) { return Py_NewRef(w->fn); }
 static PyObject *wrapper_spec(Wrapper *w, void *c) { return Py_NewRef(w->spec); }
 
@@ -211,6 +221,7 @@ static PyTypeObject WrapperType = {
     .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_repr = (reprfunc)wrapper_repr,
+    .tp_getattro = (getattrofunc)wrapper_getattro,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "A recording hook around a jax entry point (capture/_wrap.c).",
