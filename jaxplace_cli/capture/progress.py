@@ -26,6 +26,7 @@ from jaxplace_cli.model.paths import file_name
 from jaxplace_cli.model.raw import PACKED, packed_module
 from jaxplace_cli.model.safe import plain
 from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.store.writer import ServiceThread
 
 _KIND = 3  # TransferEvent fields: kind, bytes, site (raw rows keep the field order)
 _BYTES = 6
@@ -48,7 +49,7 @@ class LiveStatus:
         recorder.take = self._tallying_take  # the writer thread's drain looks it up on the instance
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name="jaxplace-status", daemon=True)
+        self._thread = ServiceThread(target=self._loop, name="jaxplace-status", daemon=True)
 
     @classmethod
     def start(cls, recorder, stream=None) -> LiveStatus | None:
@@ -136,6 +137,7 @@ class LiveStatus:
         if self._stop.is_set() and not self._thread.is_alive():
             return
         self._stop.set()
+        self._thread.stopping()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
         self._write(f"\x1b7\x1b[{self.rows};1H\x1b[2K\x1b[r\x1b8")

@@ -172,7 +172,23 @@ class StoreWriter:
 INTERVAL = 0.02
 
 
-class BackgroundWriter(threading.Thread):
+class ServiceThread(threading.Thread):
+    """A jaxplace thread that runs until jaxplace stops it, after the script: ``join()`` returns
+    at once until ``stopping()`` was called. A script that joins every thread it sees (``for t
+    in threading.enumerate(): t.join()``, common at a program's end) found this one too and
+    waited for it forever; python has no such thread."""
+
+    _stopping = False
+
+    def stopping(self) -> None:
+        self._stopping = True
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._stopping:
+            super().join(timeout)
+
+
+class BackgroundWriter(ServiceThread):
     """Drains a Recorder's buffers into a writer every ``interval`` seconds (``drain``:
     ``Recorder.take`` for a ``WriterProcess``, ``Recorder.drain`` for a ``StoreWriter``).
 
@@ -212,6 +228,7 @@ class BackgroundWriter(threading.Thread):
                 self.error = f"{type(exc).__name__}: {exc}"
 
     def stop(self) -> None:
+        self.stopping()
         self._stop_event.set()
         self.wake.set()
         if self.is_alive():
