@@ -327,3 +327,17 @@ def test_a_script_that_joins_every_thread_it_sees_ends(tmp_path):
     jp = jaxplace("run", "-q", "--out", tmp_path / "r", script, timeout=120)
     assert jp.returncode == plain.returncode == 0, jp.stderr
     assert jp.stdout == plain.stdout == "[0.0, 2.0, 4.0]\n"
+
+
+def test_a_forked_child_that_exits_says_nothing_of_jaxplaces(tmp_path):
+    """os.fork() then sys.exit(4) in the child: the child ends as under python (its exit code
+    to the parent), with no jaxplace summary of its own (it printed a second one, "running
+    (exit None)"); the parent's run is the run."""
+    script = tmp_path / "fork.py"
+    script.write_text("import os, sys\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n"
+                      "    sys.exit(4)\n_, status = os.waitpid(pid, 0)\nprint('parent saw', os.waitstatus_to_exitcode(status))\n")
+    plain = python(script)
+    jp = jaxplace("run", "--no-trace", "--out", tmp_path / "r", script)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout == "child\nparent saw 4\n"
+    assert jp.stderr.count("jaxplace: run saved to") == 1 and "running (exit None)" not in jp.stderr, jp.stderr

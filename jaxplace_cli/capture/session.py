@@ -165,7 +165,7 @@ class Session:
         self.hook_report = None
         self._finalized = False
         self.saved = True  # False when the final manifest could not be written
-        self._pid = os.getpid()
+        self.pid = os.getpid()  # the recording process (a fork child of the script is not)
         self._held: list[int] | None = []  # signals that came while saving; None once saved
         self._prev_sigterm = None
         self.start_error = ""  # the recording could not start when the script imported JAX
@@ -285,7 +285,7 @@ class Session:
 
         A Ctrl-C or SIGTERM that arrives while saving is held until the run is saved, then
         acted on (an interrupted half-written run would be worse than a late exit)."""
-        if self._finalized or os.getpid() != self._pid:
+        if self._finalized or os.getpid() != self.pid:
             return  # a fork child of the script ending: the run belongs to the parent
         held = self._held
         self._finalized = True

@@ -2,6 +2,7 @@
 see cli/run.py for why."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -98,6 +99,8 @@ def _end(session, outcome, gate, quiet: bool) -> None:
     from jaxplace_cli.capture.runner import exit_like_python
 
     outcome.finish()
+    if os.getpid() != session.pid:  # a fork child of the script ending: the run and its words are the parent's
+        raise SystemExit(exit_like_python(outcome))
     # the summary after the interpreter's teardown only on a plain ending: a budget verdict, an
     # exit message or launch's report must come after it
     plain_end = (gate is None and outcome.exit_message is None and session.job is None
