@@ -432,3 +432,34 @@ def test_a_numpy_scalar_type_as_dtype_under_a_policy(tmp_path, options):
     got = jaxplace("run", "-q", "--no-trace", "--devices", "4", *options, "--out", tmp_path / "r", script)
     assert got.returncode == 0, got.stderr
     assert got.stdout == want.stdout
+
+
+GUARDED = """import jax, jax.numpy as jnp
+a = jnp.ones((4, 4)); b = jnp.arange(16.0).reshape(4, 4)
+f = jax.jit(lambda u, v: u @ v)
+with jax.transfer_guard("disallow_explicit"):
+    c = a * b; d = f(a, c); e = jnp.sin(d) + a; g = f(e, e); print("in guard ok")
+print(round(float(g.sum()), 2))  # placement may change the last bits of a float sum
+"""
+
+
+@pytest.mark.parametrize("policy", ["rr", "rr-strict"])
+def test_a_policys_moves_pass_the_scripts_transfer_guard(tmp_path, policy):
+    """A correct program under jax.transfer_guard("disallow_explicit"): it makes no explicit
+    transfer itself; the policy's moves to the devices it chose are the policy's, not the
+    script's, and made the program fail (JaxRuntimeError: Disallowed device-to-device transfer)."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED)
+    env = child_env()
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    want = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    got = jaxplace("run", "-q", "--no-trace", "--devices", "4", "--policy", policy, "--out", tmp_path / "r", script)
+    assert want.returncode == got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+    t = audit_json(tmp_path / "r")["transfers"]
+    assert t["totals"]["d2d"]["count"] + t["small"]["d2d"]["count"] > 0  # the policy moved data in the block

@@ -184,7 +184,10 @@ class Placer:
         src = _device_of(a)
         depth, tls.depth = tls.depth, 1  # recorded below, as the policy's move
         try:
-            moved = self._device_put(a, device)
+            # the policy's move, not the script's: under the script's
+            # jax.transfer_guard("disallow_explicit") it failed a correct program
+            with jax.transfer_guard_device_to_device("allow"):
+                moved = self._device_put(a, device)
         finally:
             tls.depth = depth
         if not getattr(a, "_committed", True):
