@@ -10,9 +10,13 @@ capture a profile from another address (``/capture_profile``). Ctrl-C stops it c
 ``--tensorboard`` runs TensorBoard instead (when installed), with ``--host 127.0.0.1``.
 
 Quiet (issue 26: 239 lines of XProf logs for four page loads): everything XProf and its C++
-converters write to stderr goes to ``xprof.log`` in the directory served (file descriptor 2
-is pointed there while XProf loads and serves; jaxplace's own lines go to the terminal's
-stderr, and an error restores it before it is said). The URL printed opens the trace viewer
+converters write to stderr goes to a new ``jaxplace-xprof-*.log`` in the temp directory, never
+into the directory served (it is input: a ``xprof.log`` planted there as a symlink would have
+been followed and appended to). File descriptor 2 is pointed there while XProf loads and
+serves; jaxplace's own lines go to the terminal's stderr, and an error restores it before it
+is said. The sessions are looked for at most ``MAX_SESSION_DEPTH`` levels down, without
+recursion (a tree 1,100 levels deep raised RecursionError in ``glob('**')`` and then hung on
+the server left running). The URL printed opens the trace viewer
 on the newest trace session, which works offline; XProf's other tools draw their charts with
 Google Charts from www.gstatic.com and show none without a network.
 """
@@ -47,14 +51,14 @@ def view(
     logdir = profile_logdir(path)
     if tensorboard:
         raise typer.Exit(_tensorboard(logdir, port))
-    with QuietStderr(logdir / LOG) as out:
+    url_of = trace_viewer_url(logdir)  # before the server: an error here leaves none running
+    with QuietStderr() as out:
         server = xprof_server(logdir, port, out)
-        actual = server.bind_addr[1]
-        print(f"jaxplace: XProf for {path} at {trace_viewer_url(logdir, actual)}  (listening on {HOST} "
-              "only; Ctrl-C to stop)", file=out, flush=True)
-        print(f"jaxplace: {OFFLINE}; XProf's own messages go to {out.log}", file=out, flush=True)
-        _stop_on_signals()
         try:
+            print(f"jaxplace: XProf for {path} at {url_of(server.bind_addr[1])}  (listening on {HOST} "
+                  "only; Ctrl-C to stop)", file=out, flush=True)
+            print(f"jaxplace: {OFFLINE}; XProf's own messages go to {out.log}", file=out, flush=True)
+            _stop_on_signals()
             server.serve()
         except KeyboardInterrupt:
             pass
@@ -63,29 +67,26 @@ def view(
         print("jaxplace: XProf stopped", file=out, flush=True)
 
 
-LOG = "xprof.log"
+MAX_SESSION_DEPTH = 8  # plugins/profile/<session> of the dir or of a job's proc-<i>/: 3-4 levels
 OFFLINE = ("offline, the trace viewer works (served from the installed xprof); XProf's other tools "
            "draw their charts with Google Charts from www.gstatic.com and show none without a network")
 
 
 class QuietStderr:
-    """File descriptor 2 pointed at ``log`` (XProf's Python loggers hold ``sys.stderr``; its
-    C++ converters write to the descriptor), the terminal's stderr kept as the stream this
-    yields. An unwritable ``log`` (a read-only run directory) becomes a temporary file."""
+    """File descriptor 2 pointed at a new temporary file, ``log`` (XProf's Python loggers hold
+    ``sys.stderr``; its C++ converters write to the descriptor), the terminal's stderr kept as
+    the stream this yields. Never a file in the directory served: that is input."""
 
-    def __init__(self, log: Path):
-        self.log = log
+    def __init__(self):
+        self.log: Path | None = None
         self._saved = -1
 
     def __enter__(self):
         import os
         import tempfile
 
-        try:
-            fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        except OSError:
-            fd, name = tempfile.mkstemp(prefix="jaxplace-xprof-", suffix=".log")
-            self.log = Path(name)
+        fd, name = tempfile.mkstemp(prefix="jaxplace-xprof-", suffix=".log")  # O_EXCL: a new file
+        self.log = Path(name)
         sys.stderr.flush()
         self._saved = os.dup(2)
         self._out = os.fdopen(os.dup(2), "w", buffering=1)
@@ -109,20 +110,41 @@ class QuietStderr:
         return False
 
 
-def trace_viewer_url(logdir: Path, port: int) -> str:
-    """The URL of XProf's trace viewer on the newest session (XProf names a session below a
-    sub-directory, a launch job's ``proc-<i>``, ``proc-<i>/<session>``); the root without one."""
+def trace_viewer_url(logdir: Path):
+    """``port -> URL`` of XProf's trace viewer on the newest session (XProf names a session
+    below a sub-directory, a launch job's ``proc-<i>``, ``proc-<i>/<session>``); the root
+    without one."""
     from urllib.parse import quote
 
-    sessions = sorted((p for p in logdir.glob("**/plugins/profile/*") if p.is_dir()),
-                      key=lambda p: (p.name, str(p)), reverse=True)
+    sessions = sorted(_sessions(logdir), key=lambda p: (p.name, str(p)), reverse=True)
     if not sessions:
-        return f"http://{HOST}:{port}/"
+        return lambda port: f"http://{HOST}:{port}/"
     top = sessions[0].parent.parent.parent.relative_to(logdir)
     run = sessions[0].name if str(top) == "." else f"{top.as_posix()}/{sessions[0].name}"
     # a frontend route lives under the plugin's prefix (``make_app``); measured in Chromium:
     # this URL opens the Trace Viewer tool on that session, "/" opens the Overview Page
-    return f"http://{HOST}:{port}{PREFIX}/trace_viewer?run={quote(run, safe='')}&tag=trace_viewer"
+    return lambda port: f"http://{HOST}:{port}{PREFIX}/trace_viewer?run={quote(run, safe='')}&tag=trace_viewer"
+
+
+def _sessions(logdir: Path, max_depth: int = MAX_SESSION_DEPTH) -> list[Path]:
+    """Every ``plugins/profile/<session>/`` directory at most ``max_depth`` levels below
+    ``logdir``: breadth first, no recursion, symlinked directories not followed."""
+    import os
+
+    found, level = [], [Path(logdir)]
+    for _ in range(max_depth):
+        below = []
+        for d in level:
+            try:
+                with os.scandir(d) as entries:
+                    subs = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            if d.name == "profile" and d.parent.name == "plugins":
+                found.extend(subs)
+            below.extend(subs)
+        level = below
+    return found
 
 
 def _stop_on_signals() -> None:

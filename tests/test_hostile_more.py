@@ -1,0 +1,126 @@
+"""More hostile inputs (after issue 15's corpus in test_hostile.py): each case one test, run
+through the real CLI (``cli`` in this process, or ``jaxplace`` / a subprocess where the command
+serves, may hang or may need a memory limit), on a copy of a golden run or a file built here.
+
+Every case was an internal error (exit 3), a hang, unbounded memory or a write through a
+planted symlink before its fix; now a data error is one line on stderr and exit 2."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO, child_env
+
+sys.path.insert(0, str(REPO / "tests" / "scripts" / "faults"))
+import xspace  # noqa: E402
+
+GOLD = REPO / "tests" / "data" / "golden_runs" / "pingpong_eager"
+AS_LIMIT = 2 << 30  # bytes of address space for a child that could otherwise eat memory
+
+
+def _run(tmp: Path, name: str = "run") -> Path:
+    dst = tmp / name
+    shutil.copytree(GOLD, dst)
+    return dst
+
+
+def _sql(run: Path, *statements, args=()) -> None:
+    with contextlib.closing(sqlite3.connect(run / "events.sqlite")) as c, c:
+        for s in statements:
+            c.execute(s, args) if args else c.execute(s)
+
+
+def _data_error(r, *words) -> None:
+    """Exit 2, one line on stderr naming ``words``, no traceback."""
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+def _limited(*args, timeout=120) -> subprocess.CompletedProcess:
+    """`jaxplace ARGS` in a child limited to AS_LIMIT bytes of address space."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+    return subprocess.run([sys.executable, "-m", "jaxplace_cli", *map(str, args)], env=child_env(),
+                          capture_output=True, text=True, timeout=timeout, preexec_fn=limit)
+
+
+def _remove_deep(deepest: Path, top: Path) -> None:
+    """Remove a deep chain of empty directories from its bottom (pytest's own clean-up of old
+    temp dirs recurses per level and fails on it)."""
+    while deepest != top:
+        deepest.rmdir()
+        deepest = deepest.parent
+
+
+# -- view -------------------------------------------------------------------------------------
+
+def _trace_dir(path: Path) -> Path:
+    (path / "plugins" / "profile" / "s1").mkdir(parents=True)
+    (path / "plugins" / "profile" / "s1" / "h.xplane.pb").write_bytes(xspace.small_gpu_trace())
+    return path
+
+
+def _view_until_listening(path: Path, tmp: Path) -> tuple[int, str]:
+    """`jaxplace view PATH --port 0` until it says its URL, then Ctrl-C: (exit code, stderr).
+    A command that never says it (a hang) is killed after 120 s and fails the test."""
+    proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "view", str(path), "--port", "0"],
+                            env=child_env(TMPDIR=str(tmp)), stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL)
+    err, deadline = b"", time.monotonic() + 120
+    try:
+        while b"127.0.0.1:" not in err and proc.poll() is None and time.monotonic() < deadline:
+            if select.select([proc.stderr], [], [], 1)[0]:
+                err += os.read(proc.stderr.fileno(), 65536)
+        assert b"127.0.0.1:" in err, err.decode(errors="replace")[-2000:]
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        return code, (err + proc.stderr.read()).decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_view_writes_no_log_through_a_symlink_planted_in_the_run(tmp_path):
+    run = _trace_dir(tmp_path / "run")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    (run / "xprof.log").symlink_to(victim)
+    (tmp_path / "tmp").mkdir()
+    code, err = _view_until_listening(run, tmp_path / "tmp")
+    assert code == 0, err
+    assert victim.read_text() == "untouched\n"
+    assert os.readlink(run / "xprof.log") == str(victim)
+    assert sorted(p.name for p in run.iterdir()) == ["plugins", "xprof.log"]
+    log = re.search(r"XProf's own messages go to (\S+)", err).group(1)
+    assert Path(log).parent == tmp_path / "tmp" and Path(log).read_text()
+
+
+def test_view_of_a_tree_1100_levels_deep_serves_and_stops(tmp_path):
+    run = _trace_dir(tmp_path / "run")
+    d = run
+    for _ in range(1100):
+        d = d / "d"
+        d.mkdir()
+    (tmp_path / "tmp").mkdir()
+    try:
+        code, err = _view_until_listening(run, tmp_path / "tmp")
+    finally:
+        _remove_deep(d, run)
+    assert code == 0 and "Traceback" not in err and "internal error" not in err, err[-2000:]
+    assert "trace_viewer?run=s1" in err
