@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO, child_env
+from conftest import REPO, child_env, cli
 
 sys.path.insert(0, str(REPO / "tests" / "scripts" / "faults"))
 import xspace  # noqa: E402
@@ -124,3 +124,38 @@ def test_view_of_a_tree_1100_levels_deep_serves_and_stops(tmp_path):
         _remove_deep(d, run)
     assert code == 0 and "Traceback" not in err and "internal error" not in err, err[-2000:]
     assert "trace_viewer?run=s1" in err
+
+
+# -- job.json ---------------------------------------------------------------------------------
+
+def _job(tmp: Path) -> Path:
+    job = tmp / "job"
+    job.mkdir()
+    _run(job, "proc-0")
+    return job
+
+
+def test_job_json_fifo_and_dev_zero_are_data_errors(tmp_path):
+    for name, make in (("fifo", os.mkfifo), ("zero", lambda p: p.symlink_to("/dev/zero"))):
+        (tmp_path / name).mkdir()
+        job = _job(tmp_path / name)
+        make(job / "job.json")
+        _data_error(_limited("audit", job), "job.json", "not a regular file")
+
+
+def test_job_json_of_wrong_types_or_nested_deep_is_a_data_error(tmp_path):
+    job = _job(tmp_path)
+    for text, words in [('{"schema_version": 1, "processes": 5}', ("processes",)),
+                        ('{"schema_version": 1, "processes": [{"index": [1]}]}', ("processes[0].index",)),
+                        ('{"schema_version": 1, "processes": [{"index": 0, "exit_code": "1"}]}',
+                         ("processes[0].exit_code",)),
+                        ('{"schema_version": 1, "process_count": 1000000000000}', ("process_count",)),
+                        ('{"schema_version": 1, "processes": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                         ("nested",))]:
+        (job / "job.json").write_text(text)
+        _data_error(cli("audit", job), "job.json", *words)
+    (job / "job.json").write_text('{"schema_version": 1, "process_count": 1, "status": "complete", "exit_code": 0, '
+                                  '"processes": [{"index": 0, "pid": 7, "exit_code": 0, "signal": null, '
+                                  '"stopped_by_launch": false}], "first_failure": null}')
+    r = cli("audit", job)
+    assert r.returncode in (0, 1), r.stderr

@@ -165,16 +165,49 @@ def write_job(path: Path, job: dict) -> None:
 
 
 def read_job(path: Path) -> dict | None:
-    """``job.json`` of a job directory; None when there is none; RunDirError when unreadable."""
+    """``job.json`` of a job directory; None when there is none; RunDirError when unreadable.
+
+    Read as ``run.json`` is (``model/untrusted.py``: a regular file of at most 16 MiB, JSON of
+    bounded depth) and checked field by field (``_check_job``): a FIFO hung the audit, a link
+    to /dev/zero ate memory, and ``"processes": 5`` or a list as an index ended in exit 3."""
     file = Path(path) / JOB
-    try:
-        if file.stat().st_size > 16 * 2**20:
-            raise RunDirError(f"{file} is larger than 16 MiB; it is not a jaxplace job manifest")
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(file):
         return None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"{file} is unreadable or corrupt ({exc}); the job cannot be audited") from None
+    data = load_json(file, "job manifest", MAX_JOB_BYTES, RunDirError)
     if not isinstance(data, dict) or data.get("schema_version") != JOB_SCHEMA_VERSION:
         raise RunDirError(f"{file} is not a jaxplace job manifest of schema version {JOB_SCHEMA_VERSION}")
+    _check_job(data, file)
     return data
+
+
+MAX_JOB_BYTES = 16 * 2**20
+_INT, _STR, _FLAG = (int, type(None)), (str, type(None)), (bool, str, type(None))
+# the fields of job.json the audit reads (cli/launch_job.py writes them) and their types
+JOB_FIELDS = {"process_count": _INT, "coordinator": _STR, "status": _STR, "exit_code": _INT,
+              "processes": (list,), "first_failure": (dict, type(None))}
+END_FIELDS = {"index": _INT, "pid": _INT, "exit_code": _INT, "signal": _STR, "error": _STR,
+              "hung": _FLAG, "stopped_by_launch": _FLAG}
+
+
+def _check_job(data: dict, file: Path) -> None:
+    def check(obj: dict, fields: dict, where: str) -> None:
+        for key, types in fields.items():
+            value = obj.get(key)
+            if key in obj and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+                raise RunDirError(f"{file}: {where}{key} is {type(value).__name__}, not "
+                                  f"{' or '.join(t.__name__ for t in types if t is not type(None))}; "
+                                  "the job manifest is corrupt")
+            top = MAX_PROCESS_COUNT if key == "process_count" else 2**63 - 1
+            if type(value) is int and not -2**63 <= value <= top:
+                raise RunDirError(f"{file}: {where}{key} {value} is out of range; the job manifest is corrupt")
+
+    check(data, JOB_FIELDS, "")
+    for i, end in enumerate(data.get("processes") or []):
+        if not isinstance(end, dict):
+            raise RunDirError(f"{file}: processes[{i}] is {type(end).__name__}, not an object; "
+                              "the job manifest is corrupt")
+        check(end, END_FIELDS, f"processes[{i}].")
+    check(data.get("first_failure") or {}, END_FIELDS, "first_failure.")
+
+
+MAX_PROCESS_COUNT = 1 << 20  # the audit lists the processes missing below it
