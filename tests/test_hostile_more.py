@@ -159,3 +159,14 @@ def test_job_json_of_wrong_types_or_nested_deep_is_a_data_error(tmp_path):
                                   '"stopped_by_launch": false}], "first_failure": null}')
     r = cli("audit", job)
     assert r.returncode in (0, 1), r.stderr
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+def test_a_generated_column_the_schema_check_did_not_see_is_a_data_error(tmp_path):
+    """PRAGMA table_info hides generated columns: the store passed the check and SELECT *
+    computed a 1 GB zeroblob per row (5.9 GB, then exit 3)."""
+    run = _run(tmp_path)
+    _sql(run, "ALTER TABLE sites ADD COLUMN g0 BLOB GENERATED ALWAYS AS (zeroblob(1000000000)) VIRTUAL")
+    for cmd in ("audit", "suggest"):
+        _data_error(_limited(cmd, run), "sites", "columns")

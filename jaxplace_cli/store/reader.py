@@ -126,10 +126,12 @@ class StoreReader:
                         **(STACK_TABLES if self.has_stacks else {})}
         for name, cls in self._tables.items():
             try:
-                cols = [(r[1], r[2].upper()) for r in self.conn.execute(f"PRAGMA table_info({name})")]
+                # table_xinfo, not table_info: it lists generated and hidden columns too (a
+                # generated ``zeroblob(1e9)`` column passed the check, then SELECT computed it)
+                cols = [(r[1], r[2].upper(), r[6]) for r in self.conn.execute(f"PRAGMA table_xinfo({name})")]
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"{self.path}: table {name} is unreadable ({exc})") from None
-            if cols != columns(cls):
+            if cols != [(c, t, 0) for c, t in columns(cls)]:
                 raise StoreError(f"{self.path}: table {name} does not have the columns of events "
                                  f"schema version {SCHEMA_VERSION}; the run is corrupt or was not "
                                  "written by jaxplace")
@@ -173,7 +175,8 @@ class StoreReader:
 
     def _rows(self, name: str, cls, order: str = "") -> Iterator:
         try:
-            cur = self.conn.execute(f"SELECT * FROM {name} {order}")
+            names = ", ".join(c for c, _ in columns(cls))  # never *: only the schema's columns
+            cur = self.conn.execute(f"SELECT {names} FROM {name} {order}")
             make = cls._make
             for row in cur:
                 yield make(row)
