@@ -170,3 +170,18 @@ def test_a_generated_column_the_schema_check_did_not_see_is_a_data_error(tmp_pat
     _sql(run, "ALTER TABLE sites ADD COLUMN g0 BLOB GENERATED ALWAYS AS (zeroblob(1000000000)) VIRTUAL")
     for cmd in ("audit", "suggest"):
         _data_error(_limited(cmd, run), "sites", "columns")
+
+
+# -- JSON files -------------------------------------------------------------------------------
+
+def test_an_unterminated_string_of_escaped_quotes_is_read_in_one_pass(tmp_path):
+    """'"' + '\\"' * n: the depth pre-check's string pattern started a failing scan at every
+    quote (quadratic: 19 s for 80 KB; this 320 KB file took minutes). A run.json and a diff
+    baseline, each a data error within the 60 s the child is given."""
+    text = '"' + '\\"' * 160_000
+    run = _run(tmp_path)
+    (run / "run.json").write_text(text)
+    _data_error(_limited("audit", run, timeout=60), "run.json")
+    base = tmp_path / "base.json"
+    base.write_text(text)
+    _data_error(_limited("diff", base, _run(tmp_path, "run2"), timeout=60), "base.json")
