@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO, child_env, cli
 
 sys.path.insert(0, str(REPO / "tests" / "scripts" / "faults"))
@@ -185,3 +186,35 @@ def test_an_unterminated_string_of_escaped_quotes_is_read_in_one_pass(tmp_path):
     base = tmp_path / "base.json"
     base.write_text(text)
     _data_error(_limited("diff", base, _run(tmp_path, "run2"), timeout=60), "base.json")
+
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def test_a_site_text_marker_nested_deep_is_skipped(tmp_path):
+    run = _run(tmp_path)
+    _sql(run, "INSERT INTO markers VALUES (9999, 0, 'site-text', ?)", args=(_deep(4000),))
+    r = cli("diff", _run(tmp_path, "base"), run)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_memory_and_upload_markers_nested_deep_are_data_errors(tmp_path):
+    from jaxplace_cli.model.errors import DataError
+    from jaxplace_cli.store.reader import StoreReader
+    from jaxplace_cli.store.schema import MEMORY_TABLES, create_sql
+    from jaxplace_cli.store.uploads import host_data
+
+    for kind in ("oom", "memory_stats"):
+        run = _run(tmp_path, kind)
+        _sql(run, *(create_sql(n, cls) for n, cls in MEMORY_TABLES.items()))
+        _sql(run, "INSERT INTO markers VALUES (9999, 0, ?, ?)", args=(kind, _deep(40_000)))
+        _data_error(cli("audit", run), "markers", kind)
+    run = _run(tmp_path, "host_data")  # read by suggest's upload rule only for implicit uploads
+    _sql(run, "INSERT INTO markers VALUES (9999, 0, 'host_data', ?)", args=(_deep(40_000),))
+    store = StoreReader(run / "events.sqlite")
+    try:
+        with pytest.raises(DataError, match="host_data marker at seq 9999 is damaged"):
+            host_data(store)
+    finally:
+        store.close()

@@ -238,12 +238,12 @@ def _steps(conn, result: AuditResult, t0: int, t1: int) -> dict:
 
 
 def _compiles(conn, t0: int) -> dict:
-    import json
+    from jaxplace_cli.model.untrusted import parse_value
 
     out = {"ts": [], "name": [], "secs": [], "total": q.marker_count(conn, "compile")}
     for _seq, ts, value in q.marker_rows(conn, "compile", COMPILES_CAP):
         try:
-            v = json.loads(value)
+            v = parse_value(value)
             name, secs = str(v.get("fun", "?")), float(v.get("secs", 0) or 0)
         except (ValueError, AttributeError, TypeError):
             name, secs = "?", 0.0

@@ -157,6 +157,22 @@ def parse_json(text: str, where: str, error: type[JaxplaceError] = UntrustedFile
         raise error(f"{where} is not readable JSON: {_first_line(exc)}") from None
 
 
+def parse_value(text, max_depth: int = MAX_JSON_DEPTH):
+    """A JSON value stored inside another file (a store marker's value), with ``parse_json``'s
+    limits; ValueError for anything it cannot be (not text, too deep, not JSON): the caller
+    skips the value or makes it its own data error. ``json.loads`` alone recursed once per
+    level: a marker nested 4,000 deep ended in RecursionError (exit 3)."""
+    if not isinstance(text, str):
+        raise ValueError(f"{type(text).__name__}, not JSON text")
+    depth = json_depth(text, max_depth)
+    if depth > max_depth:
+        raise ValueError(f"JSON nested {depth:,} levels deep (at most {max_depth})")
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def load_json(path, what: str, limit: int, error: type[JaxplaceError] = UntrustedFileError,
               max_depth: int = MAX_JSON_DEPTH):
     return parse_json(read_text(path, what, limit, error), f"{what} {path}", error, max_depth)

@@ -3,7 +3,6 @@
 memory tables has none: ``has_memory`` is False and the audit carries no ``memory`` object."""
 from __future__ import annotations
 
-import json
 import warnings
 from typing import NamedTuple
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, OP_DEVICE_PUT
+from jaxplace_cli.model.untrusted import parse_value
 
 
 class FailedAllocation(NamedTuple):
@@ -107,7 +107,7 @@ def _json_markers(store, kind: str) -> list[tuple[int, dict]]:
     out = []
     for seq, value in store.conn.execute("SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (kind,)):
         try:
-            v = json.loads(value)
+            v = parse_value(value)
         except (TypeError, ValueError):
             raise DataError(f"markers: a {kind} marker holds {str(value)[:40]!r}, not JSON") from None
         if not isinstance(v, dict):

@@ -36,6 +36,7 @@ from jaxplace_cli.model.events import (
     OpEvent,
     TransferEvent,
 )
+from jaxplace_cli.model.untrusted import parse_value
 
 
 def _events(store, cls, sql: str, params: tuple = ()) -> Iterator:
@@ -253,7 +254,7 @@ def decode_compile(seq: int, value) -> CompileInfo | None:
     recorded op has only ``fun`` and ``secs``); unknown fields are ignored. The marker is
     untrusted input: this never raises on its content."""
     try:
-        info = json.loads(value)
+        info = parse_value(value)
     except (ValueError, TypeError, RecursionError):
         return None
     if not isinstance(info, dict):

@@ -2,9 +2,8 @@
 ``diff``'s stable site identity (issue 26). Runs recorded before have none."""
 from __future__ import annotations
 
-import json
-
 from jaxplace_cli.model.events import MARKER_SITE_TEXT
+from jaxplace_cli.model.untrusted import parse_value
 
 
 def site_texts(store) -> dict[tuple[str, int], str]:
@@ -14,7 +13,7 @@ def site_texts(store) -> dict[tuple[str, int], str]:
     out = {}
     for (value,) in store.conn.execute("SELECT value FROM markers WHERE kind = ?", (MARKER_SITE_TEXT,)):
         try:
-            sid, text = json.loads(value) if isinstance(value, str) and len(value) < 10_000 else (0, "")
+            sid, text = parse_value(value) if isinstance(value, str) and len(value) < 10_000 else (0, "")
         except (ValueError, TypeError):
             continue
         s = sites.get(sid) if isinstance(sid, int) else None

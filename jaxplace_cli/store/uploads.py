@@ -8,11 +8,11 @@ any stored value: a marker jaxplace could not have written is ``DataError`` (exi
 """
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import H2D, MARKER_HOST_DATA
+from jaxplace_cli.model.untrusted import parse_value
 
 
 class HostData(NamedTuple):
@@ -49,7 +49,7 @@ def host_data(store) -> dict[int, HostData]:
     for seq, value in store.conn.execute(
             "SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (MARKER_HOST_DATA,)):
         try:
-            doc = json.loads(value) if isinstance(value, str) and len(value) < 100_000 else None
+            doc = parse_value(value) if isinstance(value, str) and len(value) < 100_000 else None
         except ValueError:
             doc = None
         ok = isinstance(doc, dict) and all(
