@@ -218,3 +218,14 @@ def test_memory_and_upload_markers_nested_deep_are_data_errors(tmp_path):
             host_data(store)
     finally:
         store.close()
+
+
+def test_suggest_on_sizes_audit_rejects_is_a_data_error(tmp_path):
+    from jaxplace_cli.store.schema import MEMORY_TABLES, create_sql
+
+    for i, stmt in enumerate(("UPDATE buffers SET bytes = -1", "UPDATE transfers SET bytes = 1e308",
+                              "UPDATE buffers SET bytes = 1e308")):
+        run = _run(tmp_path, f"run{i}")
+        _sql(run, *(create_sql(n, cls) for n, cls in MEMORY_TABLES.items()))
+        _sql(run, stmt)
+        _data_error(cli("suggest", run), stmt.split()[1], "bytes")

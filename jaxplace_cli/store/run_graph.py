@@ -3,6 +3,7 @@ a placement graph. The store owns all SQL (tests/test_layout.py).
 """
 from __future__ import annotations
 
+from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.store.queries import compiles
 
 # -- suggest (suggest/from_run.py, suggest/predict.py): the run as a placement graph ----------
@@ -66,3 +67,17 @@ def suggest_transfer_groups(store) -> list:
 def suggest_op_time(store) -> int:
     """Total dispatch time of the ops that did not fail."""
     return int(store.conn.execute("SELECT COALESCE(SUM(dur_ns), 0) FROM ops WHERE error = ''").fetchone()[0])
+
+
+def check_sizes(store) -> None:
+    """``suggest``'s sizes: every ``bytes`` of transfers and buffers an integer (as the audit
+    requires of transfers) of at most 2**62, a buffer's not negative (the memory model indexes
+    by it). 1e308 or -1 ended suggest in OverflowError or IndexError (exit 3)."""
+    for table in ("transfers", "buffers"):
+        bad, neg = store.conn.execute(f"SELECT SUM(typeof(bytes) != 'integer' OR bytes > {2**62}), "
+                                      f"SUM(bytes < 0) FROM {table}").fetchone()
+        if bad:
+            raise DataError(f"{table}: {bad} rows' bytes are not an integer of at most 2**62; the events "
+                            "store was altered")
+        if table == "buffers" and neg:
+            raise DataError(f"buffers: {neg} rows have a negative size in bytes; the events store was altered")

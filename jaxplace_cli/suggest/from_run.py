@@ -124,6 +124,7 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     """``run``: an ``analysis.run.RunData``. ``devices``: labels the suggestion may use
     (default: every device the run saw)."""
     store = run.store
+    q.check_sizes(store)
     manifest = run.manifest
     cwd = manifest.cwd
     sites = store.sites()
