@@ -114,7 +114,7 @@ def test_launch_records_each_process_and_the_audit_merges_them(job):
 
 def test_text_audit_shows_every_process(job):
     out, _ = job
-    proc = cli("audit", out, "--format", "text")
+    proc = cli("audit", out, "--format", "text", env={"COLUMNS": "200"})  # each process's row on one line
     assert proc.returncode == 0, proc.stderr
     assert "Processes (2 of 2; jaxplace launch" in proc.stdout
     # each process's transfers, small ones included as in the merged totals: its one 4-byte
