@@ -229,3 +229,23 @@ def test_suggest_on_sizes_audit_rejects_is_a_data_error(tmp_path):
         _sql(run, *(create_sql(n, cls) for n, cls in MEMORY_TABLES.items()))
         _sql(run, stmt)
         _data_error(cli("suggest", run), stmt.split()[1], "bytes")
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_numbers_of_thousands_of_digits_in_a_trace_are_sizes_not_known(tmp_path, fmt):
+    """A GPU memcpy whose `size:` has 4,000 digits (under Python's 4,300-digit int limit) and a
+    host-offload copy-start whose shape has dimensions of 4,000 digits: the sizes are not int64,
+    so they are unknown (as a size the trace does not state); they overflowed every float
+    conversion later (internal error, exit 3) and the shape's product cost time quadratic in
+    its length."""
+    nines = "9" * 4000
+    gpu = [xspace.event(1, 1000, 500, [xspace.stat(1, f"size:{nines} dest:0 async:0")])]
+    offload = f"%copy-start.1 = (f32[2]{{0:S(5)}}, u32[]) copy-start(f32[{nines},{nines}]{{1,0:S(5)}} %p)"
+    (tmp_path / "t.xplane.pb").write_bytes(xspace.space([
+        xspace.plane(1, "/device:GPU:0", [xspace.line(1, "Stream #1(MemcpyH2D)", gpu)], {1: "MemcpyH2D"},
+                     {1: "memcpy_details"}),
+        xspace.plane(2, "/device:TPU:0", [xspace.line(2, "XLA Ops", [xspace.event(1, 3000, 100)])], {1: offload}, {}),
+        xspace.plane(3, "/host:CPU", [], {}, {})]))
+    r = cli("audit", tmp_path / "t.xplane.pb", "--format", fmt)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert nines not in r.stdout and "internal error" not in r.stderr

@@ -78,11 +78,20 @@ def details(s) -> dict[str, str]:
     return out
 
 
+INT64 = 2**63  # a trace's integers are int64: a value outside it is input damage, as absent
+
+
 def to_int(v, default=None):
-    try:
-        return int(v)
-    except (TypeError, ValueError):
+    """``int(v)``, or ``default`` for anything that is not an int64: a 4,000-digit ``size:``
+    in a hostile trace overflowed every float conversion later (exit 3), and converting it costs
+    time quadratic in its length."""
+    if isinstance(v, str) and len(v) > 24:
         return default
+    try:
+        n = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return n if -INT64 <= n < INT64 else default
 
 
 def stats(obj) -> dict:

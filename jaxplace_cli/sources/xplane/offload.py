@@ -36,9 +36,13 @@ def hlo_bytes(shape_text: str) -> int:
     n = size
     for d in m.group(2).split(","):
         if d:
-            if not (d.isascii() and d.isdigit()):  # "²".isdigit() is True, int("²") fails
+            # "²".isdigit() is True, int("²") fails; a dimension of thousands of digits (a hostile
+            # trace) cost quadratic time and overflowed later: a size past 2**62 is unknown
+            if not (d.isascii() and d.isdigit()) or len(d) > 19:
                 return -1
             n *= int(d)
+            if n > 2**62:
+                return -1
     return n
 
 
