@@ -21,6 +21,30 @@ def _endpoints(result: AuditResult) -> list[str]:
     return [e for e in order if e in seen] + sorted(seen - set(order))
 
 
+MATRIX_MAX = 64  # endpoints drawn; past it the rest are one row and column (a hostile store with
+# 3,000 devices made a 198 MiB page of empty cells: the matrix is quadratic in its endpoints)
+
+
+def _fold(ends: list[str], cells: dict) -> tuple[list[str], dict, int]:
+    """The MATRIX_MAX - 1 endpoints that moved the most, and the rest as one; sums unchanged."""
+    if len(ends) <= MATRIX_MAX:
+        return ends, cells, 0
+    moved: dict[str, int] = dict.fromkeys(ends, 0)
+    for (src, dst), c in cells.items():
+        for e in (src, dst):
+            moved[e] += c[1] + c[3] + c[5]
+    pos = {e: i for i, e in enumerate(ends)}
+    keep = set(sorted(ends, key=lambda e: (-moved[e], pos[e]))[:MATRIX_MAX - 1])
+    other = f"{len(ends) - len(keep):,} others"
+    folded: dict[tuple[str, str], list] = {}
+    for (src, dst), c in cells.items():
+        f = folded.setdefault((src if src in keep else other, dst if dst in keep else other), [set(), 0, 0, 0, 0, 0])
+        f[0] |= c[0]
+        for i in range(1, 6):
+            f[i] += c[i]
+    return [e for e in ends if e in keep] + [other], folded, len(ends) - len(keep)
+
+
 def matrix(result: AuditResult) -> str:
     s = result.summary
     ends = _endpoints(result)
@@ -33,9 +57,11 @@ def matrix(result: AuditResult) -> str:
         c[3] += r.small_count
         c[4] += r.small_bytes
         c[5] += r.unknown_size
+    ends, cells, folded = _fold(ends, cells)
     out = [f'<section id="matrix"><h2>Transfer matrix</h2><p>Rows: source, columns: destination. '
            'Each cell: every transfer of known size (count · bytes), how many of them were small '
-           f'(under {esc(human_bytes(s.min_bytes))} each), then those of unknown size. Totals are the audit\'s.</p>']
+           f'(under {esc(human_bytes(s.min_bytes))} each), then those of unknown size. Totals are the audit\'s.'
+           + (f' The {folded:,} endpoints that moved least are one row and column.' if folded else '') + '</p>']
     if not ends:
         return out[0] + "<p>No transfers were recorded.</p></section>"
     out.append('<table class="matrix" id="matrix-table"><thead><tr><th>src \\ dst</th>'
