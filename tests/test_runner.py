@@ -235,7 +235,8 @@ def _layout(tmp_path):
     with zipfile.ZipFile(tmp_path / "app.pyz", "w") as z:
         z.writestr("__main__.py", "import sys\nprint('zipapp', sys.argv[1:], sys.path[0].endswith('app.pyz'))\n")
     (tmp_path / "appdir").mkdir()
-    (tmp_path / "appdir" / "__main__.py").write_text("import sys, os\nprint(os.path.isabs(sys.path[0]), sys.argv)\n")
+    (tmp_path / "appdir" / "__main__.py").write_text(
+        "import sys, os\nprint(os.path.isabs(sys.path[0]), sys.argv, [k for k in globals() if k[:2] != '__'])\n")
     (tmp_path / "exit_true.py").write_text("import sys\nprint('bye')\nsys.exit(True)\n")
 
 
@@ -264,6 +265,7 @@ ENDINGS = {
                    'print("out1")\nraise ValueError("orig")\n',
     "hook_none": 'import sys\nprint("out1")\nsys.excepthook = None\nraise ValueError("orig")\n',
     "hook_deleted": 'import sys\nprint("out1")\ndel sys.excepthook\nraise ValueError("orig")\n',
+    "hook_exits": 'import sys\ndef hook(t, v, tb): sys.exit(5)\nsys.excepthook = hook\nprint("out1")\nraise ValueError("orig")\n',
     "str_fails": 'class W(Exception):\n    def __str__(self): raise RuntimeError("no")\nprint("out1")\nraise W()\n',
     "exit_message": 'print("out1")\nimport sys\nsys.exit("exit message")\n',
     "partial_line": 'import sys\nsys.stdout.write("partial no newline")\nraise RuntimeError\n',
@@ -341,3 +343,4 @@ def test_a_forked_child_that_exits_says_nothing_of_jaxplaces(tmp_path):
     assert jp.returncode == plain.returncode == 0, jp.stderr
     assert jp.stdout == plain.stdout == "child\nparent saw 4\n"
     assert jp.stderr.count("jaxplace: run saved to") == 1 and "running (exit None)" not in jp.stderr, jp.stderr
+

@@ -60,19 +60,40 @@ class Outcome:
             _flush_stdout()
             hook = getattr(sys, "excepthook", _MISSING)
             if hook is _MISSING:  # the script deleted it: python's words, then the default display
-                print("sys.excepthook is missing", file=sys.stderr)
+                _stderr_line("sys.excepthook is missing")
                 hook = sys.__excepthook__
             try:
                 hook(etype, value, tb)
+            except SystemExit as exc:  # the script's hook exits: with its code, as under python
+                ended = _exit_outcome(exc)
+                self.exit_code, self.exit_message = ended.exit_code, ended.exit_message
             except BaseException as err:  # noqa: BLE001 - the script's hook failed (or is None): as python says it
                 err.__traceback__ = err.__traceback__.tb_next if err.__traceback__ else None  # not this frame
-                print("Error in sys.excepthook:", file=sys.stderr)
-                sys.__excepthook__(type(err), err, err.__traceback__)
-                print("\nOriginal exception was:", file=sys.stderr)
-                sys.__excepthook__(etype, value, tb)
+                _stderr_line("Error in sys.excepthook:")
+                _default_hook(type(err), err, err.__traceback__)
+                _stderr_line("\nOriginal exception was:")
+                _default_hook(etype, value, tb)
 
 
 _MISSING = object()
+
+
+def _stderr_line(text: str) -> None:
+    """A line where python writes one: sys.stderr, else the process's own (fd 2); nothing when
+    both are closed (never the script's stdout, which print(file=None) would use)."""
+    stream = sys.stderr if sys.stderr is not None else sys.__stderr__
+    if stream is not None:
+        try:
+            print(text, file=stream, flush=True)
+        except (OSError, ValueError):
+            pass
+
+
+def _default_hook(etype, value, tb) -> None:
+    try:
+        sys.__excepthook__(etype, value, tb)
+    except (OSError, ValueError):  # a closed or broken stderr: python too writes nothing
+        pass
 
 
 def _flush_stdout() -> None:
@@ -167,6 +188,7 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
         elif _runs_as_path(target):
             # as python runs a directory or zip app: its __main__ found on sys.path[0] (set above,
             # absolute), argv left as typed (runpy.run_path would make argv[0] its own path)
+            sys.modules["__main__"] = types.ModuleType("__main__")  # its namespace, not jaxplace's launcher's
             runpy._run_module_as_main("__main__", alter_argv=False)
         else:
             _exec_script(target)

@@ -55,9 +55,10 @@ def view(
     with QuietStderr() as out:
         server = xprof_server(logdir, port, out)
         try:
-            print(f"jaxplace: XProf for {path} at {url_of(server.bind_addr[1])}  (listening on {HOST} "
-                  "only; Ctrl-C to stop)", file=out, flush=True)
-            print(f"jaxplace: {OFFLINE}; XProf's own messages go to {out.log}", file=out, flush=True)
+            # one write, both lines whole: a Ctrl-C as soon as the URL shows must not cut the log's path
+            out.write(f"jaxplace: XProf for {path} at {url_of(server.bind_addr[1])}  (listening on {HOST} "
+                      f"only; Ctrl-C to stop)\njaxplace: {OFFLINE}; XProf's own messages go to {out.log}\n")
+            out.flush()
             _stop_on_signals()
             server.serve()
         except KeyboardInterrupt:
