@@ -94,3 +94,12 @@ def test_route_totals_past_64_bits_are_a_data_error(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "integer overflow" in r.stderr
+
+
+def test_a_step_numbered_0_by_the_script_is_step_0_everywhere():
+    """StepTraceAnnotation(step_num=0): budgets said "step 1" for it (a 0 read as "no number")
+    where device memory and the trace window say step 0."""
+    from jaxplace_cli.analysis.steps import Step, StepInfo, step_number
+
+    info = StepInfo("annotation", "train", [Step(0, "train 0", 1, 5, 0), Step(1, "train 1", 5, 9, 1)])
+    assert [step_number(info, i) for i in range(2)] == [0, 1]

@@ -106,7 +106,7 @@ def step_number(info: StepInfo | None, i: int) -> int:
     """The number the script would print for the run's ``i``-th step (0-based): what budgets
     and findings say, so "step 50" is the script's step 50 (issue 26)."""
     if info is not None and 0 <= i < len(info.steps):
-        return info.steps[i].number or i + 1
+        return info.steps[i].number  # the script's step_num, 0 included (else i + 1: detect_steps)
     return i + 1
 
 

@@ -339,11 +339,12 @@ def jit_ops(store) -> list[tuple[int, str, int, str]]:
     return store.conn.execute("SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,)).fetchall()
 
 
-def transfers_from(store, start_seq: int) -> list[tuple[int, str, int]]:
-    """``[(seq, kind, bytes)]`` of every transfer from ``start_seq`` on, small ones included (an
-    unknown or impossible size as 0 bytes: the transfer still counts)."""
+def transfers_from(store, start_seq: int):
+    """``(seq, kind, bytes)`` of every transfer from ``start_seq`` on, small ones included (an
+    unknown or impossible size as 0 bytes: the transfer still counts), as an iterator: a run of
+    millions of transfers is read row by row, never held as a list."""
     return store.conn.execute("SELECT seq, kind, CASE WHEN bytes > 0 THEN bytes ELSE 0 END FROM transfers "
-                              "WHERE seq >= ? ORDER BY seq", (start_seq,)).fetchall()
+                              "WHERE seq >= ? ORDER BY seq", (start_seq,))
 
 
 def blocking_reads(store) -> list[tuple[int, int, str, int, int]]:
