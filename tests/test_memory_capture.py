@@ -267,7 +267,9 @@ def test_a_record_transfers_run_reports_no_memory_and_says_why(tmp_path):
     tracked: its audit has no memory object (a peak of what the rest made would be wrong), no
     memory rule among those checked, and a note saying so; the same script recorded by default
     has all three the other way round."""
-    from conftest import audit_json, jaxplace
+    import json
+
+    from conftest import audit_json, cli, jaxplace
 
     script = tmp_path / "s.py"
     script.write_text("import jax.numpy as jnp\nx = jnp.ones(256)\nfor i in range(5):\n    x = x * 2.0\n"
@@ -279,3 +281,8 @@ def test_a_record_transfers_run_reports_no_memory_and_says_why(tmp_path):
         assert ("memory" in r) == tracked, (mode, r.get("memory"))
         assert ("memory-growth" in r["rules"]["checked"]) == tracked
         assert any("--record transfers" in n and "device memory is not reported" in n for n in r["notes"]) != tracked
+    # a [memory] budget on it is a breach that names the mode (not "recorded before jaxplace tracked frees")
+    (tmp_path / "m.toml").write_text('[memory]\npeak = "1 GiB"\n')
+    b = cli("audit", tmp_path / "transfers", "--budget", tmp_path / "m.toml", "--format", "json")
+    (breach,) = json.loads(b.stdout)["budget"]["breaches"]
+    assert "--record transfers" in breach["message"], breach

@@ -135,9 +135,11 @@ def _memory(result, limits: dict, steps: _Steps) -> list[Breach]:
     report = result.memory
     out = []
     if report is None:
+        why = ("recorded with --record transfers, which does not track the eager ops' arrays; record it with "
+               "--record all" if getattr(result.manifest, "record", None) == "transfers"
+               else "recorded before jaxplace tracked frees; record it again")
         return [Breach(f"{MEMORY}.{key}", limit, -1, f"device memory ({key}) limited but the run has no "
-                                                     "memory rows (recorded before jaxplace tracked frees); "
-                                                     "record it again") for key, limit in limits.items()]
+                                                     f"memory rows ({why})") for key, limit in limits.items()]
     if "peak" in limits and report.devices:
         d = max(report.devices, key=lambda d: (d.peak_bytes, [-x for x in _dev_order(d.device)]))
         if d.peak_bytes > limits["peak"]:

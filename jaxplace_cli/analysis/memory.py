@@ -81,12 +81,20 @@ class MemoryReport:
         return dm.series[i][1] if i >= 0 else 0
 
 
+def memory_tracked(run) -> bool:
+    """The run's store tracks its arrays' lives: not a run recorded before memory tracking, nor
+    one recorded with ``--record transfers`` (the eager ops' arrays are not tracked there, so a
+    peak or a model of the rest would be wrong, not partial). The audit, the budget and suggest
+    all ask here."""
+    return getattr(getattr(run, "manifest", None), "record", None) != "transfers" and q.has_memory(run.store)
+
+
 def memory_report(run, steps=None) -> MemoryReport | None:
     """The run's device memory, or None for a run recorded before memory tracking or with
     ``--record transfers`` (the eager ops' arrays are not tracked there: a peak of what jit calls
     made alone would be wrong, not partial)."""
     store = run.store
-    if getattr(getattr(run, "manifest", None), "record", None) == "transfers" or not q.has_memory(store):
+    if not memory_tracked(run):
         return None
     sites = store.sites()
     lv = cols.lives(store)

@@ -113,12 +113,12 @@ class MemoryModel:
 
 
 def memory_model(run, rg) -> MemoryModel | None:
-    """The model of ``run`` placed as ``rg`` (a ``RunGraph``), or None for a run recorded
-    before memory tracking."""
+    """The model of ``run`` placed as ``rg`` (a ``RunGraph``), or None for a run whose memory is
+    not tracked (``analysis.memory.memory_tracked``)."""
+    from jaxplace_cli.analysis.memory import memory_tracked
     from jaxplace_cli.analysis.memory_columns import lives
-    from jaxplace_cli.store.memory import has_memory
 
-    if not has_memory(run.store):
+    if not memory_tracked(run):
         return None
     g = rg.graph
     index = {d: i for i, d in enumerate(g.devices)}
