@@ -315,18 +315,25 @@ def test_wrapped_jax_functions_keep_their_own_attributes(tmp_path):
 def test_a_script_that_joins_every_thread_it_sees_ends(tmp_path):
     """`for t in threading.enumerate(): t.join()` at a program's end, a common pattern: it also
     finds jaxplace's writer thread, which runs until jaxplace stops it after the script, and
-    waited for it forever. The run ends as under python, trace window and all."""
+    waited for it forever; and the trace window's watchdog, which it waited for until the window's
+    deadline (90 s here). The run ends as under python."""
     script = tmp_path / "joinall.py"
     script.write_text(
-        "import threading, jax.numpy as jnp\nout = []\n"
+        "import threading, jax.numpy as jnp\nx = jnp.ones(2)\n"
+        "for _ in range(5): x = x * 2.0\n"
+        "def join_all():\n"
+        "    for t in threading.enumerate():\n"
+        "        if t is not threading.current_thread(): t.join()\n"
+        "join_all()\n"  # the trace window is open here (a steady state): its watchdog is a thread
+        "out = []\n"
         "def w(i): out.append(float(jnp.ones(2).sum() * i))\n"
         "ts = [threading.Thread(target=w, args=(i,)) for i in range(3)]\n"
         "for t in ts: t.start()\n"
-        "for t in threading.enumerate():\n"
-        "    if t is not threading.current_thread(): t.join()\n"
+        "join_all()\n"
         "print(sorted(out))\n")
     plain = python(script)
-    jp = jaxplace("run", "-q", "--out", tmp_path / "r", script, timeout=120)
+    jp = jaxplace("run", "-q", "--trace-seconds", "90", "--trace-ops", "0", "--out", tmp_path / "r", script,
+                  timeout=60)
     assert jp.returncode == plain.returncode == 0, jp.stderr
     assert jp.stdout == plain.stdout == "[0.0, 2.0, 4.0]\n"
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxplace_cli.store.layout import MANIFEST, RunDirError, default_run_dir, process_run_dir
+from jaxplace_cli.store.writer import ServiceThread
 
 PROCESS_INDEX = "JAXPLACE_PROCESS_INDEX"
 PROCESS_COUNT = "JAXPLACE_PROCESS_COUNT"
@@ -146,8 +147,8 @@ def before_script(job: JobProcess | None, session=None) -> None:
         try:
             os.set_inheritable(status, False)
             _status["fd"] = status
-            threading.Thread(target=_heartbeat, args=(session,), daemon=True,
-                             name="jaxplace-launch-heartbeat").start()
+            ServiceThread(target=_heartbeat, args=(session,), daemon=True,  # joined by nobody: see its doc
+                          name="jaxplace-launch-heartbeat").start()
         except OSError:
             pass
     if fd is not None and session is not None:
@@ -155,8 +156,8 @@ def before_script(job: JobProcess | None, session=None) -> None:
             os.set_inheritable(fd, False)  # the script's own children do not get it
         except OSError:
             return
-        threading.Thread(target=watch_launch, args=(fd, session), daemon=True,
-                         name="jaxplace-launch-watch").start()
+        ServiceThread(target=watch_launch, args=(fd, session), daemon=True,
+                      name="jaxplace-launch-watch").start()
 
 
 def _send(line: str) -> bool:

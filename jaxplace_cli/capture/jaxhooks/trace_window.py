@@ -229,7 +229,7 @@ class TraceWindow:
     def _restart_watchdog(self, seconds: float) -> None:
         if self._watchdog is not None:
             self._watchdog.cancel()
-        self._watchdog = threading.Timer(seconds, self._deadline_passed)
+        self._watchdog = _Watchdog(seconds, self._deadline_passed)
         self._watchdog.daemon = True
         self._watchdog.start()
 
@@ -367,3 +367,12 @@ def annotate_transfer(rec, ev) -> None:
             pass
     except Exception:
         pass
+
+
+class _Watchdog(threading.Timer):
+    """The window's deadline. ``join()`` returns at once: a script that joins every thread it sees
+    (``for t in threading.enumerate(): t.join()``) must not wait for the deadline; jaxplace
+    itself never joins it, it cancels it."""
+
+    def join(self, timeout: float | None = None) -> None:
+        return None
