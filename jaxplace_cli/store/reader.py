@@ -30,6 +30,8 @@ from jaxplace_cli.model.events import (
 )
 from jaxplace_cli.store.schema import MAGIC, MEMORY_TABLES, SCHEMA_VERSION, STACK_TABLES, TABLES, columns
 
+_XINFO = sqlite3.sqlite_version_info >= (3, 26, 0)  # PRAGMA table_xinfo
+
 MAX_CHECK_BYTES = 2 << 30  # stores checked with quick_check (JAXPLACE_MAX_CHECK_BYTES): ~7 s at 2 GiB
 
 
@@ -128,7 +130,10 @@ class StoreReader:
             try:
                 # table_xinfo, not table_info: it lists generated and hidden columns too (a
                 # generated ``zeroblob(1e9)`` column passed the check, then SELECT computed it)
-                cols = [(r[1], r[2].upper(), r[6]) for r in self.conn.execute(f"PRAGMA table_xinfo({name})")]
+                # (SQLite >= 3.26; an older one cannot read a generated column at all, and ignores
+                # the pragma: table_info, whose rows lack the "hidden" field, is what it has)
+                cols = ([(r[1], r[2].upper(), r[6]) for r in self.conn.execute(f"PRAGMA table_xinfo({name})")]
+                        if _XINFO else [(r[1], r[2].upper(), 0) for r in self.conn.execute(f"PRAGMA table_info({name})")])
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"{self.path}: table {name} is unreadable ({exc})") from None
             if cols != [(c, t, 0) for c, t in columns(cls)]:
