@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "into RUN/children/<pid>/; fork children without exec are not recorded")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start line, status line or summary: at most the verdict, in one line "
-                        "(and a --budget's breaches)")
+                        "(with --budget, also its verdict and how the script's exit code is kept)")
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
