@@ -351,3 +351,21 @@ def test_a_forked_child_that_exits_says_nothing_of_jaxplaces(tmp_path):
     assert jp.stdout == plain.stdout == "child\nparent saw 4\n"
     assert jp.stderr.count("jaxplace: run saved to") == 1 and "running (exit None)" not in jp.stderr, jp.stderr
 
+
+
+def test_jax_warnings_name_the_scripts_line(tmp_path):
+    """JAX's float64 warning (x64 off) from jnp.zeros / jnp.array: the same file:line and source
+    line as under python, so a `filterwarnings("error", module="__main__")` matches as it does
+    there and the traceback of the warning raised as an error is python's. They named jaxplace's
+    wrapper (`dispatch.py: return (call or record_call)(...)`) and the filter did not match."""
+    script = tmp_path / "warn.py"
+    script.write_text(
+        "import warnings, jax.numpy as jnp\na = jnp.zeros(3, dtype='float64')\n"
+        "warnings.filterwarnings('error', module='__main__')\ntry:\n"
+        "    jnp.zeros(3, dtype='float64'); print('no error raised')\nexcept UserWarning as e:\n"
+        "    print('raised', str(e)[:40])\nb = jnp.array([1.0], dtype='float64')\n")
+    plain, jp = _run_both(tmp_path, script)
+    assert jp.returncode == plain.returncode == 1
+    assert jp.stdout == plain.stdout == "raised Explicitly requested dtype float64 reque\n"
+    assert _own_lines_out(jp.stderr) == plain.stderr
+    assert f"{script}:2: UserWarning" in plain.stderr

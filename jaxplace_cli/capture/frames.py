@@ -15,6 +15,12 @@ from pathlib import Path
 
 OWN_DIR = os.path.join(str(Path(__file__).resolve().parents[1]), "")  # the jaxplace_cli package
 RUNPY = "<frozen runpy>"  # runpy's frames (jaxplace runs the script through it; python does not)
+# The file name given to the Python hooks' wrapper code (capture/jaxhooks/dispatch.py `wrap`): a
+# warning raised inside the wrapped JAX function with a `stacklevel` counted from JAX's own frames
+# must name the user's line, as under python, and CPython's warnings skip a frame whose file name
+# holds both "importlib" and "_bootstrap" (they neither count it nor name it). Starting with "<",
+# the recorder never takes it for the user's code.
+SHIM = "<jaxplace hook: skipped by warnings like importlib._bootstrap>"
 # The file of the `jaxplace` console script that started this process (note_launcher): pip's
 # launcher in the venv's bin/, whose `<module>` frame lies under every frame of the script. It is
 # not the user's code (capture/recorder.py's tiers), though it lies outside every library path.
@@ -42,7 +48,7 @@ def without(tb: types.TracebackType | None, prefixes: tuple[str, ...]) -> types.
     return new
 
 
-def drop_own(exc: BaseException, prefixes: tuple[str, ...] = (OWN_DIR,)) -> BaseException:
+def drop_own(exc: BaseException, prefixes: tuple[str, ...] = (OWN_DIR, SHIM)) -> BaseException:
     """``exc`` with its traceback ``without`` our frames; re-raise it with a bare ``raise``,
     which adds no entry for the frame doing it (CPython's RERAISE: the technique of JAX's own
     ``api_boundary``), so the frame of a wrapper around user code never shows."""

@@ -24,7 +24,7 @@ from jaxplace_cli.placement.errors import PolicyError
 
 # jaxplace's package and runpy (python runs a script without it); not runpy's directory, the
 # standard library, whose frames python shows (a json.loads error's own frames)
-_OWN_FILES = (frames.OWN_DIR, runpy.__file__, frames.RUNPY)
+_OWN_FILES = (frames.OWN_DIR, runpy.__file__, frames.RUNPY, frames.SHIM)
 
 
 class ScriptNotFound(JaxplaceError):

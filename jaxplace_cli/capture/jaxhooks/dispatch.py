@@ -330,8 +330,13 @@ def wrap(fn, spec: CallSpec, method: bool = False):
             frames.drop_own(exc)
             raise
 
+    # a frame warnings skip (frames.SHIM): a JAX warning names the user's line, not this wrapper's
+    wrapper.__code__ = _shim_code(wrapper.__code__)
     wrapper.__jaxplace_original__ = fn
     return wrapper if binds else _Unbound(wrapper, fn)
+
+
+_shim_code = functools.lru_cache(maxsize=None)(lambda code: code.replace(co_filename=frames.SHIM))
 
 
 # callables wrapped by the C Wrapper besides Array methods: no Python function to imitate
