@@ -353,7 +353,8 @@ def test_a_forked_child_that_exits_says_nothing_of_jaxplaces(tmp_path):
 
 
 
-def test_jax_warnings_name_the_scripts_line(tmp_path):
+@pytest.mark.parametrize("policy", [[], ["--devices", "4", "--policy", "rr"]], ids=["recording", "policy"])
+def test_jax_warnings_name_the_scripts_line(tmp_path, policy):
     """JAX's float64 warning (x64 off) from jnp.zeros / jnp.array: the same file:line and source
     line as under python, so a `filterwarnings("error", module="__main__")` matches as it does
     there and the traceback of the warning raised as an error is python's. They named jaxplace's
@@ -364,7 +365,9 @@ def test_jax_warnings_name_the_scripts_line(tmp_path):
         "warnings.filterwarnings('error', module='__main__')\ntry:\n"
         "    jnp.zeros(3, dtype='float64'); print('no error raised')\nexcept UserWarning as e:\n"
         "    print('raised', str(e)[:40])\nb = jnp.array([1.0], dtype='float64')\n")
-    plain, jp = _run_both(tmp_path, script)
+    env = child_env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    plain = python(script, env=env)
+    jp = jaxplace("run", "--quiet", "--no-trace", *policy, "--out", tmp_path / "run", script, env=env)
     assert jp.returncode == plain.returncode == 1
     assert jp.stdout == plain.stdout == "raised Explicitly requested dtype float64 reque\n"
     assert _own_lines_out(jp.stderr) == plain.stderr

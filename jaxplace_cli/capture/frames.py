@@ -8,6 +8,7 @@ stack as text in its message.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import types
@@ -135,3 +136,9 @@ def note_launcher(frame: types.FrameType | None) -> None:
         frame = frame.f_back
     if frame is not None and not frame.f_code.co_filename.startswith("<"):
         LAUNCHERS.add(frame.f_code.co_filename)
+
+
+@functools.cache
+def shimmed(code: types.CodeType) -> types.CodeType:
+    """``code`` under the file name ``SHIM``: a frame warnings skip (one copy per code object)."""
+    return code.replace(co_filename=SHIM)

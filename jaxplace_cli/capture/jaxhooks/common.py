@@ -7,6 +7,7 @@ none of each other (they did, in a circle: issue 23).
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import numpy as np
@@ -309,6 +310,27 @@ class _Unbound:
 
     def __reduce__(self):  # pickled by reference, as a function is
         return self.__qualname__
+
+    def __getattr__(self, name):  # what it lacks is the original's: a custom_jvp's defjvp, ...
+        original = self.__dict__.get("__jaxplace_original__")
+        if original is None:
+            raise AttributeError(name)
+        return getattr(original, name)
+
+
+# a jitted function's own API: where the Python wrapper stands in for one (no capture/_wrap.c)
+_PASSED_ON = ("lower", "eval_shape", "trace", "clear_cache")
+
+
+def pass_on(wrapper, fn):
+    """``wrapper`` with ``fn``'s own methods where ``fn`` is no Python function (``jnp.sin`` is a
+    jitted one: ``jnp.sin.lower(x)`` must work on the wrapper as on it)."""
+    if not inspect.isfunction(fn):
+        for name in _PASSED_ON:
+            method = getattr(fn, name, None)
+            if method is not None:
+                setattr(wrapper, name, method)
+    return wrapper
 
 
 def _direct_attr(name: str, array_type=ArrayImpl) -> str:

@@ -34,6 +34,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _Unbound,
     _x64_now,
     array_nbytes,
+    pass_on,
     upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
 )
@@ -127,6 +128,9 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     except Exception as exc:
         rec.recording_failed(exc)
     return out
+
+
+python_record_call.__code__ = frames.shimmed(python_record_call.__code__)  # as wrap's wrapper
 
 
 def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int, t0: int, t1: int,
@@ -330,13 +334,9 @@ def wrap(fn, spec: CallSpec, method: bool = False):
             frames.drop_own(exc)
             raise
 
-    # a frame warnings skip (frames.SHIM): a JAX warning names the user's line, not this wrapper's
-    wrapper.__code__ = _shim_code(wrapper.__code__)
+    wrapper.__code__ = frames.shimmed(wrapper.__code__)  # warnings skip it: they name the user's line
     wrapper.__jaxplace_original__ = fn
-    return wrapper if binds else _Unbound(wrapper, fn)
-
-
-_shim_code = functools.lru_cache(maxsize=None)(lambda code: code.replace(co_filename=frames.SHIM))
+    return pass_on(wrapper, fn) if binds else _Unbound(wrapper, fn)
 
 
 # callables wrapped by the C Wrapper besides Array methods: no Python function to imitate
