@@ -372,3 +372,16 @@ def test_jax_warnings_name_the_scripts_line(tmp_path, policy):
     assert jp.stdout == plain.stdout == "raised Explicitly requested dtype float64 reque\n"
     assert _own_lines_out(jp.stderr) == plain.stderr
     assert f"{script}:2: UserWarning" in plain.stderr
+
+
+def test_the_scripts_threads_get_pythons_default_names(tmp_path):
+    """threading.Thread() without a name: Thread-N numbered as under python, while the trace
+    window is open (its watchdog timer took numbers from the script's sequence)."""
+    script = tmp_path / "names.py"
+    script.write_text("import threading, jax.numpy as jnp\nx = jnp.ones(2)\nfor _ in range(5): x = x * 2.0\n"
+                      "ts = [threading.Thread(target=lambda: None) for _ in range(3)]\n"
+                      "for t in ts: t.start()\nfor t in ts: t.join()\nprint([t.name for t in ts])\n")
+    plain = python(script)
+    jp = jaxplace("run", "-q", "--trace-seconds", "60", "--trace-ops", "0", "--out", tmp_path / "r", script)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout

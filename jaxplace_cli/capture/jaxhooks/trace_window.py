@@ -230,7 +230,6 @@ class TraceWindow:
         if self._watchdog is not None:
             self._watchdog.cancel()
         self._watchdog = _Watchdog(seconds, self._deadline_passed)
-        self._watchdog.daemon = True
         self._watchdog.start()
 
     def _session_dirs(self) -> list[Path]:
@@ -372,7 +371,13 @@ def annotate_transfer(rec, ev) -> None:
 class _Watchdog(threading.Timer):
     """The window's deadline. ``join()`` returns at once: a script that joins every thread it sees
     (``for t in threading.enumerate(): t.join()``) must not wait for the deadline; jaxplace
-    itself never joins it, it cancels it."""
+    itself never joins it, it cancels it. Named: an unnamed thread takes a number from the
+    script's own ``Thread-N`` sequence (its threads were named Thread-2, -4 instead of -1, -2)."""
+
+    def __init__(self, interval: float, function):
+        threading.Thread.__init__(self, name="jaxplace-trace-watchdog", daemon=True)
+        self.interval, self.function, self.args, self.kwargs = interval, function, [], {}
+        self.finished = threading.Event()
 
     def join(self, timeout: float | None = None) -> None:
         return None
