@@ -103,3 +103,12 @@ def test_the_console_script_runs_a_module_of_the_working_directory_as_python_m_d
                              cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
         assert want.returncode == 0 and got.returncode == 0, got.stderr
         assert got.stdout == want.stdout, (argv, got.stdout, want.stdout)
+
+
+def test_a_package_without_main_is_one_line_in_pythons_words(tmp_path):
+    """`-m pkg` where pkg has no __main__.py: python's sentence, one line (it was runpy's
+    traceback with a chained ImportError); the package is not imported to find out."""
+    (tmp_path / "nomain").mkdir()
+    (tmp_path / "nomain" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    proc = jaxplace("run", "--out", tmp_path / "r", "-m", "nomain", cwd=tmp_path)
+    _one_line_error(proc, "No module named nomain.__main__; 'nomain' is a package and cannot be directly executed")

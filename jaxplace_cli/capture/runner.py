@@ -128,6 +128,11 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
             sys.path[:1] = saved
         if spec is None:
             raise ScriptNotFound(f"No module named {module!r}")
+        places = spec.submodule_search_locations
+        if places is not None and not any(os.path.exists(os.path.join(p, "__main__.py")) for p in places):
+            # python's words (it gave runpy's traceback here); the package itself is not imported
+            raise ScriptNotFound(f"No module named {module}.__main__; {module!r} is a package and cannot be "
+                                 "directly executed")
         return "module", module
     assert script is not None
     path = Path(script)
