@@ -326,42 +326,80 @@ def test_children_started_with_multiprocessing_and_subprocess_work(tmp_path):
 
 
 def test_ctrl_c_inside_a_gc_callback_is_delivered_after_it():
-    """The unit behind the random Ctrl-C test: in a gc callback (where python would print
-    "Exception ignored" and drop a KeyboardInterrupt) jaxplace's SIGINT handler re-sends the
-    signal a few milliseconds later instead; anywhere else it raises KeyboardInterrupt."""
+    """The unit behind the random Ctrl-C test: a KeyboardInterrupt raised in a gc callback
+    (where python prints "Exception ignored" and drops it) reaches jaxplace's unraisable hook,
+    which sends SIGINT again a few milliseconds later; any other unraisable exception goes to
+    the hook it wraps."""
     import gc
     import threading
 
-    from jaxplace_cli.capture.signals import _on_sigint
+    from jaxplace_cli.capture.signals import resend_dropped_ctrl_c
 
     delivered = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda s, f: delivered.set())
-    seen = {}
+    others = []
+    previous_handler = signal.signal(signal.SIGINT, lambda s, f: delivered.set())
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = resend_dropped_ctrl_c(others.append)
+    raised = []
 
     def callback(phase, info):
-        if phase == "start" and "raised" not in seen:
-            try:
-                _on_sigint(signal.SIGINT, sys._getframe())
-                seen["raised"] = False
-            except KeyboardInterrupt:
-                seen["raised"] = True
+        if phase == "start" and not raised:
+            raised.append(1)
+            raise KeyboardInterrupt
 
     gc.callbacks.append(callback)
     try:
         gc.collect()
-    finally:
         gc.callbacks.remove(callback)
-    try:
-        assert seen == {"raised": False}
         for _ in range(200):  # the re-sent signal is handled in this (main) thread
             if delivered.is_set():
                 break
             time.sleep(0.01)
-        assert delivered.is_set()
+        assert raised and delivered.is_set() and others == []
+
+        class Broken:
+            def __del__(self):
+                raise ValueError("not a Ctrl-C")
+
+        Broken()
+        assert [type(u.exc_value) for u in others] == [ValueError]
     finally:
-        signal.signal(signal.SIGINT, previous)
-    with pytest.raises(KeyboardInterrupt):
-        _on_sigint(signal.SIGINT, sys._getframe())
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
+        sys.unraisablehook = previous_hook
+        signal.signal(signal.SIGINT, previous_handler)
+
+
+AIO = """import asyncio, signal, jax.numpy as jnp
+print('default handler', signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+async def main():
+    x = jnp.ones(3)
+    print('ready', flush=True)
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        print('graceful shutdown', float(x.sum()), flush=True)
+        return 'stopped'
+print('result:', asyncio.run(main()))
+"""
+
+
+def test_asyncio_runs_its_own_ctrl_c_and_the_sigint_handler_is_pythons(tmp_path):
+    """asyncio.run installs its Ctrl-C handler (cancel the main task) only when SIGINT's handler
+    is python's default_int_handler: with jaxplace's own handler there, a Ctrl-C raised
+    KeyboardInterrupt inside the loop instead and the script's graceful shutdown never ran."""
+    script = tmp_path / "aio.py"
+    script.write_text(AIO)
+    outs = []
+    for cmd in ([sys.executable, str(script)],
+                [sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out", str(tmp_path / "r"),
+                 str(script)]):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        outs.append((proc.returncode, "".join(lines) + out))
+    assert outs[1] == outs[0] == (0, "default handler True\nready\ngraceful shutdown 3.0\nresult: stopped\n"), outs
 
 
 def test_follow_children_records_each_python_child_that_uses_jax(tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 from jaxplace_cli import __version__
 from jaxplace_cli.capture import distributed
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
-from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _on_sigint, _release_signals
+from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _release_signals, resend_dropped_ctrl_c
 from jaxplace_cli.capture.trace_modes import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
 from jaxplace_cli.store.layout import EVENTS, MANIFEST, MANIFEST_RESERVE, RunDirError, create_run_dir, write_manifest
@@ -253,11 +253,9 @@ class Session:
                     signal.signal(sig, self._on_fatal)
             except (ValueError, OSError):  # not the main thread
                 pass
-        try:  # Ctrl-C: python's own behaviour, minus the lost interrupts (see _on_sigint)
-            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, _on_sigint)
-        except (ValueError, OSError):
-            pass
+        # Ctrl-C: python's own handler, minus the interrupts python would drop (signals.py)
+        if sys.unraisablehook is sys.__unraisablehook__:
+            sys.unraisablehook = resend_dropped_ctrl_c(sys.unraisablehook)
 
     def _on_fatal(self, signum, frame) -> None:
         if self._held is not None and self._finalized:
