@@ -10,7 +10,6 @@ import contextlib
 import os
 import re
 import select
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -23,21 +22,9 @@ from conftest import REPO, child_env, cli
 
 sys.path.insert(0, str(REPO / "tests" / "scripts" / "faults"))
 import xspace  # noqa: E402
+from test_hostile import _run, _sql  # noqa: E402 - a copy of a golden run, SQL on its store
 
-GOLD = REPO / "tests" / "data" / "golden_runs" / "pingpong_eager"
 AS_LIMIT = 2 << 30  # bytes of address space for a child that could otherwise eat memory
-
-
-def _run(tmp: Path, name: str = "run") -> Path:
-    dst = tmp / name
-    shutil.copytree(GOLD, dst)
-    return dst
-
-
-def _sql(run: Path, *statements, args=()) -> None:
-    with contextlib.closing(sqlite3.connect(run / "events.sqlite")) as c, c:
-        for s in statements:
-            c.execute(s, args) if args else c.execute(s)
 
 
 def _data_error(r, *words) -> None:
