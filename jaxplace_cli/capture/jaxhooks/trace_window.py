@@ -368,16 +368,24 @@ def annotate_transfer(rec, ev) -> None:
         pass
 
 
-class _Watchdog(threading.Timer):
-    """The window's deadline. ``join()`` returns at once: a script that joins every thread it sees
-    (``for t in threading.enumerate(): t.join()``) must not wait for the deadline; jaxplace
-    itself never joins it, it cancels it. Named: an unnamed thread takes a number from the
-    script's own ``Thread-N`` sequence (its threads were named Thread-2, -4 instead of -1, -2)."""
+class _Watchdog(threading.Thread):
+    """The window's deadline: ``function()`` after ``seconds`` unless cancelled first. Not a
+    ``threading.Timer``: an unnamed thread takes a number from the script's own ``Thread-N``
+    sequence (its threads were named Thread-2, -4 instead of -1, -2), and ``join()`` returns at
+    once — a script that joins every thread it sees must not wait for the deadline (jaxplace
+    itself never joins it, it cancels it)."""
 
-    def __init__(self, interval: float, function):
-        threading.Thread.__init__(self, name="jaxplace-trace-watchdog", daemon=True)
-        self.interval, self.function, self.args, self.kwargs = interval, function, [], {}
-        self.finished = threading.Event()
+    def __init__(self, seconds: float, function):
+        super().__init__(name="jaxplace-trace-watchdog", daemon=True)
+        self._seconds, self._function = seconds, function
+        self._cancelled = threading.Event()
+
+    def run(self) -> None:
+        if not self._cancelled.wait(self._seconds):
+            self._function()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def join(self, timeout: float | None = None) -> None:
         return None
