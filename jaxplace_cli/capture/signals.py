@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 # Signals whose default action kills python without any cleanup: the run is saved first, then
 # the process dies of the same signal (same status as plain python). SIGINT is python's own
@@ -62,11 +63,14 @@ def resend_dropped_ctrl_c(previous):
     inside the loop instead of cancelling the main task)."""
 
     def hook(unraisable):
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            again = threading.Timer(0.005, os.kill, (os.getpid(), signal.SIGINT))
-            again.daemon = True
-            again.start()
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):  # named: no number of the script's Thread-N
+            threading.Thread(target=_sigint_soon, name="jaxplace-ctrl-c", daemon=True).start()
             return
         previous(unraisable)
 
     return hook
+
+
+def _sigint_soon() -> None:
+    time.sleep(0.005)  # the code that dropped it has returned by then
+    os.kill(os.getpid(), signal.SIGINT)
