@@ -207,7 +207,7 @@ def test_memory_and_upload_markers_nested_deep_are_data_errors(tmp_path):
         store.close()
 
 
-def test_suggest_on_sizes_audit_rejects_is_a_data_error(tmp_path):
+def test_sizes_jaxplace_never_writes_are_a_data_error_in_suggest_and_audit(tmp_path):
     from jaxplace_cli.store.schema import MEMORY_TABLES, create_sql
 
     for i, stmt in enumerate(("UPDATE buffers SET bytes = -1", "UPDATE transfers SET bytes = 1e308",
@@ -216,6 +216,8 @@ def test_suggest_on_sizes_audit_rejects_is_a_data_error(tmp_path):
         _sql(run, *(create_sql(n, cls) for n, cls in MEMORY_TABLES.items()))
         _sql(run, stmt)
         _data_error(cli("suggest", run), stmt.split()[1], "bytes")
+        if "buffers" in stmt:  # the audit says the same of a size jaxplace never writes (it skipped -1)
+            _data_error(cli("audit", run), "buffers", "bytes")
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "json"])

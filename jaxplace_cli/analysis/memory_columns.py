@@ -8,7 +8,8 @@ load ~5: 4.4-4.6 s CPU, 4.6-7.1 s wall per-row; 0.7-1.1 s CPU columnar, 0.6 s of
 SQLite). The memory chart's snapshots (memory_view.py) went from 1 s to 0.05 s. Every rule of
 the per-row code is kept exactly, and said where it is computed:
 
-* rows in ``(seq, buf)`` order, a buffer with negative bytes skipped, a ``device_put`` result
+* rows in ``(seq, buf)`` order (a buffer of negative bytes, which jaxplace never writes, is a
+  ``DataError``: ``suggest`` says the same of it), a ``device_put`` result
   on its argument's device folded into the argument (``_aliases``);
 * an allocation's end is the largest first-free seq of its aliases (at least 0), none while
   one alias was never freed;
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxplace_cli.analysis.rules.base import ids
+from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.store import memory as q
 
 I64 = np.int64
@@ -76,8 +78,9 @@ def lives(store) -> Lives:
     order = np.lexsort((cols["buf"], cols["seq"]))  # as ORDER BY seq, buf; ties in table order
     buf, seq, nbytes, site, dev = (cols[k][order] for k in ("buf", "seq", "bytes", "site", "device"))
     root = _roots(buf, _aliases(store, buf, dev, labels))
-    keep = nbytes >= 0
-    buf, seq, nbytes, site, dev, root = buf[keep], seq[keep], nbytes[keep], site[keep], dev[keep], root[keep]
+    negative = int((nbytes < 0).sum())
+    if negative:
+        raise DataError(f"buffers: {negative} rows have a negative size in bytes; the events store was altered")
     _uniq, first, inv = np.unique(root, return_index=True, return_inverse=True)
     by_first = np.argsort(first)
     rank = np.empty_like(by_first)
