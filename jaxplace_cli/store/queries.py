@@ -5,8 +5,8 @@ The store owns the SQL so that the rest of jaxplace speaks in model types: an an
 the schema. Each function takes a ``StoreReader`` (its ``conn``) and returns events
 (``OpEvent``, ``TransferEvent``, ``CompileInfo``), a NamedTuple defined here, or a plain value;
 row order is stated where it matters. Large scans are iterators, so a 1M-row run is never
-held twice. A ``SELECT *`` row is an event as it is: the reader checked every table's columns
-against the schema when it opened the store. Where a consumer holds every row at once (the
+held twice. An event query names the event's fields as its columns (``_events``), so a row is
+the event even in a store with a column more (the reader also refuses those when it opens it). Where a consumer holds every row at once (the
 balance rules, a budget check) the query selects only the columns it needs, into a narrower
 NamedTuple (``TransferCost``), so the move to named fields costs no memory.
 
@@ -39,9 +39,10 @@ from jaxplace_cli.model.events import (
 from jaxplace_cli.model.untrusted import parse_value
 
 
-def _events(store, cls, sql: str, params: tuple = ()) -> Iterator:
+def _events(store, cls, tail: str, params: tuple = ()) -> Iterator:
+    """``SELECT`` the fields of ``cls`` (the table's columns, named) ``tail``: rows as events."""
     make = cls._make
-    for row in store.conn.execute(sql, params):
+    for row in store.conn.execute(f"SELECT {', '.join(cls._fields)} {tail}", params):
         yield make(row)
 
 
@@ -82,12 +83,12 @@ class TransferCost(NamedTuple):
 
 def successful_ops(store) -> Iterator[OpEvent]:
     """Ops that did not raise, in seq order (the order the program dispatched them)."""
-    return _events(store, OpEvent, "SELECT * FROM ops WHERE error = '' ORDER BY seq")
+    return _events(store, OpEvent, "FROM ops WHERE error = '' ORDER BY seq")
 
 
 def successful_ops_of_kind(store, kind: str) -> Iterator[OpEvent]:
     """Ops of one kind that did not raise, in storage order."""
-    return _events(store, OpEvent, "SELECT * FROM ops WHERE kind = ? AND error = ''", (kind,))
+    return _events(store, OpEvent, "FROM ops WHERE kind = ? AND error = ''", (kind,))
 
 
 def compute_op_medians(store, skip, compiling, placed_in=None, names=None) -> dict[str, int]:
@@ -145,7 +146,7 @@ def committed_buffer_exists(store) -> bool:
 def ops_failed_with(store, text: str) -> list[OpEvent]:
     """Ops whose error contains ``text`` (SQL ``LIKE``: ASCII case-insensitive; ``text`` is
     ours, not user input, and holds no ``%``/``_``), in seq order."""
-    return list(_events(store, OpEvent, "SELECT * FROM ops WHERE error LIKE ? ORDER BY seq",
+    return list(_events(store, OpEvent, "FROM ops WHERE error LIKE ? ORDER BY seq",
                         (f"%{text}%",)))
 
 
@@ -178,13 +179,12 @@ def top_op_names(store, devices: str, limit: int) -> list[tuple[str, int]]:
 
 def transfer_costs(store) -> Iterator[TransferCost]:
     """Every transfer, in seq order."""
-    return _events(store, TransferCost, "SELECT seq, kind, bytes, site, api, blocking, op_seq FROM transfers "
-                   "ORDER BY seq")
+    return _events(store, TransferCost, "FROM transfers ORDER BY seq")
 
 
 def op_transfers(store, kind: str) -> Iterator[TransferEvent]:
     """Transfers of ``kind`` caused by a recorded op (``op_seq != 0``), in storage order."""
-    return _events(store, TransferEvent, "SELECT * FROM transfers WHERE kind = ? AND op_seq != 0", (kind,))
+    return _events(store, TransferEvent, "FROM transfers WHERE kind = ? AND op_seq != 0", (kind,))
 
 
 def _typed(rows, table: str, columns: str, what: str) -> None:

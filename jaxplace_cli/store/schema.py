@@ -1,7 +1,7 @@
 """The SQLite schema, generated from the event model (model/events.py).
 
 One table per event type; its columns are the NamedTuple's fields, in order, so a row is the
-event (``executemany`` takes the tuples as they are, ``Event._make`` turns a ``SELECT *`` row
+event (``executemany`` takes the tuples as they are, ``Event._make`` turns a row of its columns
 back into one). The writer creates the tables from these definitions and the reader refuses a
 database whose tables do not match them.
 """
