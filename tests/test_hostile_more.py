@@ -63,9 +63,10 @@ def _trace_dir(path: Path) -> Path:
     return path
 
 
-def _view_until_listening(path: Path, tmp: Path) -> tuple[int, str]:
-    """`jaxplace view PATH --port 0` until it says its URL, then Ctrl-C: (exit code, stderr).
-    A command that never says it (a hang) is killed after 120 s and fails the test."""
+def _view_until_listening(path: Path, tmp: Path) -> tuple[int, str, str]:
+    """`jaxplace view PATH --port 0` until it says its URL, then Ctrl-C: (exit code, stderr,
+    XProf's log as it was then). A command that never says it (a hang) is killed after 120 s
+    and fails the test."""
     proc = subprocess.Popen([sys.executable, "-m", "jaxplace_cli", "view", str(path), "--port", "0"],
                             env=child_env(TMPDIR=str(tmp)), stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL)
@@ -75,9 +76,11 @@ def _view_until_listening(path: Path, tmp: Path) -> tuple[int, str]:
             if select.select([proc.stderr], [], [], 1)[0]:
                 err += os.read(proc.stderr.fileno(), 65536)
         assert b"127.0.0.1:" in err, err.decode(errors="replace")[-2000:]
+        logs = list(tmp.glob("jaxplace-xprof-*.log"))
+        log = logs[0].read_text() if len(logs) == 1 else ""
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
-        return code, (err + proc.stderr.read()).decode(errors="replace")
+        return code, (err + proc.stderr.read()).decode(errors="replace"), log
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -90,13 +93,14 @@ def test_view_writes_no_log_through_a_symlink_planted_in_the_run(tmp_path):
     victim.write_text("untouched\n")
     (run / "xprof.log").symlink_to(victim)
     (tmp_path / "tmp").mkdir()
-    code, err = _view_until_listening(run, tmp_path / "tmp")
+    code, err, log_text = _view_until_listening(run, tmp_path / "tmp")
     assert code == 0, err
     assert victim.read_text() == "untouched\n"
     assert os.readlink(run / "xprof.log") == str(victim)
     assert sorted(p.name for p in run.iterdir()) == ["plugins", "xprof.log"]
     log = re.search(r"XProf's own messages go to (\S+)", err).group(1)
-    assert Path(log).parent == tmp_path / "tmp" and Path(log).read_text()
+    assert Path(log).parent == tmp_path / "tmp" and "profile_plugin" in log_text, log_text
+    assert not Path(log).exists() and not list((tmp_path / "tmp").iterdir())  # a clean stop leaves nothing
 
 
 def test_view_of_a_tree_1100_levels_deep_serves_and_stops(tmp_path):
@@ -107,7 +111,7 @@ def test_view_of_a_tree_1100_levels_deep_serves_and_stops(tmp_path):
         d.mkdir()
     (tmp_path / "tmp").mkdir()
     try:
-        code, err = _view_until_listening(run, tmp_path / "tmp")
+        code, err, _log = _view_until_listening(run, tmp_path / "tmp")
     finally:
         _remove_deep(d, run)
     assert code == 0 and "Traceback" not in err and "internal error" not in err, err[-2000:]

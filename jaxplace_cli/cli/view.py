@@ -14,7 +14,8 @@ converters write to stderr goes to a new ``jaxplace-xprof-*.log`` in the temp di
 into the directory served (it is input: a ``xprof.log`` planted there as a symlink would have
 been followed and appended to). File descriptor 2 is pointed there while XProf loads and
 serves; jaxplace's own lines go to the terminal's stderr, and an error restores it before it
-is said. The sessions are looked for at most ``MAX_SESSION_DEPTH`` levels down, without
+is said. A clean stop (Ctrl-C, SIGTERM) removes the log, so views leave nothing behind; an
+error keeps it for reading. The sessions are looked for at most ``MAX_SESSION_DEPTH`` levels down, without
 recursion (a tree 1,100 levels deep raised RecursionError in ``glob('**')`` and then hung on
 the server left running). The URL printed opens the trace viewer
 on the newest trace session, which works offline; XProf's other tools draw their charts with
@@ -57,7 +58,8 @@ def view(
         try:
             # one write, both lines whole: a Ctrl-C as soon as the URL shows must not cut the log's path
             out.write(f"jaxplace: XProf for {path} at {url_of(server.bind_addr[1])}  (listening on {HOST} "
-                      f"only; Ctrl-C to stop)\njaxplace: {OFFLINE}; XProf's own messages go to {out.log}\n")
+                      f"only; Ctrl-C to stop)\njaxplace: {OFFLINE}; XProf's own messages go to {out.log} "
+                      "(removed when it stops)\n")
             out.flush()
             _stop_on_signals()
             server.serve()
@@ -66,6 +68,7 @@ def view(
         finally:
             server.stop()
         print("jaxplace: XProf stopped", file=out, flush=True)
+        out.discard = True
 
 
 MAX_SESSION_DEPTH = 8  # plugins/profile/<session> of the dir or of a job's proc-<i>/: 3-4 levels
@@ -81,6 +84,7 @@ class QuietStderr:
     def __init__(self):
         self.log: Path | None = None
         self._saved = -1
+        self.discard = False  # set after a clean stop: the log is removed on exit
 
     def __enter__(self):
         import os
@@ -108,6 +112,11 @@ class QuietStderr:
         os.dup2(self._saved, 2)  # before an error is said: it goes to the terminal
         os.close(self._saved)
         self._out.close()
+        if self.discard and exc[0] is None:
+            try:
+                self.log.unlink()
+            except OSError:
+                pass
         return False
 
 
