@@ -85,9 +85,9 @@ def jaxplace(*args, cwd=None, env=None, timeout=240, input=None) -> subprocess.C
                           timeout=timeout, input=input)
 
 
-def python(*args, cwd=None, env=None, timeout=240) -> subprocess.CompletedProcess:
+def python(*args, cwd=None, env=None, timeout=240, input=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env or child_env(),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=input)
 
 
 # Commands that import no JAX and run no user code here (suggest --verify re-runs the script

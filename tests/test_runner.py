@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import SCRIPTS, audit_json, child_env, jaxplace, python
+from conftest import SCRIPTS, audit_json, child_env, cli, jaxplace, python
 
 
 def _run_both(tmp_path, script, *args, cwd=None):
@@ -238,16 +238,23 @@ def _layout(tmp_path):
     (tmp_path / "appdir" / "__main__.py").write_text(
         "import sys, os\nprint(os.path.isabs(sys.path[0]), sys.argv, [k for k in globals() if k[:2] != '__'])\n")
     (tmp_path / "exit_true.py").write_text("import sys\nprint('bye')\nsys.exit(True)\n")
+    (tmp_path / "names.py").write_text("print(sorted(globals()), __annotations__)\n")
+    (tmp_path / "mainmod.py").write_text(
+        "import atexit, sys\nX = 'mine'\nprint(sorted(globals()))\n"
+        "atexit.register(lambda: print('atexit', getattr(sys.modules['__main__'], 'X', 'missing')))\n")
 
 
 @pytest.mark.parametrize("argv", [["atexit_late.py", "a"], ["linkdir/link.py"], ["./dot.py"], ["app.pyz", "z"],
-                                  ["appdir"], ["exit_true.py"]], ids=lambda a: a[0])
+                                  ["appdir"], ["exit_true.py"], ["names.py"], ["-m", "mainmod"]],
+                         ids=lambda a: " ".join(a))
 def test_runs_like_python_after_the_body_and_for_unusual_paths(tmp_path, argv):
     """What a script sees after its body returns (atexit, a thread still running: the script's
     argv and sys.path[0], not jaxplace's), a symlinked script (sys.path[0] is its real directory),
     `./dot.py` (argv[0], __file__ and the traceback's path as typed), a zip app, a directory
-    (an absolute sys.path[0]) and sys.exit(True) (exit 1, an int in run.json): stdout, stderr
-    and the exit code are python's."""
+    (an absolute sys.path[0]), sys.exit(True) (exit 1, an int in run.json), the names of a
+    script's globals (`__annotations__` was missing) and a `-m` module's namespace, which stays
+    `sys.modules["__main__"]` for its atexit handlers (they saw jaxplace's): stdout, stderr and
+    the exit code are python's."""
     case = tmp_path / "atexit_case"
     case.mkdir()
     _layout(case)
@@ -385,3 +392,48 @@ def test_the_scripts_threads_get_pythons_default_names(tmp_path):
     jp = jaxplace("run", "-q", "--trace-seconds", "60", "--trace-ops", "0", "--out", tmp_path / "r", script)
     assert jp.returncode == plain.returncode == 0, jp.stderr
     assert jp.stdout == plain.stdout
+
+
+STDIN_SCRIPT = """import sys
+print(sys.argv, repr(sys.path[0]), sorted(globals()), __file__, __loader__.__name__, __name__)
+print(repr(sys.stdin.read()))
+import jax.numpy as jnp
+x = jnp.arange(4.0) * 2
+print(float(x.sum()))
+raise ValueError("from stdin")
+"""
+
+
+def test_a_script_read_from_stdin_runs_and_is_recorded_like_python_dash(tmp_path):
+    """`jaxplace run - ARGS < script` as `python - ARGS`: argv[0] '-', sys.path[0] '', __file__
+    '<stdin>', stdin at its end for the script, the traceback's `File "<stdin>"`; the run goes
+    to jaxplace-runs/stdin-<time> and its sites are `<stdin>:LINE` (the float() read is line 6);
+    a terminal on stdin is a usage error (python would start its prompt)."""
+    plain = python("-", "a", "b", cwd=tmp_path, input=STDIN_SCRIPT)
+    jp = jaxplace("run", "-q", "--no-trace", "-", "a", "b", cwd=tmp_path, input=STDIN_SCRIPT)
+    assert plain.returncode == jp.returncode == 1, (plain.stderr, jp.stderr)
+    assert jp.stdout == plain.stdout and "'-', 'a', 'b'] ''" in plain.stdout
+    assert _own_lines_out(jp.stderr) == plain.stderr and 'File "<stdin>", line 7' in plain.stderr
+    (run,) = (tmp_path / "jaxplace-runs").iterdir()
+    assert run.name.startswith("stdin-")
+    m = json.loads((run / "run.json").read_text())
+    assert m["target"] == {"kind": "stdin", "name": "-"} and m["argv"] == ["-", "a", "b"]
+    report = audit_json(run, "--min-bytes", "0")
+    reads = [s for s in report["transfers"]["sites"] if s["kind"] == "d2h"]
+    assert [(s["file"], s["line"], s["count"], s["bytes"]) for s in reads] == [("<stdin>", 6, 1, 4)], reads
+    policy = tmp_path / "p.toml"
+    sug = cli("suggest", run, "-o", policy)  # its re-run command names where the program goes, not `-`
+    assert sug.returncode == 0 and f"--policy {policy} SCRIPT a b\n" in sug.stdout, sug.stdout
+
+
+def test_a_terminal_on_stdin_is_a_usage_error(tmp_path):
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "jaxplace_cli", "run", "-"], stdin=follower, capture_output=True,
+                           text=True, env=child_env(), cwd=tmp_path, timeout=120)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert r.returncode == 2 and "stdin, which is a terminal" in r.stderr and not (tmp_path / "jaxplace-runs").exists()

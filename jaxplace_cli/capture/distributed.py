@@ -108,7 +108,9 @@ def detect_process(env=None) -> JobProcess | None:
 
 
 def default_out(target: str, job: JobProcess | None) -> Path:
-    """Where a run goes without ``--out``: one directory for the whole job when it has a key."""
+    """Where a run goes without ``--out``: one directory for the whole job when it has a key.
+    A program read from stdin (``-``) is named ``stdin``."""
+    target = "stdin" if target == "-" else target
     if job is not None and job.job_id:
         key = re.sub(r"[^A-Za-z0-9_.-]+", "_", job.job_id)[:64]
         stem = Path(target).stem if "/" in target or target.endswith(".py") else target

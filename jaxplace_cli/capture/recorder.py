@@ -135,8 +135,8 @@ class Recorder(Stacks):
         libraries (their frames are skipped for the user's line, and never name an API), while
         jax inside the same site-packages stays internal."""
         fn = code.co_filename
-        if fn.startswith("<") or fn in LAUNCHERS:  # LAUNCHERS: the `jaxplace` command's own file
-            tier = INTERNAL
+        if (fn.startswith("<") and fn != "<stdin>") or fn in LAUNCHERS:  # `jaxplace run -`'s script is the
+            tier = INTERNAL  # user's; LAUNCHERS: the `jaxplace` command's own file
         else:
             internal = max((len(p) for p in self._internal if fn.startswith(p)), default=-1)
             library = max((len(p) for p in self._library if fn.startswith(p)), default=-1)

@@ -1,7 +1,7 @@
 """Run a script or module exactly as ``python`` would, and say how it ended.
 
-Same ``__name__`` (``"__main__"``), ``sys.argv``, ``sys.path[0]`` (the script's directory, or
-the cwd for ``-m``), cwd, stdout/stderr. How it ends is returned, not acted on, so the caller
+Same ``__name__`` (``"__main__"``), ``sys.argv``, ``sys.path[0]`` (the script's directory, the
+cwd for ``-m``, ``''`` for ``-``: the program read from stdin), cwd, stdout/stderr. How it ends is returned, not acted on, so the caller
 can save the recording first and then exit the way python would have:
 - ``sys.exit(n)`` -> exit code n (a non-int payload is printed to stderr, code 1);
 - an uncaught exception -> python's traceback (via ``sys.excepthook``, without jaxplace's
@@ -10,6 +10,7 @@ can save the recording first and then exit the way python would have:
 """
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import runpy
 import signal
@@ -112,7 +113,8 @@ def _text(exc: BaseException) -> str:
 
 
 def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
-    """Validate the target before anything runs: ('path', abs path) or ('module', name)."""
+    """Validate the target before anything runs: ('path', the path as typed), ('module', name)
+    or ('stdin', '-')."""
     if module:
         import importlib.util
 
@@ -135,6 +137,11 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
                                  "directly executed")
         return "module", module
     assert script is not None
+    if script == "-":  # python's `-`: the program is read from stdin
+        if os.isatty(0):  # python would start its prompt: nothing to record there
+            raise ScriptNotFound("`-` reads the script from stdin, which is a terminal; pipe or redirect "
+                                 "one: jaxplace run - < train.py")
+        return "stdin", "-"
     path = Path(script)
     if not path.exists():
         raise ScriptNotFound(f"can't open file {script!r}: no such file")
@@ -172,12 +179,13 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     # sys.argv and sys.path[0] stay the script's after its body returns, as under python: its
     # atexit handlers, its excepthook and threads still running then see them (they saw
     # jaxplace's command line and the venv's bin/, and a late `import` beside the script failed)
-    if kind == "module":
-        sys.argv = [target, *args]  # runpy replaces argv[0] with the module's file
+    if kind in ("module", "stdin"):
+        sys.argv = [target, *args]  # for -m, runpy replaces argv[0] with the module's file
+        first = os.getcwd() if kind == "module" else ""  # python's sys.path[0] for `-`: ''
         if sys.path:
-            sys.path[0] = os.getcwd()
+            sys.path[0] = first
         else:
-            sys.path.insert(0, os.getcwd())
+            sys.path.insert(0, first)
     else:
         sys.argv = [target, *args]
         # python's sys.path[0]: a directory or zip app itself, else the directory of the
@@ -189,11 +197,16 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
             sys.path.insert(0, script_dir)
     try:
         if kind == "module":
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            # as python -m runs it: in __main__'s own namespace, which stays sys.modules["__main__"]
+            # after the body (runpy.run_module put the launcher's back: atexit saw jaxplace's)
+            _fresh_main()
+            runpy._run_module_as_main(target, alter_argv=True)
+        elif kind == "stdin":
+            _exec_source(_read_stdin(), "<stdin>", importlib.machinery.BuiltinImporter)
         elif _runs_as_path(target):
             # as python runs a directory or zip app: its __main__ found on sys.path[0] (set above,
             # absolute), argv left as typed (runpy.run_path would make argv[0] its own path)
-            sys.modules["__main__"] = types.ModuleType("__main__")  # its namespace, not jaxplace's launcher's
+            _fresh_main()  # its namespace, not jaxplace's launcher's
             runpy._run_module_as_main("__main__", alter_argv=False)
         else:
             _exec_script(target)
@@ -222,24 +235,50 @@ def _runs_as_path(target: str) -> bool:
     return zipfile.is_zipfile(target)
 
 
+def _fresh_main() -> types.ModuleType:
+    """A new ``__main__`` as python's start makes it (with ``__annotations__``: a script may
+    read it), installed in ``sys.modules``."""
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__annotations__={}, __builtins__=builtins, __package__=None, __spec__=None,
+                         __loader__=importlib.machinery.BuiltinImporter)
+    sys.modules["__main__"] = main
+    return main
+
+
 def _exec_script(target: str) -> None:
     """Execute a script file as ``__main__`` the way ``python FILE`` does: ``__file__`` is the
     path joined to the working directory, not normalised (``/work/./train.py``), ``sys.argv[0]``
     stays as typed (``runpy.run_path`` would change it)."""
-    import builtins
-    import importlib.machinery
     import io
 
     path = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
     with io.open_code(path) as fh:
         source = fh.read()
-    code = compile(source, path, "exec", dont_inherit=True)
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None, __package__=None,
-                         __spec__=None,
-                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
-    sys.modules["__main__"] = main
+    _exec_source(source, path, importlib.machinery.SourceFileLoader("__main__", path))
+
+
+def _exec_source(source: bytes, filename: str, loader) -> None:
+    code = compile(source, filename, "exec", dont_inherit=True)  # a coding cookie or BOM is honoured
+    main = _fresh_main()
+    main.__dict__.update(__file__=filename, __cached__=None, __loader__=loader)
     exec(code, main.__dict__)
+
+
+def _read_stdin() -> bytes:
+    """The whole program from file descriptor 0, as python reads ``-`` before running it (the
+    script's own reads of stdin then find its end, as under python)."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(0, 1 << 16)
+        except OSError:  # closed: an empty program, as python runs one
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _exit_outcome(exc: SystemExit) -> Outcome:

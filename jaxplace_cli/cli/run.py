@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no start line, status line or summary: at most the verdict, in one line "
                         "(with --budget, also its verdict and how the script's exit code is kept)")
-    p.add_argument("script", nargs="?", help="the Python script to run")
+    p.add_argument("script", nargs="?", help="the Python script to run (-: read it from stdin, as python -)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
 

@@ -180,7 +180,8 @@ def _install_jax_alias() -> None:
 def _print_start(session, n_devices, policy) -> None:
     from jaxplace_cli.report.run_lines import start_line
 
-    target = session.opts.target if session.opts.kind == "path" else f"-m {session.opts.target}"
+    kind, target = session.opts.kind, session.opts.target
+    target = f"-m {target}" if kind == "module" else "<stdin>" if kind == "stdin" else target
     extra = [f"{n_devices} simulated CPU device{'s' if n_devices != 1 else ''}"] if n_devices else []
     extra += [f"policy {policy}"] if policy else []
     say(start_line(target, session.run_dir, extra))

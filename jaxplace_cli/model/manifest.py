@@ -33,7 +33,7 @@ class ManifestError(JaxplaceError):
 
 @dataclass
 class Target:
-    kind: str = "path"  # path | module | child
+    kind: str = "path"  # path | module | stdin (`jaxplace run -`) | child
     name: str = ""
 
 

@@ -104,6 +104,8 @@ def make_plan(run, objective: str = TRANSFERS, devices: list[str] | None = None,
     argv = list(manifest.argv)
     if manifest.target.kind == "module":
         argv = ["-m", *argv] if argv and argv[0] != "-m" else argv
+    elif manifest.target.kind == "stdin":  # the program was piped in: the command names where it goes
+        argv = ["SCRIPT", *argv[1:]]
     plan = Plan(objective, rg, sol, baseline, predicted, measured, default, rules, "", argv,
                 manifest.simulated_devices, manifest.cwd)
     plan.policy_text = render_policy(default, rules, _header(plan, run, policy_path))
