@@ -83,7 +83,7 @@ def test_pingpong_fires_with_every_leg(report):
     (pp,) = findings(report("pingpong_eager"), "pingpong")
     # pingpong_eager.py: line 23 moves 1 MiB cpu:0 -> cpu:1; each of the 4 iterations at line 25
     # moves it back to cpu:0 and the product on to cpu:1 again: 8 moves, each returning the
-    # data to a device it had left = 8 round trips x 1 MiB (1024*256 float32).
+    # data to a device it had left = 8 returns x 1 MiB (1024*256 float32).
     assert (pp["severity"], basename(pp), pp["line"]) == ("error", "pingpong_eager.py", 25)
     assert (pp["count"], pp["bytes"]) == (8, 8 * MiB)
     assert pp["devices"] == ["cpu:0", "cpu:1"]

@@ -63,7 +63,7 @@ def test_bench_smoke_prints_every_row_and_writes_json(tmp_path):
     assert all(s["bytes"] >= 4 * 2**20 for k, s in groups["P7"]["shapes"].items() if "baseline" not in k)
     assert groups["P9"]["file_mb"] > 0, groups["P9"]  # the HTML report of the long run was written
     # P10: both ping-pong runs recorded and audited; by hand, n bounces of one array are n/2
-    # round trips of its first leg back (d1 -> d0 -> d1 ...: every move but the first returns)
+    # returns of its first leg back (d1 -> d0 -> d1 ...: every move but the first returns)
     p10 = groups["P10"]["runs"]
     assert [r["bounces"] for r in p10] == [200, 800] and all(r["rss_mb"] for r in p10), p10
     assert [r["pingpong_round_trips"] for r in p10] == [199, 799], p10

@@ -35,7 +35,7 @@ SPELLINGS = [
      "d2d_per_step"),
     ("--max-d2d-bytes-per-step", "SIZE", "Limit: d2d bytes in any steady-state step.", "d2d.bytes_per_step",
      "d2d_bytes_per_step"),
-    ("--max-pingpong", "N", "Limit: ping-pong round trips.", "pingpong", "pingpong"),
+    ("--max-pingpong", "N", "Limit: ping-pong returns (moves of data back to a device it had left).", "pingpong", "pingpong"),
     ("--max-host-syncs-per-step", "N", "Limit: blocking reads in any steady-state step.", "host_syncs_per_step",
      "host_syncs_per_step"),
     ("--max-recompiles", "N", "Limit: recompiles found by the recompile rule.", "recompiles", "recompiles"),

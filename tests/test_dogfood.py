@@ -15,7 +15,7 @@ CASES = {
     "mlp_host_sync": ("mlp_host_sync", ["--devices", "1"],
                       {"h2d.count_per_step", "d2h.count_per_step", "host_syncs_per_step"}),
     "pingpong_clean": ("pingpong_clean", ["--devices", "2"], set()),
-    # 9 x 1 MiB d2d > 2 MiB; 8 round trips (the pingpong limit, not fail_on, judges them)
+    # 9 x 1 MiB d2d > 2 MiB; 8 ping-pong returns (the pingpong limit, not fail_on, judges them)
     "pingpong_eager": ("pingpong_eager", ["--devices", "2"], {"pingpong", "d2d.bytes"}),
     "uncommitted_copy_clean": ("uncommitted_copy_clean", ["--devices", "2"], set()),
     # 1 explicit + 10 silent copies > 2 d2d, and the uncommitted-copy warning

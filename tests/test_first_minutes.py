@@ -147,7 +147,7 @@ def test_run_ends_with_the_audit_verdict_and_each_finding(tmp_path, sample_run):
     i = lines.index(f"jaxplace: {first}")
     error = lines[i + 1]
     assert error.startswith(f"jaxplace:   error {SAMPLES / 'pingpong_eager.py'}:25 pingpong: data bounced "
-                            "between cpu:0 and cpu:1: 8 round trips"), error
+                            "between cpu:0 and cpu:1: 8 returns to a device it had left"), error
     assert error.endswith(" (cost: 8× · 8.0 MiB)"), error
     assert lines[i + 2:] == [f"jaxplace: run saved to {out}; details: jaxplace audit {out}; "
                              f"HTML: jaxplace report {out}"]

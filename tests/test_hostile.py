@@ -681,7 +681,7 @@ def test_policy_file_header_stays_comments(header):
 def test_pingpong_memory_grows_linearly(tmp_path):
     """One array bounced n times between two devices (rows written directly, no JAX): the
     rule's peak memory for 4n bounces stays about 4x that for n (it was 16x: every moved
-    buffer kept a copy of the whole history), and the round trips are exact: every move
+    buffer kept a copy of the whole history), and the returns are exact: every move
     but the first returns to a device the data had left."""
     import tracemalloc
 

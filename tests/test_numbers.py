@@ -71,8 +71,8 @@ def test_a_pingpong_of_small_arrays_is_in_every_view(tmp_path):
     (f,) = [f for f in doc["findings"] if f["rule"] == "pingpong"]
     assert (f["count"], f["bytes"]) == (19, 1216)
     assert f["message"] == (
-        "data bounced between cpu:0 and cpu:1: 19 round trips (1.2 KiB moved back to a device it had "
-        "left) along the data flow of 1 array, in 20 transfers (1.2 KiB, all under 1.0 KiB); legs: "
+        "data bounced between cpu:0 and cpu:1: 19 returns to a device it had left (1.2 KiB moved back) "
+        "along the data flow of 1 array, in 20 transfers (1.2 KiB, all under 1.0 KiB); legs: "
         "cpu:0->cpu:1 at train.py:11 x10, cpu:1->cpu:0 at train.py:12 x10")
 
     text = _text(run)

@@ -141,15 +141,15 @@ def test_pingpong_follows_the_data_and_ignores_a_one_way_move(tmp_path):
     # legs: cpu:0->cpu:1 at line 11 x2 (the second a return), cpu:1->cpu:0 at line 12 x1 (a return);
     # both legs returned once, line 11 more often in all: the finding points there
     assert (f.rule, f.severity, f.line, f.count, f.bytes, f.devices) == ("pingpong", "error", 11, 2, 8192, ["cpu:0", "cpu:1"])
-    assert f.message == ("data bounced between cpu:0 and cpu:1: 2 round trips (8.0 KiB moved back to a device "
-                         "it had left) along the data flow of 1 array, in 3 transfers (12.0 KiB); legs: cpu:0->cpu:1 at train.py:11 x2, "
+    assert f.message == ("data bounced between cpu:0 and cpu:1: 2 returns to a device it had left (8.0 KiB "
+                         "moved back) along the data flow of 1 array, in 3 transfers (12.0 KiB); legs: cpu:0->cpu:1 at train.py:11 x2, "
                          "cpu:1->cpu:0 at train.py:12 x1")
     assert [x["role"] for x in f.related] == ["leg cpu:0->cpu:1: 2 transfers, 8.0 KiB",
                                               "leg cpu:1->cpu:0: 1 transfers, 4.0 KiB"]
-    # the budget counts round trips
+    # the budget counts the returns
     (b,) = check(audit_run(run, CFG), run, budget_from_dict({"pingpong": 1}, "t"), 1024)
     assert (b.rule, b.limit, b.actual, b.line) == ("pingpong", 1, 2, 11)
-    assert b.message == "ping-pong round trips were limited to 1 but the run had 2 (train.py:11)"
+    assert b.message == "ping-pong returns were limited to 1 but the run had 2 (train.py:11)"
     assert check(audit_run(run, CFG), run, budget_from_dict({"pingpong": 2}, "t"), 1024) == []
 
 

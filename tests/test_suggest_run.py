@@ -126,7 +126,7 @@ def test_top_suggestion_for_pingpong(pingpong_run):
     s = top_suggestion(open_run(pingpong_run))
     assert s is not None and s.needs_code_change
     assert s.saved_bytes == 9 * MiB and s.saved_transfers == 9 and s.saved_round_trips == 8
-    assert s.summary.endswith(": -9.0 MiB d2d, -8 round trips"), s.summary
+    assert s.summary.endswith(": -9.0 MiB d2d, -8 ping-pong returns"), s.summary
     assert "pingpong_eager.py:23-25" in s.summary
 
 
@@ -259,7 +259,7 @@ def test_audit_report_shows_the_top_suggestion(pingpong_run, chain_run, capsys):
     code, out, _ = cli(capsys, "audit", pingpong_run, "--format", "text")
     assert code == 0
     tail = out[out.index("Suggestion"):]
-    assert "-9.0 MiB d2d, -8 round trips" in tail and "change the device_put targets" in tail
+    assert "-9.0 MiB d2d, -8 ping-pong returns" in tail and "change the device_put targets" in tail
     assert "try:" in tail and f"jaxplace suggest {pingpong_run} --retarget-puts" in tail  # never wrapped
     d, _ = chain_run
     code, out, _ = cli(capsys, "audit", d / "run", "--format", "json")

@@ -190,7 +190,7 @@ def _pingpong(findings, limit: int) -> list[Breach]:
         return []
     f = max(hits, key=lambda f: f.count)
     return [Breach("pingpong", limit, actual,
-                   f"ping-pong round trips were limited to {limit} but the run had "
+                   f"ping-pong returns were limited to {limit} but the run had "
                    f"{actual} ({_short(f.file)}:{f.line})", f.file, f.line)]
 
 

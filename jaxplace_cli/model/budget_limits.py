@@ -74,7 +74,7 @@ LIMITS: tuple[Limit, ...] = (
     *(Limit(f"{kind}.{key}", f"--max-{kind}{flag}", f"{kind}{keyword}", unit,
             _limit(what.format(kind=kind) + _HELP_NOTES.get(f"{kind}.{key}", "")))
       for kind in TRANSFER_KINDS for key, flag, keyword, unit, what in _KIND_LIMITS),
-    Limit("pingpong", "--max-pingpong", "pingpong", COUNT, _limit("ping-pong round trips")),
+    Limit("pingpong", "--max-pingpong", "pingpong", COUNT, _limit("ping-pong returns (moves of data back to a device it had left)")),
     Limit("host_syncs_per_step", "--max-host-syncs-per-step", "host_syncs_per_step", COUNT,
           _limit("blocking reads in any steady-state step")),
     Limit("recompiles", "--max-recompiles", "recompiles", COUNT, _limit("recompiles found by the recompile rule")),

@@ -35,7 +35,7 @@ def breaches_sentence(b) -> str:
         return (f"Test was limited to {getattr(b, 'limit_text', '') or human_bytes(b.limit)} of {kind} "
                 f"transfers but moved {human_bytes(b.actual)}{where}")
     if b.rule == "pingpong":
-        return f"Test was limited to {b.limit} ping-pong round trips but did {b.actual}{where}"
+        return f"Test was limited to {b.limit} ping-pong returns but did {b.actual}{where}"
     if b.rule == "recompiles":
         return f"Test was limited to {b.limit} recompiles but did {b.actual}{where}"
     return b.message

@@ -52,7 +52,7 @@ def render_plan(plan: Plan, policy_path: str | None, run_path: str) -> str:
     rows = [("", "recorded", "model of recorded", "suggested")]
     for k in TRANSFER_KINDS:
         rows.append((k, _nb(plan.measured.totals[k]), _nb(plan.baseline.totals[k]), _nb(plan.predicted.totals[k])))
-    rows.append(("round trips", "", str(plan.baseline.round_trips), str(plan.predicted.round_trips)))
+    rows.append(("ping-pong returns", "", str(plan.baseline.round_trips), str(plan.predicted.round_trips)))
     rows.append(("op time", human_ns(plan.measured.compute_ns), human_ns(plan.baseline.compute_ns),
                  human_ns(plan.predicted.compute_ns)))
     rows.append(("transfer time (est.)", "", human_ns(plan.baseline.transfer_ns), human_ns(plan.predicted.transfer_ns)))

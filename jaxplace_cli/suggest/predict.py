@@ -1,4 +1,4 @@
-"""What a placement will move: transfers per kind and per site, round trips, and time.
+"""What a placement will move: transfers per kind and per site, ping-pong returns, and time.
 
 The same function describes the recorded placement (a check that the model reproduces what
 was measured), the suggested one (the prediction) and, through ``measure``, any recorded run
@@ -149,7 +149,7 @@ def expected(measured: Traffic, baseline: Traffic, predicted: Traffic) -> Traffi
     model does not hold (an explicit replicated ``device_put``, pmap key shards, callback
     legs) is the script's under any placement and is carried over exactly; a suggestion that
     moves nothing expects exactly the measurement. The host legs' routes likewise: measured,
-    with the legs the policy sends elsewhere moved (``predict``). Op time and round trips stay
+    with the legs the policy sends elsewhere moved (``predict``). Op time and ping-pong returns stay
     the model's."""
     out = Traffic(round_trips=predicted.round_trips, compute_ns=predicted.compute_ns,
                   transfer_ns=predicted.transfer_ns)

@@ -19,7 +19,7 @@ from jaxplace_cli.suggest.plan import Plan, make_plan
 
 @dataclass
 class Suggestion:
-    summary: str  # "pin multiply+device_put at pingpong_eager.py:24-25 to cpu:1: -8.0 MiB d2d, -8 round trips"
+    summary: str  # "pin multiply+device_put at pingpong_eager.py:24-25 to cpu:1: -8.0 MiB d2d, -8 ping-pong returns"
     device: str
     ops: list
     site: str  # "pingpong_eager.py:24-25"
@@ -71,7 +71,7 @@ def describe(plan: Plan) -> Suggestion:
         what += f" (+{others} more op{'s' if others > 1 else ''} elsewhere)"
     gains = [f"-{human_bytes(saved)} d2d"]
     if trips > 0:
-        gains.append(f"-{trips} round trip{'s' if trips != 1 else ''}")
+        gains.append(f"-{trips} ping-pong return{'s' if trips != 1 else ''}")
     return Suggestion(f"{what}: {', '.join(gains)}", device, names, site, saved, saved_n, max(trips, 0),
                       rg.retarget_puts, "" if rg.retarget_puts else plan.policy_text)
 

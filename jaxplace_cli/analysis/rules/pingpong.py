@@ -150,12 +150,13 @@ def pingpong(run, cfg) -> list[Finding]:
                         "role": f"leg {src}->{dst}: {n:,} transfers, {human_bytes(b)}"})
             parts.append(f"{src}->{dst} at {short(f, ln)} x{n:,}")
         arrays = "1 array" if len(group) == 1 else f"{len(group)} arrays"
-        # the legs add up to the transfers; the round trips are those of them that returned
+        # the legs add up to the transfers; the returns are those of them that came back (not
+        # "round trips": across and back four times is 8 transfers, 7 of them returns)
         # (the cost, and what --max-pingpong limits): one set of numbers (issue 26)
         out.append(Finding(
             "pingpong", ERROR,
-            f"data bounced between {' and '.join(devs)}: {n_ret:,} round trip{'s' if n_ret != 1 else ''} "
-            f"({human_bytes(ret_bytes)} moved back to a device it had left) along the data "
+            f"data bounced between {' and '.join(devs)}: {n_ret:,} return{'s' if n_ret != 1 else ''} to a "
+            f"device it had left ({human_bytes(ret_bytes)} moved back) along the data "
             f"flow of {arrays}, in {n_all:,} transfers ({human_bytes(all_bytes)}"
             f"{_small(group, cfg.min_bytes)}); legs: " + ", ".join(parts),
             file, line, n_ret, ret_bytes,
