@@ -15,6 +15,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,14 +294,67 @@ def _exit_outcome(exc: SystemExit) -> Outcome:
     return Outcome("failed", 1, f"SystemExit: {code}", exit_message=str(code))
 
 
+def threads_pending() -> bool:
+    """Whether python's exit would wait for something: a non-daemon thread of the script still
+    running, or a thread-exit hook (``concurrent.futures`` executors register one that runs their
+    queued work)."""
+    main = threading.main_thread()
+    if getattr(threading, "_threading_atexits", None):
+        return True
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+
+
+def wait_for_threads() -> None:
+    """What python does first when the script's body has ended: ``threading._shutdown()``, the
+    executors' exit hooks, then a join of every non-daemon thread (their work is the script's:
+    under jaxplace it ran after the recording had closed, and was lost). Python calls it again
+    at its own exit, where it returns at once. An exception in it (a Ctrl-C while it waits) is
+    reported as python reports it, "Exception ignored in: <module 'threading' ...>", and the
+    exit goes on without the threads, as python's does."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None:
+        return
+    try:
+        shutdown()
+    except BaseException as exc:  # noqa: BLE001 - python prints it and goes on
+        _ignored_in(threading, exc)
+
+
+def _ignored_in(obj, exc: BaseException) -> None:
+    """python's default ``sys.unraisablehook`` text for ``exc`` raised in ``obj``."""
+    import traceback
+
+    stream = sys.stderr
+    if stream is None:
+        return
+    name = type(exc).__qualname__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        name = f"{module}.{name}"
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the callee's frame
+    try:
+        _flush_stdout()
+        stream.write(f"Exception ignored in: {obj!r}\n")
+        if tb is not None:
+            stream.write("Traceback (most recent call last):\n" + "".join(traceback.format_tb(tb)))
+        stream.write(f"{name}: {_text(exc)}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def exit_like_python(outcome: Outcome) -> int:
-    """The code to exit with; for Ctrl-C, re-deliver SIGINT so the parent sees a signal death."""
+    """The code to exit with. For Ctrl-C, python waits for the script's threads and runs its
+    atexit handlers, then dies of SIGINT (the parent sees a signal death): the same here, the
+    atexit handlers run now since the process then kills itself (they were skipped: a handler
+    saving a checkpoint on Ctrl-C never ran)."""
     if outcome.status == "interrupted":
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (AttributeError, OSError, ValueError):  # closed (None) or broken
-                pass
+        _flush_all()
+        wait_for_threads()
+        import atexit
+
+        atexit._run_exitfuncs()  # each failure printed as python prints it ("Exception ignored in atexit callback")
+        _flush_all()
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
@@ -309,3 +363,11 @@ def exit_like_python(outcome: Outcome) -> int:
         return 130
     outcome.print_exit_message()
     return outcome.exit_code
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # closed (None) or broken
+            pass

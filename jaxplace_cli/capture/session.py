@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxplace_cli import __version__
-from jaxplace_cli.capture import distributed
-from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
+from jaxplace_cli.capture import distributed, signals
+from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target, threads_pending, wait_for_threads
 from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _release_signals, resend_dropped_ctrl_c
 from jaxplace_cli.capture.trace_modes import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
@@ -275,6 +275,10 @@ class Session:
             self.finalize(outcome)
             return outcome
         outcome = run_target(self.opts.kind, self.opts.target, self.opts.args)
+        if os.getpid() == self.pid and threads_pending():  # python's order: the ending said, the threads waited for
+            outcome.finish()
+            outcome.print_exit_message()
+            wait_for_threads()
         self.finalize(outcome)
         return outcome
 
@@ -287,6 +291,7 @@ class Session:
             return  # a fork child of the script ending: the run belongs to the parent
         held = self._held
         self._finalized = True
+        signals.stop_resending()  # after the body, a Ctrl-C python drops is dropped (atexit, the threads' wait)
         previous = _hold_signals(held)
         try:
             self._finalize(outcome)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -68,7 +69,22 @@ def resend_dropped_ctrl_c(previous):
             return
         previous(unraisable)
 
+    hook.previous = previous
+    _RESENDING.append(hook)
     return hook
+
+
+_RESENDING: list = []  # the hooks resend_dropped_ctrl_c made
+
+
+def stop_resending() -> None:
+    """Once the script's body has ended: python's hook back where it is still jaxplace's. A
+    Ctrl-C in an atexit handler or while python waits for the script's threads is dropped by
+    python, with "Exception ignored"; re-sent, it killed the exit half-way."""
+    while _RESENDING:
+        hook = _RESENDING.pop()
+        if sys.unraisablehook is hook:
+            sys.unraisablehook = hook.previous
 
 
 def _sigint_soon() -> None:
