@@ -1,12 +1,14 @@
 """Run a script or module exactly as ``python`` would, and say how it ended.
 
 Same ``__name__`` (``"__main__"``), ``sys.argv``, ``sys.path[0]`` (the script's directory, the
-cwd for ``-m``, ``''`` for ``-``: the program read from stdin), cwd, stdout/stderr. How it ends is returned, not acted on, so the caller
-can save the recording first and then exit the way python would have:
+cwd for ``-m``, ``''`` for ``-``: the program read from stdin), cwd, stdout/stderr. How it ends
+is returned, not acted on, so the caller can save the recording first and then exit the way
+python would have:
 - ``sys.exit(n)`` -> exit code n (a non-int payload is printed to stderr, code 1);
 - an uncaught exception -> python's traceback (via ``sys.excepthook``, without jaxplace's
   own frames) and code 1;
-- Ctrl-C -> the traceback, then the process kills itself with SIGINT like python (shell: 130).
+- Ctrl-C -> the traceback, then (after the script's threads and atexit handlers, as python)
+  the process kills itself with SIGINT (shell: 130).
 """
 from __future__ import annotations
 
