@@ -18,7 +18,7 @@ from conftest import GUARD_ORACLE, REPO, child_env, jaxplace
 
 LIBRARY = REPO / "tests" / "library"
 PROGRAMS = ("optax_fit.py", "flax_nnx.py", "equinox_mlp.py", "numpyro_predictive.py",
-            "diffrax_ode.py", "no_upload.py")
+            "diffrax_ode.py", "no_upload.py", "flax_linen_loader.py")
 
 _LEG = re.compile(r"(host-to-device|device-to-device) transfer: (?:aval=ShapedArray\((\w+)\[([\d,]*)\])?")
 
@@ -97,6 +97,10 @@ LABELS = {
     "diffrax_ode.py": {"float()", "jit(diffeqsolve) (reads value)", "jnp.array (host data)",
                        "jit(diffeqsolve) (Python scalar)", "jnp.linspace (Python scalar)", "x[i] (Python scalar)"},
     "no_upload.py": set(),
+    "flax_linen_loader.py": {"float()", "str()/print", "convert_element_type (Python scalar)",
+                             "jax.nn.initializers.variance_scaling", "jax.random.key (Python scalar)",
+                             "jnp.asarray (host data)", "jnp.full (numpy argument)", "x[i] (Python scalar)",
+                             "slice (Python scalar)", "jit (numpy argument)"},
 }
 
 

@@ -1321,12 +1321,12 @@ static int begin_call(Call *c, PyObject *kwargs) {
     c->base = PyLong_AsLongLong(t0obj);
     Py_DECREF(t0obj);
     if (c->base == -1 && PyErr_Occurred()) return -1;
-    /* tls.op: (name, seq, site, args, kwargs, api); tls.depth: the spec's (2: the op counts its
-       own host operands, the dispatches inside it add none) */
+    /* tls.op: (name, seq, site, args, kwargs, api, spec); tls.depth: the spec's (2: the op counts
+       its own host operands, the dispatches inside it add none) */
     PyObject *name = field(c->spec, K_SPEC, P_NAME);
     PyObject *api = name ? field(c->spec, K_SPEC, P_API) : NULL;
     PyObject *depth = api ? field(c->spec, K_SPEC, P_DEPTH) : NULL;
-    PyObject *op = depth ? PyTuple_Pack(6, name, c->seq, c->site, c->args, kwargs, api) : NULL;
+    PyObject *op = depth ? PyTuple_Pack(7, name, c->seq, c->site, c->args, kwargs, api, c->spec) : NULL;
     Py_XDECREF(name);
     Py_XDECREF(api);
     int rc = op ? set_tls(depth, op) : -1;

@@ -131,6 +131,18 @@ def _install_array_methods(report: HookReport) -> None:
         _patch(ArrayImpl, attr, wrap(obj, spec, method=True))
         n += 1
     report.installed.append(f"Array operators and methods ({n})")
+    # a typed key array (jax.random.key) is its own class: keys[1] uploads its start index as
+    # x[1] does (dispatch.index_uploads), and went unseen (its slice ran as a bare primitive)
+    try:
+        from jax._src.random.prng import PRNGKeyArray
+    except ImportError:
+        return
+    getitem = PRNGKeyArray.__dict__.get("__getitem__")
+    if inspect.isfunction(getitem):
+        spec = CallSpec("getitem", OP_METHOD, api=OPERATOR_LABELS["getitem"])
+        spec.index = True
+        _patch(PRNGKeyArray, "__getitem__", wrap(getitem, spec, method=True))
+        report.installed.append("key array indexing")
 
 
 def in_backward_pass() -> bool:
@@ -151,25 +163,58 @@ def _install_process_primitive(report: HookReport) -> None:
 
     original = core.EvalTrace.__dict__["process_primitive"]
     specs: dict = {}
+    slice_p = _eager_slice_primitive()
 
     def process_primitive(self, primitive, args, params, /):
         if state.active.rec is None:
             return original(self, primitive, args, params)
+        n = len(args)
+        real = args
+        dropped = legs.dropped_host_args(primitive, params, args)
+        if dropped:  # shown to the recording as None (no leg); the call gets the real ones
+            args = tuple(None if i in dropped else a for i, a in enumerate(args))
+        if primitive is slice_p and params.get("strides") is None:
+            # eager lax.slice runs as a dynamic_slice of its start indices, each uploaded (as
+            # x[1:3] uploads them: dispatch.index_uploads); they are parameters, no operand
+            args = (*args, *(int(i) for i in params["start_indices"]))
         if state.tls.depth:  # bound inside a recorded op: its host operands are that op's legs
-            if state.tls.op is None:
-                return original(self, primitive, args, params)
-            return legs.inner_call(lambda *a: original(self, primitive, a, params), tuple(args), {})
+            op = state.tls.op
+            if op is None:
+                return original(self, primitive, real, params)
+            if len(args) > n and op[6].index:  # x[1:3]: its op counted the start indices
+                args = args[:n]
+            return legs.inner_call(lambda *a: original(self, primitive, _real(a[:n], real, dropped), params),
+                                   tuple(args), {})
         spec = specs.get(primitive)
         if spec is None:
             spec = specs[primitive] = CallSpec(primitive.name, OP_PRIM, scalar_operands=True)
 
         def run(*a):
-            return original(self, primitive, a, params)
+            return original(self, primitive, _real(a[:n], real, dropped), params)
 
         return record_call(spec, run, tuple(args), {}, backward=in_backward_pass())
 
     _patch(core.EvalTrace, "process_primitive", process_primitive)
     report.installed.append("EvalTrace.process_primitive")
+
+
+def _real(args, real, dropped):
+    """The primitive's arguments with the host values the recording was shown as None back."""
+    return args if not dropped else tuple(real[i] if i in dropped else a for i, a in enumerate(args))
+
+
+def _eager_slice_primitive():
+    """``lax.slice_p`` where its eager impl is jax 0.10's ``_slice_impl`` (unit strides: a
+    ``dynamic_slice`` of the start indices, one upload each), else None (nothing assumed)."""
+    try:
+        from jax._src.lax import slicing
+
+        impl = slicing.slice_p.impl
+        if getattr(impl, "__name__", "") == "_slice_impl" and "dynamic_slice_p" in impl.__code__.co_names:
+            return slicing.slice_p
+    except (ImportError, AttributeError):
+        pass
+    return None
 
 
 def _install_jit(report: HookReport) -> None:

@@ -250,6 +250,31 @@ def sharded_upload(fn, args, kwargs, leaves, a) -> list:
         return []
 
 
+_KEPT: dict = {}  # (jitted function, argument signature) -> the leaves its program keeps, None: all
+
+
+def kept_leaves(fn, args, kwargs, leaves):
+    """Indexes of the jit call's argument ``leaves`` that its compiled program keeps, or None
+    when it keeps them all (or it cannot be told): JAX drops an argument the function does not
+    use (``keep_unused=False``) and never uploads it, so a NumPy argument there is no leg
+    (diffrax's backward solve passes such a constant; the guard logs nothing for it). From
+    ``fn.lower(...).compile()`` after the call, as ``sharded_upload``: cached, once per
+    argument signature."""
+    try:
+        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
+                             for x in leaves))
+        if key in _KEPT:
+            return _KEPT[key]
+        kept = frozenset(fn.lower(*args, **kwargs).compile()._executable._kept_var_idx)
+        kept = None if len(kept) >= len(leaves) else kept
+        if len(_KEPT) > 4096:
+            _KEPT.clear()
+        _KEPT[key] = kept
+        return kept
+    except Exception:  # not a jitted function, a deleted (donated) argument, another JAX
+        return None
+
+
 def recording_failed(exc: Exception) -> None:
     """A hook's own failure, where the recorder may be gone (uninstalled meanwhile): counted on
     the active recorder (Recorder.recording_failed), never raised into the user's program."""

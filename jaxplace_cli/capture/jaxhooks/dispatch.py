@@ -107,7 +107,7 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
         if placer is not None:
             fn, args, kwargs, placed = placer.place(rec, spec, fn, args, kwargs, site, seq, backward)
     tls.depth = spec.depth
-    tls.op = (spec.name, seq, site, args, kwargs, spec.api)
+    tls.op = (spec.name, seq, site, args, kwargs, spec.api, spec)
     t0 = perf_counter_ns()
     try:
         out = fn(*args, **kwargs)

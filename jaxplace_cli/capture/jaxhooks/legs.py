@@ -30,6 +30,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     JitProxy,
     _EvalTrace,
     _trace_now,
+    kept_leaves,
     sharded_upload,
     upload_nbytes,
     x64_enabled,
@@ -147,6 +148,27 @@ def record_inner(hosts, out) -> None:
         rec.recording_failed(exc)
 
 
+def record_inner_put(data, host_legs) -> None:
+    """The host->device legs ``[(device, bytes)]`` of a low-level upload of ``data`` inside an op
+    in flight that leaves its legs to what it dispatches (a plain function: ``spec.scalars``
+    false): ``jnp.asarray(x, jnp.float32)`` of a float32 ``x`` puts it with ``device_put``, not
+    as a dispatch argument (the path every other leg here comes from), and flax's
+    ``promote_dtype`` calls exactly that. Explicit, as JAX's transfer guard logs it. Under an op
+    that counts its own host operands, or an inner dispatch that counted its arguments
+    (``tls.inner``), such an upload is that argument's, on JAX's Python dispatch path."""
+    rec = active.rec
+    op = tls.op
+    if rec is None or op is None or tls.depth != 1 or tls.inner or op[6].scalars:
+        return
+    name, seq, site = op[5], op[1], op[2]
+    t = perf_counter_ns() - rec.t0
+    tid = _thread_ident()
+    api = suffix(name, data)
+    hid = data_id(rec, data, None, op[3], op[4])
+    for dst, nbytes in host_legs:
+        rec.add_transfer((next(rec.seqs), t, tid, H2D, HOST, dst, nbytes, False, False, api, site, hid, seq))
+
+
 def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
     """Run an inner dispatch ``fn`` of the op in flight, adding its host arguments' legs
     (none when the op counted its own host operands: ``CallSpec.depth``)."""
@@ -158,8 +180,15 @@ def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
         hosts = []
         if active.rec is not None:
             active.rec.recording_failed(exc)
-    out = fn(*args, **kwargs)
-    if hosts and type(_trace_now.value) is _EvalTrace:
+    if not hosts:
+        return fn(*args, **kwargs)
+    before = tls.inner
+    tls.inner = True  # its own upload of them (a first call's Python path) is not one more
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        tls.inner = before
+    if type(_trace_now.value) is _EvalTrace:
         record_inner(hosts, out)
     return out
 
@@ -226,6 +255,35 @@ def jit_static(fn):
             tuple(getattr(info, "static_argnames", ()) or ()))
 
 
+def dropped_host_args(primitive, params, args) -> frozenset:
+    """Positions of host values among an eagerly bound ``jit`` primitive's arguments that its
+    program drops as unused (JAX's own ``pxla._dce_jaxpr``, cached by JAX): never uploaded, no
+    leg (a jit inside a ``jax.grad`` gets such a constant in its backward pass: diffrax's
+    ``BacksolveAdjoint``). Empty for any other primitive, or when it cannot be told."""
+    if primitive.name != "jit" or "jaxpr" not in params or not any(is_host(a) for a in args):
+        return frozenset()
+    try:
+        from jax._src.interpreters import pxla
+
+        _, _, kept = pxla._dce_jaxpr(params["jaxpr"], params.get("keep_unused", False),
+                                     tuple(params.get("donated_invars", (False,) * len(args))))
+        return frozenset(i for i, a in enumerate(args) if i not in kept and is_host(a))
+    except Exception:  # another JAX
+        return frozenset()
+
+
+def _kept(fn, spec, args, kwargs, a, leaves) -> bool:
+    """Whether jit call ``fn``'s program keeps operand ``a`` (common.kept_leaves)."""
+    if leaves is None:  # the C hot path passes none: the operands as dispatch._operand_leaves reads them
+        dyn = [x for i, x in enumerate(args) if i not in spec.static_argnums]
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
+        leaves = tree_leaves((dyn, dyn_kw))
+    kept = kept_leaves(fn, args, kwargs, leaves)
+    if kept is None:
+        return True
+    return any(x is a and i in kept for i, x in enumerate(leaves))
+
+
 def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
              stack: int, leaves=None, frame=None) -> int:
     """The host legs of one operand ``a`` of a dispatch (nothing if it is not host data), in
@@ -235,6 +293,8 @@ def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int
     ``frame`` (default: the caller's caller, the hook's frame when the C code calls)."""
     if not is_host(a):
         return stack
+    if spec.flatten and type(fn).__name__ == "PjitFunction" and not _kept(fn, spec, args, kwargs, a, leaves):
+        return stack  # an argument the compiled program dropped: never uploaded
     scalar = type(a) in PY_SCALARS
     api = suffix(spec.api, a) if not scalar else spec.scalar_api
     if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):

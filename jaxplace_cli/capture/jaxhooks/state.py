@@ -18,7 +18,7 @@ from jaxplace_cli.model.events import OP_JNP, device_group_label, device_label
 class _TLS(threading.local):
     depth = 0
     in_device_get = False  # jax.device_get records its reads itself (transfers.py)
-    op = None  # (name, seq, site, args, kwargs) of the hooked call in flight on this thread
+    op = None  # (name, seq, site, args, kwargs, api, spec) of the hooked call in flight on this thread
     placer = None  # innermost device_placement() on this thread (None: the global --policy)
     # While an explicit placement API runs (device_put, make_array_from_*): the list its
     # per-device legs are collected into (uploads.py), else None
@@ -26,6 +26,9 @@ class _TLS(threading.local):
     # Inside a host callback's body (callbacks.py): its arrays live on JAX's CPU device in
     # host memory, staged there by the callback's own d2h; reading them moves nothing more
     host_side = False
+    # While an inner dispatch that counted its host arguments runs (legs.inner_call): an upload
+    # of them below it (JAX's Python dispatch path) is not another leg
+    inner = False
 
 
 tls = _TLS()

@@ -31,7 +31,14 @@ import numpy as np
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.jaxhooks import syncs
-from jaxplace_cli.capture.jaxhooks.common import array_nbytes, called_api, is_recording, recording_failed
+from jaxplace_cli.capture.jaxhooks.common import (
+    _EvalTrace,
+    _trace_now,
+    array_nbytes,
+    called_api,
+    is_recording,
+    recording_failed,
+)
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, sharding_label, tls, wraps
 from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, OP_DEVICE_PUT, OpEvent, TransferEvent, device_group_label
 
@@ -86,6 +93,8 @@ def make_batched_device_put(original):
         out = original(aval, sharding, xs, devices, *args, **kwargs)
         legs = tls.collect
         if legs is None and not is_recording():
+            if tls.depth == 1 and tls.op is not None and active.rec is not None:  # inside an eager op
+                _inner_put(aval, xs, devices, out)
             return out
         try:
             if legs is not None:
@@ -100,6 +109,35 @@ def make_batched_device_put(original):
 
     batched_device_put.__jaxplace_original__ = original
     return batched_device_put
+
+
+def _inner_put(aval, xs, devices, out) -> None:
+    """Host data put on devices by JAX's own ``device_put`` inside an eager op (only the host
+    legs: an array moved inside an op is the op's d2d, counted from its operands). Only a
+    ``device_put``'s (``dispatch._batched_device_put_impl`` below): the same entry point also
+    uploads a jit call's arguments on JAX's Python dispatch path (a first call), arguments the
+    C++ path uploads unseen on every later call, so counting them here would count them once."""
+    if type(_trace_now.value) is not _EvalTrace or not xs or not _from_device_put(sys._getframe(2)):
+        return
+    try:
+        own: list = []
+        _put_legs(aval, xs, devices, out, own)
+        host = [(dst, n) for kind, _src, dst, n, _o in own if kind == H2D]
+        if host:
+            from jaxplace_cli.capture.jaxhooks.legs import record_inner_put
+
+            record_inner_put(xs[0], host)
+    except Exception as exc:  # recording must never break an upload
+        recording_failed(exc)
+
+
+def _from_device_put(frame, depth: int = 8) -> bool:
+    while frame is not None and depth:
+        if frame.f_code.co_name == "_batched_device_put_impl":
+            return True
+        frame = frame.f_back
+        depth -= 1
+    return False
 
 
 def make_batched_copy(original):
