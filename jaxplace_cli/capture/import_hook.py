@@ -28,25 +28,39 @@ def _call(callback) -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Wraps the module's loader so that ``callback`` runs after its body; then steps aside."""
+    """Wraps the module's loader so that ``callback`` runs after its body; steps aside once it
+    ran. Not at the first lookup: ``importlib.util.find_spec("jax")`` before ``import jax`` (an
+    is-it-installed check, as transformers' ``is_flax_available`` makes) looks the module up
+    without running it, and the hook that stepped aside then never saw the import (the run
+    recorded nothing)."""
 
     def __init__(self, name: str, callback):
         self.name = name
         self.callback = callback
+        self._looking = False  # our own lookup below: the other finders answer it
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name:
+        if name != self.name or self._looking:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self._looking = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._looking = False
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
-        callback = self.callback
 
         def exec_then_hook(module):
             exec_module(module)
-            _call(callback)
+            self._ran()
 
         spec.loader.exec_module = exec_then_hook
         return spec
+
+    def _ran(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:  # a second spec of ours executed (the module imported again)
+            return
+        _call(self.callback)

@@ -1,0 +1,27 @@
+"""The recording starts however the script comes to import JAX. It hooks the first ``import jax``
+without importing JAX itself (capture/import_hook.py); an is-it-installed check before it
+(``importlib.util.find_spec("jax")``, as transformers' ``is_flax_available`` makes) used the hook
+up, and the run recorded nothing without a word."""
+import pytest
+from conftest import audit_json, jaxplace, python
+
+BODY = "import jax.numpy as jnp\nprint(float((jnp.ones(3) * 2).sum()))\n"
+BEFORE = {
+    "find_spec": "import importlib.util\nprint(importlib.util.find_spec('jax') is not None)\n",
+    "find_spec_twice": "import importlib.util\nimportlib.util.find_spec('jax')\nimportlib.util.find_spec('jax')\n",
+    "manual_import": ("import importlib.util, sys\nspec = importlib.util.find_spec('jax')\n"
+                      "mod = importlib.util.module_from_spec(spec)\nsys.modules['jax'] = mod\n"
+                      "spec.loader.exec_module(mod)\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BEFORE))
+def test_jax_looked_up_before_its_import_is_still_recorded(tmp_path, case):
+    """Counted by hand: jnp.ones(3) uploads its fill value (4 B), `* 2` the 2 (4 B), float() reads 4 B."""
+    script = tmp_path / "s.py"
+    script.write_text(BEFORE[case] + BODY)
+    plain = python(script)
+    jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", script)
+    assert (jp.returncode, jp.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout), jp.stderr
+    totals = audit_json(tmp_path / "r", "--min-bytes", "0")["transfers"]["totals"]
+    assert (totals["h2d"]["count"], totals["h2d"]["bytes"], totals["d2h"]["count"], totals["d2h"]["bytes"]) == (2, 8, 1, 4)
