@@ -319,6 +319,23 @@ def test_wrapped_jax_functions_keep_their_own_attributes(tmp_path):
     assert jp.stdout == plain.stdout
 
 
+def test_a_jitted_method_binds_as_python_binds_it(tmp_path):
+    """`functools.partial(jax.jit, static_argnums=0)` on a method: read from an instance it is a
+    bound method under python (`__name__`, `==`, `inspect.ismethod`, `WeakMethod`, `lower`);
+    jaxplace's wrapper bound it as a functools.partial (AttributeError on `__name__`, exit 1)."""
+    script = tmp_path / "method.py"
+    script.write_text(
+        "import functools, inspect, weakref\nimport jax, jax.numpy as jnp\n"
+        "class Model:\n    @functools.partial(jax.jit, static_argnums=0)\n    def step(self, x): return x * 2\n"
+        "    def __hash__(self): return 1\n    def __eq__(self, o): return isinstance(o, Model)\n"
+        "m = Model()\nprint(m.step(jnp.ones(2)))\nb = m.step\n"
+        "print(type(b).__name__, inspect.ismethod(b), b.__name__, b == m.step, b.__self__ is m, b._cache_size())\n"
+        "print(weakref.WeakMethod(m.step)() == m.step, m.step.lower(m, jnp.ones(2)).as_text()[:11])\n")
+    plain, jp = _run_both(tmp_path, script)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout
+
+
 def test_a_script_that_joins_every_thread_it_sees_ends(tmp_path):
     """`for t in threading.enumerate(): t.join()` at a program's end, a common pattern: it also
     finds jaxplace's writer thread, which runs until jaxplace stops it after the script, and

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
+from types import MethodType as _MethodType
 
 import jax
 import numpy as np
@@ -250,28 +252,36 @@ def sharded_upload(fn, args, kwargs, leaves, a) -> list:
         return []
 
 
-_KEPT: dict = {}  # (jitted function, argument signature) -> the leaves its program keeps, None: all
+_KEPT = weakref.WeakKeyDictionary()  # jitted function -> {call shape: the leaves it keeps, None: all}
 
 
-def kept_leaves(fn, args, kwargs, leaves):
-    """Indexes of the jit call's argument ``leaves`` that its compiled program keeps, or None
-    when it keeps them all (or it cannot be told): JAX drops an argument the function does not
-    use (``keep_unused=False``) and never uploads it, so a NumPy argument there is no leg
+def kept_leaves(fn, spec, args, kwargs, leaves=None):
+    """Indexes of the jit call's argument leaves that its compiled program keeps, or None when
+    it keeps them all (or it cannot be told): JAX drops an argument the function does not use
+    (``keep_unused=False``) and never uploads it, so a NumPy argument there is no leg
     (diffrax's backward solve passes such a constant; the guard logs nothing for it). From
-    ``fn.lower(...).compile()`` after the call, as ``sharded_upload``: cached, once per
-    argument signature."""
+    ``fn.lower(...).compile()`` after the call, as ``sharded_upload``, once per function and
+    call shape (argument count, keyword names, static values): a program that keeps every
+    argument, nearly all, then costs a dict lookup per host argument (the flax LIB step has
+    two NumPy batches)."""
     try:
-        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
-                             for x in leaves))
-        if key in _KEPT:
-            return _KEPT[key]
+        statics = tuple(args[i] for i in spec.static_argnums if i < len(args))
+        key = (len(args), tuple(kwargs), statics, tuple(kwargs[k] for k in spec.static_argnames if k in kwargs))
+        shapes = _KEPT.get(fn)
+        if shapes is None:
+            shapes = _KEPT[fn] = {}
+        elif key in shapes:
+            return shapes[key]
+        if leaves is None:
+            dyn = [x for i, x in enumerate(args) if i not in spec.static_argnums]
+            leaves = tree_leaves((dyn, {k: v for k, v in kwargs.items() if k not in spec.static_argnames}))
         kept = frozenset(fn.lower(*args, **kwargs).compile()._executable._kept_var_idx)
         kept = None if len(kept) >= len(leaves) else kept
-        if len(_KEPT) > 4096:
-            _KEPT.clear()
-        _KEPT[key] = kept
+        if len(shapes) > 256:  # a function called with ever new static values
+            shapes.clear()
+        shapes[key] = kept
         return kept
-    except Exception:  # not a jitted function, a deleted (donated) argument, another JAX
+    except Exception:  # not a jitted function, a deleted (donated) argument, an unhashable static, another JAX
         return None
 
 
@@ -299,11 +309,9 @@ class JitProxy:
         return getattr(self._jitted, name)
 
     def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        import functools
-
-        return functools.partial(self, obj)
+        # a bound method, as PjitFunction's own __get__ makes: `m.step.__name__`, `m.step ==
+        # m.step`, inspect.ismethod (a functools.partial had none of them: AttributeError)
+        return self if obj is None else _MethodType(self, obj)
 
     def __repr__(self):
         return repr(self._jitted)

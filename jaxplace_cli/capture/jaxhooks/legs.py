@@ -274,13 +274,12 @@ def dropped_host_args(primitive, params, args) -> frozenset:
 
 def _kept(fn, spec, args, kwargs, a, leaves) -> bool:
     """Whether jit call ``fn``'s program keeps operand ``a`` (common.kept_leaves)."""
-    if leaves is None:  # the C hot path passes none: the operands as dispatch._operand_leaves reads them
-        dyn = [x for i, x in enumerate(args) if i not in spec.static_argnums]
-        dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
-        leaves = tree_leaves((dyn, dyn_kw))
-    kept = kept_leaves(fn, args, kwargs, leaves)
+    kept = kept_leaves(fn, spec, args, kwargs, leaves)
     if kept is None:
         return True
+    if leaves is None:  # the C hot path passes none: the operands as dispatch._operand_leaves reads them
+        dyn = [x for i, x in enumerate(args) if i not in spec.static_argnums]
+        leaves = tree_leaves((dyn, {k: v for k, v in kwargs.items() if k not in spec.static_argnames}))
     return any(x is a and i in kept for i, x in enumerate(leaves))
 
 
