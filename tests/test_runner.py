@@ -336,6 +336,24 @@ def test_a_jitted_method_binds_as_python_binds_it(tmp_path):
     assert jp.stdout == plain.stdout
 
 
+def test_jax_functions_pickle_and_keep_their_aliases_as_under_python(tmp_path):
+    """jax.nn, jax.random, jax.scipy functions pickled (PicklingError "not the same object":
+    their wrapper was not where __module__.__qualname__ points), one sent to a process pool, and
+    aliases that are one object under python (jax.nn.silu is jax.nn.swish; each name had its
+    own wrapper)."""
+    script = tmp_path / "pk.py"
+    script.write_text(
+        "import pickle\nimport jax, jax.numpy as jnp\nfrom concurrent.futures import ProcessPoolExecutor\n"
+        "fs = (jax.nn.gelu, jax.nn.softmax, jax.random.normal, jax.scipy.special.erf, jnp.fft.fft, jnp.sum)\n"
+        "print([pickle.loads(pickle.dumps(f)) is f for f in fs])\n"
+        "print(jax.nn.silu is jax.nn.swish, jax.nn.tanh is jnp.tanh, {jax.nn.silu: 'silu'}.get(jax.nn.swish))\n"
+        "if __name__ == '__main__':\n"
+        "    with ProcessPoolExecutor(1) as ex:\n        print(round(float(ex.submit(jax.nn.gelu, 1.0).result()), 4))\n")
+    plain, jp = _run_both(tmp_path, script)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout
+
+
 def test_a_script_that_joins_every_thread_it_sees_ends(tmp_path):
     """`for t in threading.enumerate(): t.join()` at a program's end, a common pattern: it also
     finds jaxplace's writer thread, which runs until jaxplace stops it after the script, and

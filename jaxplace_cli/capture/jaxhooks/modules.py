@@ -93,10 +93,39 @@ def _wrap_module(patch, modname: str, prefix: str, report) -> None:
             continue
         # a jitted function uploads its host arguments; a plain one's dispatches inside
         # count their own (legs.py)
-        static = legs.jit_static(obj)
-        spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None,
-                        static_argnums=static[0] if static else (),
-                        static_argnames=static[1] if static else ())
-        patch(mod, name, wrap(obj, spec))
+        hit = _SHARED.get(id(obj))
+        if hit is not None and hit[0] is obj and hit[2] == GENERATION[0]:
+            wrapper = hit[1]  # another name of a function wrapped already (jax.nn.swish: silu)
+        else:
+            static = legs.jit_static(obj)
+            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None,
+                            static_argnums=static[0] if static else (),
+                            static_argnames=static[1] if static else ())
+            wrapper = wrap(obj, spec)
+            _SHARED[id(obj)] = (obj, wrapper, GENERATION[0])
+        patch(mod, name, wrapper)
+        _patch_home(patch, obj, wrapper)
         n += 1
     report.installed.append(f"{modname} ({n} functions)")
+
+
+# id(function) -> (function, its wrapper, GENERATION): one wrapper for every name of a function,
+# so that aliases stay one object as under python (jax.nn.silu is jax.nn.swish, jax.nn.tanh is
+# jnp.tanh; a dict of activations by function found none); the first name wrapped is its op name
+_SHARED: dict[int, tuple] = {}
+
+
+def _patch_home(patch, obj, wrapper) -> None:
+    """The wrapper also where the function is defined (``jax._src.nn.functions.gelu``): pickle
+    finds a function by its ``__module__`` and ``__qualname__`` and refuses one that is not the
+    object there ("not the same object as jax._src.nn.functions.gelu"), so every jax.nn,
+    jax.random and jax.scipy function failed to pickle (a ProcessPoolExecutor given
+    jax.nn.gelu). The pickle names the same place, which a plain process resolves to JAX's own."""
+    modname = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if not inspect.isfunction(obj) or not isinstance(modname, str) or not modname.startswith("jax._src.") \
+            or "." in qualname:
+        return
+    home = sys.modules.get(modname)
+    if home is not None and getattr(home, qualname, None) is obj:
+        patch(home, qualname, wrapper)
