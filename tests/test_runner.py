@@ -276,6 +276,9 @@ ENDINGS = {
     "str_fails": 'class W(Exception):\n    def __str__(self): raise RuntimeError("no")\nprint("out1")\nraise W()\n',
     "exit_message": 'print("out1")\nimport sys\nsys.exit("exit message")\n',
     "partial_line": 'import sys\nsys.stdout.write("partial no newline")\nraise RuntimeError\n',
+    "exit_stderr_none": 'import sys\nprint("out1")\nsys.stderr = None\nsys.exit("bye")\n',
+    "exit_print_replaced": 'import builtins, sys\n_p = builtins.print\nbuiltins.print = lambda *a, **k: _p("[app]", *a, **k)\n'
+                           'sys.exit("fatal")\n',
     "stderr_replaced": 'import sys\nsys.stderr = open(sys.argv[1], "w")\nprint("script log line", file=sys.stderr)\n'
                        'import jax.numpy as jnp\nprint(float(jnp.ones(2).sum()))\n',
 }
@@ -317,6 +320,21 @@ def test_wrapped_jax_functions_keep_their_own_attributes(tmp_path):
     plain, jp = _run_both(tmp_path, script)
     assert jp.returncode == plain.returncode == 0, jp.stderr
     assert jp.stdout == plain.stdout
+
+
+def test_pythonsafepath_adds_nothing_to_sys_path_as_under_python(tmp_path):
+    """PYTHONSAFEPATH=1: python puts neither the script's directory nor the cwd (-m) first on
+    sys.path; jaxplace replaced the first entry (the standard library's zip) with it, so a
+    module beside the script was imported, defeating the setting."""
+    (tmp_path / "helper.py").write_text("X = 1\n")
+    script = tmp_path / "safe.py"
+    script.write_text("import sys\nprint(sys.path[0])\ntry:\n    import helper\n    print('helper imported')\n"
+                      "except ModuleNotFoundError:\n    print('no helper')\n")
+    env = child_env(PYTHONSAFEPATH="1")
+    plain = python(script, env=env, cwd=tmp_path)
+    jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", script, env=env, cwd=tmp_path)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout and "no helper" in plain.stdout
 
 
 def test_a_jitted_method_binds_as_python_binds_it(tmp_path):

@@ -44,14 +44,12 @@ class Outcome:
     exit_message: str | None = None  # sys.exit("text"): python prints it to stderr
 
     def print_exit_message(self) -> None:
-        """``sys.exit("text")``'s text on stderr, as python prints it: nowhere when stderr is
-        closed (``print(file=None)`` would put it into stdout)."""
-        if self.exit_message is not None and sys.stderr is not None:
+        """``sys.exit("text")``'s text on stderr, as python writes it: to ``sys.stderr``, or to
+        the process's own stderr (fd 2) when the script set it to None, never through the
+        ``print`` the script may have replaced."""
+        if self.exit_message is not None:
             _flush_stdout()  # python writes the script's pending output first
-            try:
-                print(self.exit_message, file=sys.stderr, flush=True)
-            except (OSError, ValueError):
-                pass
+            _stderr_line(self.exit_message)
         self.exit_message = None
 
     def finish(self) -> None:
@@ -84,12 +82,14 @@ _MISSING = object()
 
 def _stderr_line(text: str) -> None:
     """A line where python writes one: sys.stderr, else the process's own (fd 2); nothing when
-    both are closed (never the script's stdout, which print(file=None) would use)."""
+    both are closed (never the script's stdout, which print(file=None) would use), and never
+    through ``builtins.print``, which the script may have replaced."""
     stream = sys.stderr if sys.stderr is not None else sys.__stderr__
     if stream is not None:
         try:
-            print(text, file=stream, flush=True)
-        except (OSError, ValueError):
+            stream.write(text + "\n")
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
             pass
 
 
@@ -124,7 +124,8 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
         # looked up where python -m looks first, the working directory (run_target puts it at
         # sys.path[0]): the `jaxplace` console script's own sys.path[0] is the venv's bin/
         saved = sys.path[:1]
-        sys.path[:1] = [os.getcwd()]
+        if not sys.flags.safe_path:  # PYTHONSAFEPATH / -P: python adds nothing before sys.path
+            sys.path[:1] = [os.getcwd()]
         try:
             spec = importlib.util.find_spec(module)
         except (ImportError, ValueError) as exc:
@@ -182,22 +183,22 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     # sys.argv and sys.path[0] stay the script's after its body returns, as under python: its
     # atexit handlers, its excepthook and threads still running then see them (they saw
     # jaxplace's command line and the venv's bin/, and a late `import` beside the script failed)
-    if kind in ("module", "stdin"):
-        sys.argv = [target, *args]  # for -m, runpy replaces argv[0] with the module's file
-        first = os.getcwd() if kind == "module" else ""  # python's sys.path[0] for `-`: ''
-        if sys.path:
-            sys.path[0] = first
-        else:
-            sys.path.insert(0, first)
+    sys.argv = [target, *args]  # for -m, runpy replaces argv[0] with the module's file
+    if kind == "module":
+        first = os.getcwd()
+    elif kind == "stdin":
+        first = ""  # python's sys.path[0] for `-`
     else:
-        sys.argv = [target, *args]
         # python's sys.path[0]: a directory or zip app itself, else the directory of the
         # script's real file (a symlinked script imports its neighbours of the link's target)
-        script_dir = os.path.abspath(target) if _runs_as_path(target) else os.path.dirname(os.path.realpath(target))
-        if sys.path:
-            sys.path[0] = script_dir
-        else:
-            sys.path.insert(0, script_dir)
+        first = os.path.abspath(target) if _runs_as_path(target) else os.path.dirname(os.path.realpath(target))
+    if sys.flags.safe_path:  # PYTHONSAFEPATH / -P: python puts nothing there (jaxplace's start neither)
+        if _runs_as_path(target) and kind == "path":
+            sys.path.insert(0, first)  # a directory or zip app is still its own sys.path[0]
+    elif sys.path:
+        sys.path[0] = first
+    else:
+        sys.path.insert(0, first)
     try:
         if kind == "module":
             # as python -m runs it: in __main__'s own namespace, which stays sys.modules["__main__"]

@@ -377,7 +377,7 @@ class Session:
         except OSError as exc:
             self.saved = False
             if sys.__stderr__ is not None:  # closed: not into the script's stdout (print(file=None))
-                print(f"jaxplace: could not write {self.run_dir}/run.json: {exc}", file=sys.__stderr__)
+                sys.__stderr__.write(f"jaxplace: could not write {self.run_dir}/run.json: {exc}\n")
         drop_reserve(self._reserve)
 
     def writer_after(self):

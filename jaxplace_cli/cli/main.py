@@ -53,7 +53,11 @@ def _typer_main(args: list[str]) -> None:
 def _say(line: str) -> None:
     """One line on stderr; none when stderr is closed (print(file=None) would use stdout)."""
     if sys.stderr is not None:
-        print(line, file=sys.stderr)
+        try:  # not builtins.print: a script jaxplace ran may have replaced it
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def _guarded(fn, args: Optional[list[str]] = None) -> None:

@@ -19,15 +19,16 @@ def say(*lines: str, after_script: bool = False) -> None:
     """Print jaxplace's own lines on stderr — and nowhere when stderr is closed: python then
     has ``sys.stderr`` None, and ``print(file=None)`` would write them into the script's stdout.
     ``after_script``: the process's own stderr (``sys.__stderr__``), not the stream the script
-    may have put in ``sys.stderr`` (its log file must not get jaxplace's summary)."""
+    may have put in ``sys.stderr`` (its log file must not get jaxplace's summary). Written to
+    the stream, not through ``builtins.print``, which the script may have replaced."""
     stream = sys.__stderr__ if after_script else sys.stderr
     if stream is None:
         return
     try:
         for line in lines:
-            print(line, file=stream)
+            stream.write(line + "\n")
         stream.flush()
-    except (OSError, ValueError):  # a closed or broken stderr: jaxplace's lines are not the script's
+    except (OSError, ValueError, AttributeError):  # a closed or broken stderr: jaxplace's lines are not the script's
         pass
 
 
