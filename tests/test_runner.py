@@ -337,6 +337,20 @@ def test_pythonsafepath_adds_nothing_to_sys_path_as_under_python(tmp_path):
     assert jp.stdout == plain.stdout and "no helper" in plain.stdout
 
 
+def test_jax_names_the_scripts_line_in_its_own_messages(tmp_path):
+    """jax_explain_cache_misses says where the call was: the script's line under python, and
+    jaxplace's jit wrapper (jaxhooks/jit.py) under jaxplace before its package was registered
+    with JAX's source_info_util as not the user's code."""
+    script = tmp_path / "miss.py"
+    script.write_text("import jax, jax.numpy as jnp\njax.config.update('jax_explain_cache_misses', True)\n"
+                      "f = jax.jit(lambda x: x * 2)\nf(jnp.ones(3))\nf(jnp.ones(4))\n")
+    plain, jp = _run_both(tmp_path, script)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    where = [line for line in plain.stderr.splitlines() if "CACHE MISS at" in line]
+    assert where and where == [line for line in jp.stderr.splitlines() if "CACHE MISS at" in line]
+    assert all(f"{script}:" in line for line in where), where
+
+
 def test_a_jitted_method_binds_as_python_binds_it(tmp_path):
     """`functools.partial(jax.jit, static_argnums=0)` on a method: read from an instance it is a
     bound method under python (`__name__`, `==`, `inspect.ismethod`, `WeakMethod`, `lower`);

@@ -17,6 +17,7 @@ eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.dev
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass, field
 
 from jaxplace_cli.capture.jaxhooks import state
@@ -360,12 +361,19 @@ def install(record: str = "all") -> HookReport:
             installer(report)
         except Exception as exc:  # a JAX version without this entry point: fall back
             report.failed.append((name, f"{type(exc).__name__}: {exc}"))
-    try:  # keep jaxplace's frames out of JAX's filtered tracebacks, as with plain python
+    try:  # jaxplace's frames out of JAX's filtered tracebacks and of what JAX takes for the user's
+        # line (jax_explain_cache_misses' "at FILE:LINE", MLIR locations named jaxplace's jit.py)
         from pathlib import Path
 
-        from jax._src import traceback_util
+        from jax._src import source_info_util, traceback_util
 
-        traceback_util.register_exclusion(str(Path(__file__).resolve().parents[2]))
+        from jaxplace_cli.capture.frames import SHIM
+
+        own = str(Path(__file__).resolve().parents[2])
+        traceback_util.register_exclusion(own)
+        for path in (own + os.sep, SHIM):
+            if path not in source_info_util._exclude_paths:
+                source_info_util.register_exclusion(path)
     except Exception as exc:
         report.failed.append(("traceback-filter", f"{type(exc).__name__}: {exc}"))
     return report
