@@ -239,13 +239,19 @@ def _layout(tmp_path):
         "import sys, os\nprint(os.path.isabs(sys.path[0]), sys.argv, [k for k in globals() if k[:2] != '__'])\n")
     (tmp_path / "exit_true.py").write_text("import sys\nprint('bye')\nsys.exit(True)\n")
     (tmp_path / "names.py").write_text("print(sorted(globals()), __annotations__)\n")
+    (tmp_path / "raises_mod.py").write_text("def f():\n    raise KeyError('k')\nf()\n")
+    (tmp_path / "own_runpy.py").write_text("import runpy\nrunpy.run_path('raises_mod.py')\n")
+    (tmp_path / "chain.py").write_text(
+        "import jax.numpy as jnp\nx = jnp.ones(3)\nx.delete()\ntry:\n    x.block_until_ready()\n"
+        "except RuntimeError as e:\n    raise ValueError('wrapped') from e\n")
     (tmp_path / "mainmod.py").write_text(
         "import atexit, sys\nX = 'mine'\nprint(sorted(globals()))\n"
         "atexit.register(lambda: print('atexit', getattr(sys.modules['__main__'], 'X', 'missing')))\n")
 
 
 @pytest.mark.parametrize("argv", [["atexit_late.py", "a"], ["linkdir/link.py"], ["./dot.py"], ["app.pyz", "z"],
-                                  ["appdir"], ["exit_true.py"], ["names.py"], ["-m", "mainmod"]],
+                                  ["appdir"], ["exit_true.py"], ["names.py"], ["-m", "mainmod"],
+                                  ["-m", "raises_mod"], ["own_runpy.py"], ["chain.py"]],
                          ids=lambda a: " ".join(a))
 def test_runs_like_python_after_the_body_and_for_unusual_paths(tmp_path, argv):
     """What a script sees after its body returns (atexit, a thread still running: the script's
@@ -253,8 +259,10 @@ def test_runs_like_python_after_the_body_and_for_unusual_paths(tmp_path, argv):
     `./dot.py` (argv[0], __file__ and the traceback's path as typed), a zip app, a directory
     (an absolute sys.path[0]), sys.exit(True) (exit 1, an int in run.json), the names of a
     script's globals (`__annotations__` was missing) and a `-m` module's namespace, which stays
-    `sys.modules["__main__"]` for its atexit handlers (they saw jaxplace's): stdout, stderr and
-    the exit code are python's."""
+    `sys.modules["__main__"]` for its atexit handlers (they saw jaxplace's), and tracebacks: a
+    `-m` module's and the script's own `runpy.run_path` keep runpy's entries as python shows
+    them (jaxplace dropped every runpy entry), a cause raised through a hook loses the hook's
+    (`jaxhooks/transfers.py` showed): stdout, stderr and the exit code are python's."""
     case = tmp_path / "atexit_case"
     case.mkdir()
     _layout(case)

@@ -155,14 +155,36 @@ def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
 
 
 def _strip_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """Drop the runner/runpy/hook frames so the traceback reads as python's does."""
-    return frames.without(tb, _OWN_FILES)
+    """The traceback as python's reads: every entry up to ``run_target``'s is jaxplace's start
+    (and runpy's, under ``python -m jaxplace_cli``), below it the hooks' frames go; runpy's
+    frames below it stay, as python shows them (``-m``, a directory, the script's own
+    ``runpy.run_path``). Without a ``run_target`` entry (before the script), all of ours go."""
+    start, t = None, tb
+    while t is not None:
+        if t.tb_frame.f_code is run_target.__code__:
+            start = t.tb_next
+        t = t.tb_next
+    if start is None:
+        return frames.without(tb, _OWN_FILES + tuple(frames.LAUNCHERS))
+    return frames.without(start, _HOOK_FILES)
+
+
+# below the script's first frame only the hooks' frames are jaxplace's (and the console script's)
+_HOOK_FILES = (frames.OWN_DIR, frames.SHIM)
 
 
 def _plain(exc: BaseException) -> tuple:
-    """The exc_info to print: our frames out of its traceback and out of the traceback text
-    in its (and its chain's) messages."""
-    shown = frames.scrub_messages(exc, _OWN_FILES)
+    """The exc_info to print: our frames out of its traceback, out of its chain's (a cause
+    raised through a hook: ``x.block_until_ready()`` showed ``jaxhooks/transfers.py``), and out
+    of the traceback text in their messages (runpy's lines stay there: a child's traceback the
+    script quotes is the child's)."""
+    own = _HOOK_FILES + tuple(frames.LAUNCHERS)
+    shown = frames.scrub_messages(exc, own)
+    seen, e = {id(shown)}, shown.__cause__ or shown.__context__
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = frames.without(e.__traceback__, own)
+        e = e.__cause__ or e.__context__
     return (type(shown), shown, _strip_own_frames(shown.__traceback__))
 
 
