@@ -359,6 +359,19 @@ def test_jax_names_the_scripts_line_in_its_own_messages(tmp_path):
     assert all(f"{script}:" in line for line in where), where
 
 
+def test_orig_argv_is_pythons_command_line(tmp_path):
+    """sys.orig_argv (what a script re-executing itself passes to os.execv): the interpreter's
+    options as given, then the script's command line, as under python; it was jaxplace's."""
+    script = tmp_path / "orig.py"
+    script.write_text("import sys\nprint(sys.orig_argv[1:])\n")
+    plain = python("-X", "utf8", script, "a", "b", cwd=tmp_path)
+    jp = subprocess.run([sys.executable, "-X", "utf8", "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out",
+                         str(tmp_path / "r"), str(script), "a", "b"], capture_output=True, text=True,
+                        env=child_env(), cwd=tmp_path, timeout=240)
+    assert jp.returncode == plain.returncode == 0, jp.stderr
+    assert jp.stdout == plain.stdout == f"['-X', 'utf8', '{script}', 'a', 'b']\n"
+
+
 def test_a_jitted_method_binds_as_python_binds_it(tmp_path):
     """`functools.partial(jax.jit, static_argnums=0)` on a method: read from an instance it is a
     bound method under python (`__name__`, `==`, `inspect.ismethod`, `WeakMethod`, `lower`);

@@ -205,6 +205,7 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
     # sys.argv and sys.path[0] stay the script's after its body returns, as under python: its
     # atexit handlers, its excepthook and threads still running then see them (they saw
     # jaxplace's command line and the venv's bin/, and a late `import` beside the script failed)
+    sys.orig_argv = _orig_argv(kind, target, args)  # before sys.argv, from which it is worked out
     sys.argv = [target, *args]  # for -m, runpy replaces argv[0] with the module's file
     if kind == "module":
         first = os.getcwd()
@@ -248,6 +249,20 @@ def run_target(kind: str, target: str, args: list[str]) -> Outcome:
         text = _text(exc)
         msg = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
         return Outcome("failed", 1, msg, info)
+
+
+def _orig_argv(kind: str, target: str, args: list[str]) -> list[str]:
+    """``sys.orig_argv`` as python would have it: the interpreter and its options as given,
+    then the script's command line (a script re-executing itself with ``os.execv(sys.executable,
+    sys.orig_argv)`` re-ran jaxplace, whose --out then existed: exit 2)."""
+    orig = list(getattr(sys, "orig_argv", None) or [])
+    k = len(orig) - len(sys.argv)  # jaxplace's own argv is the tail of orig_argv
+    if not orig or k < 1:
+        return orig
+    options = orig[1:k]
+    if options and options[-1] == "-m":  # python -m jaxplace_cli
+        options = options[:-1]
+    return [orig[0], *options, *(["-m", target] if kind == "module" else [target]), *args]
 
 
 def _runs_as_path(target: str) -> bool:
