@@ -411,7 +411,8 @@ def test_a_script_that_joins_every_thread_it_sees_ends(tmp_path):
     """`for t in threading.enumerate(): t.join()` at a program's end, a common pattern: it also
     finds jaxplace's writer thread, which runs until jaxplace stops it after the script, and
     waited for it forever; and the trace window's watchdog, which it waited for until the window's
-    deadline (90 s here). The run ends as under python."""
+    deadline (90 s here). Neither is a thread the script can see: `threading.active_count()` is 1
+    and `while threading.active_count() > 1` ends, as under python (2, and never, before)."""
     script = tmp_path / "joinall.py"
     script.write_text(
         "import threading, jax.numpy as jnp\nx = jnp.ones(2)\n"
@@ -425,12 +426,13 @@ def test_a_script_that_joins_every_thread_it_sees_ends(tmp_path):
         "ts = [threading.Thread(target=w, args=(i,)) for i in range(3)]\n"
         "for t in ts: t.start()\n"
         "join_all()\n"
-        "print(sorted(out))\n")
+        "print(sorted(out), threading.active_count(), [t.name for t in threading.enumerate()])\n"
+        "while threading.active_count() > 1: pass\n")
     plain = python(script)
     jp = jaxplace("run", "-q", "--trace-seconds", "90", "--trace-ops", "0", "--out", tmp_path / "r", script,
                   timeout=60)
     assert jp.returncode == plain.returncode == 0, jp.stderr
-    assert jp.stdout == plain.stdout == "[0.0, 2.0, 4.0]\n"
+    assert jp.stdout == plain.stdout == "[0.0, 2.0, 4.0] 1 ['MainThread']\n"
 
 
 def test_a_forked_child_that_exits_says_nothing_of_jaxplaces(tmp_path):

@@ -137,7 +137,6 @@ class LiveStatus:
         if self._stop.is_set() and not self._thread.is_alive():
             return
         self._stop.set()
-        self._thread.stopping()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread.is_alive() and self._thread.ident != threading.get_ident():
             self._thread.join(timeout=2)
         self._write(f"\x1b7\x1b[{self.rows};1H\x1b[2K\x1b[r\x1b8")

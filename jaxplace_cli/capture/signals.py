@@ -3,6 +3,7 @@ signals that come while it is being saved are held until it is, and Ctrl-C is py
 (capture/session.py installs these)."""
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ _HELD_SIGNALS = (signal.SIGINT, *FATAL_SIGNALS)
 def _hold_signals(held: list) -> dict:
     """Replace the held signals' handlers by ones that only note the signal (main thread)."""
     previous = {}
-    if threading.current_thread() is not threading.main_thread():
+    if threading.get_ident() != threading.main_thread().ident:  # get_ident: registers no thread
         return previous
     for sig in _HELD_SIGNALS:
         try:
@@ -65,7 +66,7 @@ def resend_dropped_ctrl_c(previous):
 
     def hook(unraisable):
         if isinstance(unraisable.exc_value, KeyboardInterrupt):  # named: no number of the script's Thread-N
-            threading.Thread(target=_sigint_soon, name="jaxplace-ctrl-c", daemon=True).start()
+            _thread.start_new_thread(_sigint_soon, ())  # unseen by the script's threading.enumerate()
             return
         previous(unraisable)
 

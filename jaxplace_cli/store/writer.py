@@ -9,7 +9,9 @@ on disk.
 """
 from __future__ import annotations
 
+import _thread
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 
@@ -172,20 +174,49 @@ class StoreWriter:
 INTERVAL = 0.02
 
 
-class ServiceThread(threading.Thread):
-    """A jaxplace thread that runs until jaxplace stops it, after the script: ``join()`` returns
-    at once until ``stopping()`` was called. A script that joins every thread it sees (``for t
-    in threading.enumerate(): t.join()``, common at a program's end) found this one too and
-    waited for it forever; python has no such thread."""
+class ServiceThread:
+    """A jaxplace thread the script never sees: started with ``_thread.start_new_thread``, it is
+    in neither ``threading.enumerate()`` nor ``threading.active_count()`` (a script's ``while
+    threading.active_count() > 1: sleep()`` never ended, ``for t in threading.enumerate():
+    t.join()`` waited for it forever: python has no such thread), python's exit does not wait
+    for it (a daemon thread's ending) and a script's ``threading.settrace`` does not reach it.
+    The part of ``threading.Thread`` jaxplace uses: ``start``, ``run``, ``join``, ``is_alive``,
+    ``name``, ``ident``. Code running in it must not call ``threading.current_thread()``, which
+    would register it (``threading.get_ident()`` does not)."""
 
-    _stopping = False
+    def __init__(self, target=None, args=(), name: str = "jaxplace", daemon: bool = True):
+        self._target, self._args, self.name, self.daemon = target, args, name, daemon
+        self.ident: int | None = None
+        self._started = False
+        self._done = threading.Event()
 
-    def stopping(self) -> None:
-        self._stopping = True
+    def start(self) -> None:
+        self._started = True
+        self.ident = _thread.start_new_thread(self._bootstrap, ())
+
+    def _bootstrap(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # noqa: BLE001 - jaxplace's own bug: said on the process's stderr, never raised
+            try:
+                if sys.__stderr__ is not None:
+                    sys.__stderr__.write(f"jaxplace: internal error in its {self.name} thread: "
+                                         f"{type(exc).__name__}: {exc}\n")
+            except (OSError, ValueError):
+                pass
+        finally:
+            self._done.set()
+
+    def run(self) -> None:
+        if self._target is not None:
+            self._target(*self._args)
 
     def join(self, timeout: float | None = None) -> None:
-        if self._stopping:
-            super().join(timeout)
+        if self._started:
+            self._done.wait(timeout)
+
+    def is_alive(self) -> bool:
+        return self._started and not self._done.is_set()
 
 
 class BackgroundWriter(ServiceThread):
@@ -228,7 +259,6 @@ class BackgroundWriter(ServiceThread):
                 self.error = f"{type(exc).__name__}: {exc}"
 
     def stop(self) -> None:
-        self.stopping()
         self._stop_event.set()
         self.wake.set()
         if self.is_alive():

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from jaxplace_cli.capture.jaxhooks.state import active
 from jaxplace_cli.capture.trace_modes import FULL, OFF, TRACE_OPS, WINDOW
+from jaxplace_cli.store.writer import ServiceThread
 
 WARMUP_STEPS = 2  # marked steps left out before the window opens (analysis/steps.py: warm-up)
 EXTEND_OPS, EXTEND_SECONDS = 8, 4  # a window still compiling holds at most this many times its limits
@@ -258,7 +259,7 @@ class TraceWindow:
 
     def close(self, reason: str = "", cut: str = "end") -> None:
         active.on_dispatch = None
-        if self._watchdog is not None and threading.current_thread() is not self._watchdog:
+        if self._watchdog is not None and threading.get_ident() != self._watchdog.ident:
             self._watchdog.cancel()
         with self._lock:
             if self.state == "pending":
@@ -368,15 +369,14 @@ def annotate_transfer(rec, ev) -> None:
         pass
 
 
-class _Watchdog(threading.Thread):
+class _Watchdog(ServiceThread):
     """The window's deadline: ``function()`` after ``seconds`` unless cancelled first. Not a
     ``threading.Timer``: an unnamed thread takes a number from the script's own ``Thread-N``
-    sequence (its threads were named Thread-2, -4 instead of -1, -2), and ``join()`` returns at
-    once — a script that joins every thread it sees must not wait for the deadline (jaxplace
-    itself never joins it, it cancels it)."""
+    sequence (its threads were named Thread-2, -4 instead of -1, -2), and the script sees it
+    in ``threading.enumerate()``; a ServiceThread it never sees."""
 
     def __init__(self, seconds: float, function):
-        super().__init__(name="jaxplace-trace-watchdog", daemon=True)
+        super().__init__(name="jaxplace-trace-watchdog")
         self._seconds, self._function = seconds, function
         self._cancelled = threading.Event()
 
@@ -386,6 +386,3 @@ class _Watchdog(threading.Thread):
 
     def cancel(self) -> None:
         self._cancelled.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        return None
