@@ -262,7 +262,7 @@ def test_runs_like_python_after_the_body_and_for_unusual_paths(tmp_path, argv):
     `sys.modules["__main__"]` for its atexit handlers (they saw jaxplace's), and tracebacks: a
     `-m` module's and the script's own `runpy.run_path` keep runpy's entries as python shows
     them (jaxplace dropped every runpy entry), a cause raised through a hook loses the hook's
-    (`jaxhooks/transfers.py` showed): stdout, stderr and the exit code are python's."""
+    (`capture/jaxhooks/transfers.py` showed): stdout, stderr and the exit code are python's."""
     case = tmp_path / "atexit_case"
     case.mkdir()
     _layout(case)
@@ -347,7 +347,7 @@ def test_pythonsafepath_adds_nothing_to_sys_path_as_under_python(tmp_path):
 
 def test_jax_names_the_scripts_line_in_its_own_messages(tmp_path):
     """jax_explain_cache_misses says where the call was: the script's line under python, and
-    jaxplace's jit wrapper (jaxhooks/jit.py) under jaxplace before its package was registered
+    jaxplace's jit wrapper (capture/jaxhooks/jit.py) under jaxplace before its package was registered
     with JAX's source_info_util as not the user's code."""
     script = tmp_path / "miss.py"
     script.write_text("import jax, jax.numpy as jnp\njax.config.update('jax_explain_cache_misses', True)\n"

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from jaxplace_cli import __version__
 from jaxplace_cli.capture import distributed, signals
-from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target, threads_pending, wait_for_threads
+from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
+from jaxplace_cli.capture.shutdown import threads_pending, wait_for_threads
 from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _release_signals, resend_dropped_ctrl_c
 from jaxplace_cli.capture.trace_modes import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer

@@ -1,0 +1,62 @@
+"""What python does between the end of a script's body and its exit, done by jaxplace before it
+saves the run (capture/session.py) and before it dies of a Ctrl-C (runner.exit_like_python):
+the wait for the script's non-daemon threads. Their work is the script's; under jaxplace it ran
+after the recording had closed, and was lost."""
+from __future__ import annotations
+
+import sys
+import threading
+
+
+def threads_pending() -> bool:
+    """Whether python's exit would wait for something: a non-daemon thread of the script still
+    running, or a thread-exit hook (``concurrent.futures`` executors register one that runs their
+    queued work)."""
+    main = threading.main_thread()
+    if getattr(threading, "_threading_atexits", None):
+        return True
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+
+
+def wait_for_threads() -> None:
+    """What python does first when the script's body has ended: ``threading._shutdown()``, the
+    executors' exit hooks, then a join of every non-daemon thread (their work is the script's:
+    under jaxplace it ran after the recording had closed, and was lost). Python calls it again
+    at its own exit, where it returns at once. An exception in it (a Ctrl-C while it waits) is
+    reported as python reports it, "Exception ignored in: <module 'threading' ...>", and the
+    exit goes on without the threads, as python's does."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None:
+        return
+    try:
+        shutdown()
+    except BaseException as exc:  # noqa: BLE001 - python prints it and goes on
+        _ignored_in(threading, exc)
+
+
+def _ignored_in(obj, exc: BaseException) -> None:
+    """python's default ``sys.unraisablehook`` text for ``exc`` raised in ``obj``."""
+    import traceback
+
+    stream = sys.stderr
+    if stream is None:
+        return
+    name = type(exc).__qualname__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        name = f"{module}.{name}"
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the callee's frame
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()  # python writes the script's pending output first
+        stream.write(f"Exception ignored in: {obj!r}\n")
+        if tb is not None:
+            stream.write("Traceback (most recent call last):\n" + "".join(traceback.format_tb(tb)))
+        try:
+            text = str(exc)
+        except Exception:  # noqa: BLE001 - the exception's own __str__
+            text = "<exception str() failed>"
+        stream.write(f"{name}: {text}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
