@@ -7,8 +7,7 @@ from conftest import audit_json, jaxplace, python
 
 BODY = "import jax.numpy as jnp\nprint(float((jnp.ones(3) * 2).sum()))\n"
 BEFORE = {
-    "find_spec": "import importlib.util\nprint(importlib.util.find_spec('jax') is not None)\n",
-    "find_spec_twice": "import importlib.util\nimportlib.util.find_spec('jax')\nimportlib.util.find_spec('jax')\n",
+    "find_spec": "import importlib.util\nprint(importlib.util.find_spec('jax') is not None)\nimportlib.util.find_spec('jax')\n",
     "manual_import": ("import importlib.util, sys\nspec = importlib.util.find_spec('jax')\n"
                       "mod = importlib.util.module_from_spec(spec)\nsys.modules['jax'] = mod\n"
                       "spec.loader.exec_module(mod)\n"),
