@@ -100,7 +100,9 @@ LABELS = {
     "flax_linen_loader.py": {"float()", "str()/print", "convert_element_type (Python scalar)",
                              "jax.nn.initializers.variance_scaling", "jax.random.key (Python scalar)",
                              "jnp.asarray (host data)", "jnp.full (numpy argument)", "x[i] (Python scalar)",
-                             "slice (Python scalar)", "jit (numpy argument)"},
+                             "slice (Python scalar)", "jit (numpy argument)", "jnp.ones (Python scalar)",
+                             "jit(last) (numpy argument)", "jit(branch) (numpy argument)",
+                             "jit(scaled) (numpy argument)"},
 }
 
 

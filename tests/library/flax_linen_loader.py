@@ -7,8 +7,12 @@ uploads jaxplace once missed or invented (the guard is the oracle: tests/test_li
 - typed PRNG keys indexed (``keys[i]``, ``keys[1:]``) and an eager ``lax.slice``: their start
   indices are uploaded;
 - a jitted function with a NumPy argument it does not use, and one under ``jax.grad`` whose
-  backward pass gets a constant it does not use: JAX drops them and uploads nothing.
+  backward pass gets a constant it does not use: JAX drops them and uploads nothing; whether
+  one is used depends on the call's argument structure and shapes (a tuple one shorter, a 2-d
+  argument), and a negative ``static_argnums`` names an argument that is never uploaded.
 """
+from functools import partial
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -44,3 +48,28 @@ window = jax.lax.slice(jnp.arange(10.0), (2,), (5,))
 c = np.array([1.0, 0.5], np.float32)
 print(float(jax.jit(lambda k, unused: k * 2.0)(jnp.asarray(0.5), c)))
 print(float(jax.grad(jax.jit(lambda k: (k * c).sum() + c.sum()))(jnp.asarray(0.5))), fill.sum(), window)
+
+
+@jax.jit
+def last(x, t):
+    return x + t[-1]
+
+
+@jax.jit
+def branch(x, y):
+    return x + y if x.ndim > 1 else x * 2
+
+
+@partial(jax.jit, static_argnums=-2)
+def scaled(a, n, y):
+    return a * n + y
+
+
+v, w = np.ones(3, np.float32), np.full(3, 2.0, np.float32)
+ones = jnp.ones(3)
+last(ones, (v, w))
+for _ in range(3):
+    last(ones, (w,))
+branch(v, w)
+branch(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+print(scaled(jnp.ones(3), 3, v))

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from jax._src import core as _core
 from jax._src.array import ArrayImpl
-from jax.tree_util import tree_leaves
+from jax.tree_util import tree_flatten, tree_leaves
 
 from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.capture.recorder import _nbytes
@@ -255,34 +255,41 @@ def sharded_upload(fn, args, kwargs, leaves, a) -> list:
 _KEPT = weakref.WeakKeyDictionary()  # jitted function -> {call shape: the leaves it keeps, None: all}
 
 
-def kept_leaves(fn, spec, args, kwargs, leaves=None):
-    """Indexes of the jit call's argument leaves that its compiled program keeps, or None when
-    it keeps them all (or it cannot be told): JAX drops an argument the function does not use
-    (``keep_unused=False``) and never uploads it, so a NumPy argument there is no leg
-    (diffrax's backward solve passes such a constant; the guard logs nothing for it). From
-    ``fn.lower(...).compile()`` after the call, as ``sharded_upload``, once per function and
-    call shape (argument count, keyword names, static values): a program that keeps every
-    argument, nearly all, then costs a dict lookup per host argument (the flax LIB step has
-    two NumPy batches)."""
+def kept_leaves(fn, spec, args, kwargs):
+    """``(kept, leaves)``: the jit call's dynamic argument leaves, and the indexes of those its
+    compiled program keeps, or None when it keeps them all (or it cannot be told). JAX drops an
+    argument the function does not use (``keep_unused=False``) and never uploads it, so a NumPy
+    argument there is no leg (diffrax's backward solve passes such a constant; the guard logs
+    nothing for it). From ``fn.lower(...).compile()`` after the call, as ``sharded_upload``,
+    once per function, argument structure, leaf shapes and dtypes, and static values (what
+    decides the traced program: a tuple one leaf shorter, a 2-d argument where a branch on
+    ``ndim`` uses another one). Nothing of the call is kept (the memory tracking sees its
+    arrays freed when the script lets them go)."""
+    answer = (None, ())
     try:
-        statics = tuple(args[i] for i in spec.static_argnums if i < len(args))
-        key = (len(args), tuple(kwargs), statics, tuple(kwargs[k] for k in spec.static_argnames if k in kwargs))
+        n = len(args)
+        static = {i % n for i in spec.static_argnums if -n <= i < n}  # a negative argnum counts from the end
+        dyn = [x for i, x in enumerate(args) if i not in static]
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
+        leaves, tree = tree_flatten((dyn, dyn_kw))
+        answer = (None, leaves)
+        key = (tree, tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__))) for x in leaves),
+               tuple(args[i] for i in sorted(static)), tuple(kwargs[k] for k in spec.static_argnames if k in kwargs))
         shapes = _KEPT.get(fn)
         if shapes is None:
             shapes = _KEPT[fn] = {}
-        elif key in shapes:
-            return shapes[key]
-        if leaves is None:
-            dyn = [x for i, x in enumerate(args) if i not in spec.static_argnums]
-            leaves = tree_leaves((dyn, {k: v for k, v in kwargs.items() if k not in spec.static_argnames}))
-        kept = frozenset(fn.lower(*args, **kwargs).compile()._executable._kept_var_idx)
-        kept = None if len(kept) >= len(leaves) else kept
-        if len(shapes) > 256:  # a function called with ever new static values
-            shapes.clear()
-        shapes[key] = kept
-        return kept
+        if key in shapes:
+            kept = shapes[key]
+        else:
+            kept = frozenset(fn.lower(*args, **kwargs).compile()._executable._kept_var_idx)
+            kept = None if len(kept) >= len(leaves) else kept
+            if len(shapes) > 256:  # a function called with ever new shapes or static values
+                shapes.clear()
+            shapes[key] = kept
+        answer = (kept, leaves)
     except Exception:  # not a jitted function, a deleted (donated) argument, an unhashable static, another JAX
-        return None
+        pass
+    return answer
 
 
 def recording_failed(exc: Exception) -> None:

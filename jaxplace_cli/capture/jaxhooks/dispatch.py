@@ -57,7 +57,9 @@ _Array = jax.Array
 _SEQUENCES = (list, tuple)
 def _operand_leaves(spec: CallSpec, args, kwargs):
     if spec.static_argnums or spec.static_argnames:  # compile-time constants: never uploaded
-        args = [a for i, a in enumerate(args) if i not in spec.static_argnums]
+        n = len(args)
+        static = {i % n for i in spec.static_argnums if -n <= i < n}  # -2: the second from the end, as JAX reads it
+        args = [a for i, a in enumerate(args) if i not in static]
         kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
     if spec.flatten:
         return tree_leaves((args, kwargs))

@@ -71,6 +71,8 @@ def host_args(args, kwargs, static_nums=(), static_names=()) -> list:
     """The host leaves among a dispatch's arguments (static ones excluded: they are compile-time
     constants, never uploaded)."""
     out = []
+    if static_nums and min(static_nums) < 0:  # -2: the second from the end, as JAX reads it
+        static_nums = {i % len(args) for i in static_nums if -len(args) <= i}
     for i, a in enumerate(args):  # no filtered copies: every x.sum() runs this (issue 29)
         t = type(a)
         if t is ArrayImpl or a is None or i in static_nums:
@@ -272,15 +274,10 @@ def dropped_host_args(primitive, params, args) -> frozenset:
         return frozenset()
 
 
-def _kept(fn, spec, args, kwargs, a, leaves) -> bool:
+def _kept(fn, spec, args, kwargs, a) -> bool:
     """Whether jit call ``fn``'s program keeps operand ``a`` (common.kept_leaves)."""
-    kept = kept_leaves(fn, spec, args, kwargs, leaves)
-    if kept is None:
-        return True
-    if leaves is None:  # the C hot path passes none: the operands as dispatch._operand_leaves reads them
-        dyn = [x for i, x in enumerate(args) if i not in spec.static_argnums]
-        leaves = tree_leaves((dyn, {k: v for k, v in kwargs.items() if k not in spec.static_argnames}))
-    return any(x is a and i in kept for i, x in enumerate(leaves))
+    kept, leaves = kept_leaves(fn, spec, args, kwargs)
+    return kept is None or any(x is a and i in kept for i, x in enumerate(leaves))
 
 
 def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
@@ -292,7 +289,7 @@ def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int
     ``frame`` (default: the caller's caller, the hook's frame when the C code calls)."""
     if not is_host(a):
         return stack
-    if spec.flatten and type(fn).__name__ == "PjitFunction" and not _kept(fn, spec, args, kwargs, a, leaves):
+    if spec.flatten and type(fn).__name__ == "PjitFunction" and not _kept(fn, spec, args, kwargs, a):
         return stack  # an argument the compiled program dropped: never uploaded
     scalar = type(a) in PY_SCALARS
     api = suffix(spec.api, a) if not scalar else spec.scalar_api
