@@ -71,10 +71,14 @@ time.sleep(30)
 """
 
 CTRL_C_WHILE_WAITING = """import threading, time
+from concurrent.futures import ThreadPoolExecutor
 def work():
     time.sleep(30)
     print("thread done", flush=True)
 threading.Thread(target=work).start()
+pool = ThreadPoolExecutor(2)
+for _ in range(2):
+    pool.submit(work)
 print("body done", flush=True)
 """
 
@@ -93,8 +97,10 @@ def test_ctrl_c_waits_for_the_threads_and_runs_atexit_before_dying_like_python(t
 
 
 def test_ctrl_c_while_python_waits_for_a_thread_is_reported_as_python_does(tmp_path):
-    """python says "Exception ignored in: <module 'threading' ...>", leaves the thread and exits
-    with the body's code; the run is saved with that code."""
+    """python says "Exception ignored in: <module 'threading' ...>", leaves the threads (a plain
+    one and an executor's two busy workers) and exits with the body's code; the run is saved
+    with that code. An interrupted wait is not made again (python's is once: jaxplace's second
+    call, and python's own at exit, joined the executor's workers after the Ctrl-C)."""
     script = tmp_path / "wait.py"
     script.write_text(CTRL_C_WHILE_WAITING)
     # 1 s after the body's last line, python is waiting for the thread (30 s)

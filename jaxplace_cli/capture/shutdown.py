@@ -10,11 +10,9 @@ import threading
 
 def threads_pending() -> bool:
     """Whether python's exit would wait for something: a non-daemon thread of the script still
-    running, or a thread-exit hook (``concurrent.futures`` executors register one that runs their
-    queued work)."""
+    running (an executor's queued work has its workers alive; its exit hook, registered when
+    ``concurrent.futures`` is imported, has nothing to wait for without them)."""
     main = threading.main_thread()
-    if getattr(threading, "_threading_atexits", None):
-        return True
     return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
 
 
@@ -31,7 +29,14 @@ def wait_for_threads() -> None:
     try:
         shutdown()
     except BaseException as exc:  # noqa: BLE001 - python prints it and goes on
+        # once, as python's: interrupted, its own call at exit (and exit_like_python's) would
+        # run the executors' hooks and join their workers again (a Ctrl-C that did not end it)
+        threading._shutdown = _done
         _ignored_in(threading, exc)
+
+
+def _done() -> None:
+    """``threading._shutdown`` once it was interrupted: python does not call it twice."""
 
 
 def _ignored_in(obj, exc: BaseException) -> None:
