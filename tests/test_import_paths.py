@@ -24,3 +24,21 @@ def test_jax_looked_up_before_its_import_is_still_recorded(tmp_path, case):
     assert (jp.returncode, jp.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout), jp.stderr
     totals = audit_json(tmp_path / "r", "--min-bytes", "0")["transfers"]["totals"]
     assert (totals["h2d"]["count"], totals["h2d"]["bytes"], totals["d2h"]["count"], totals["d2h"]["bytes"]) == (2, 8, 1, 4)
+
+
+def test_an_in_process_recording_leaves_no_wrapper_behind(tmp_path):
+    """The pytest plugin and IPython record in the user's process and uninstall after: a jax
+    module first imported meanwhile (jax.scipy.*) binds some functions by value from where the
+    hooks had put wrappers (`from jax._src.ops.special import logsumexp`); 21 stayed wrappers
+    after the recording, and jax.scipy.special.logsumexp then failed to pickle."""
+    from conftest import REPO
+
+    script = tmp_path / "inproc.py"
+    script.write_text(
+        f"import pickle, sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nimport jax\nfrom inprocess import recorded\n"
+        "with recorded():\n    import jax.scipy.special, jax.scipy.stats\n"
+        "left = [f'{n}.{k}' for n, m in list(sys.modules.items()) if m is not None and n.startswith('jax')\n"
+        "        for k, v in list(vars(m).items()) if getattr(v, '__jaxplace_original__', None) is not None]\n"
+        "print(left, pickle.loads(pickle.dumps(jax.scipy.special.logsumexp)) is jax.nn.logsumexp)\n")
+    r = python(script)
+    assert (r.returncode, r.stdout) == (0, "[] True\n"), r.stderr[-2000:]

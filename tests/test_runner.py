@@ -500,6 +500,13 @@ def test_a_script_read_from_stdin_runs_and_is_recorded_like_python_dash(tmp_path
     assert sug.returncode == 0 and f"--policy {policy} SCRIPT a b\n" in sug.stdout, sug.stdout
 
 
+def test_launch_refuses_a_script_from_stdin(tmp_path):
+    """`jaxplace launch -n 2 - < script`: each process would read its own stdin (/dev/null) and
+    run an empty program, and the job said "2 processes exited 0"; a usage error instead."""
+    r = jaxplace("launch", "-n", "2", "-", cwd=tmp_path, input="print('hi')\nraise SystemExit(3)\n")
+    assert r.returncode == 2 and "not - (stdin)" in r.stderr and not (tmp_path / "jaxplace-runs").exists(), r.stderr
+
+
 def test_a_terminal_on_stdin_is_a_usage_error(tmp_path):
     import pty
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import threading
 
 
 def after_import(name: str, callback) -> None:
@@ -37,30 +38,34 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, callback):
         self.name = name
         self.callback = callback
-        self._looking = False  # our own lookup below: the other finders answer it
+        self._looking = threading.local()  # our own lookup below (this thread's): the other finders answer it
+        self._ran = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name or self._looking:
+        if name != self.name or self._ran or getattr(self._looking, "now", False):
             return None
-        self._looking = True
+        self._looking.now = True
         try:
             spec = importlib.util.find_spec(name)
         finally:
-            self._looking = False
+            self._looking.now = False
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
         def exec_then_hook(module):
             exec_module(module)
-            self._ran()
+            self._after_body()
 
         spec.loader.exec_module = exec_then_hook
         return spec
 
-    def _ran(self) -> None:
+    def _after_body(self) -> None:
+        if self._ran:  # a second spec of ours executed (the module imported again)
+            return
+        self._ran = True
         try:
             sys.meta_path.remove(self)
-        except ValueError:  # a second spec of ours executed (the module imported again)
-            return
+        except ValueError:  # a tool rebuilt sys.meta_path meanwhile
+            pass
         _call(self.callback)

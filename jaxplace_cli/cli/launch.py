@@ -114,6 +114,8 @@ def main(argv: list[str]) -> None:
 
     ns, forward, rest = parse(argv)
     script = rest[1] if rest[:1] == ["--"] else (rest[0] if rest and ns.module is None else None)
+    if script == "-" and ns.module is None:  # each process would read its own stdin (/dev/null): an empty program
+        raise UsageError("launch starts the script in every process: give it as a file, not - (stdin)")
     try:
         _, target = resolve_target(script, ns.module)
     except ScriptNotFound as exc:

@@ -384,7 +384,7 @@ def uninstall() -> None:
     state.active.rec = None
     from jaxplace_cli.capture.jaxhooks import modules
 
-    modules.GENERATION[0] += 1  # a module imported later is no longer wrapped
+    modules.uninstalled()  # a module imported later is no longer wrapped; none imported meanwhile keeps one
     while _LISTENERS:
         try:
             import jax.monitoring

@@ -47,6 +47,7 @@ def install(patch, report) -> None:
     """Wrap the functions of every module of WRAPPED_MODULES already imported; the others
     (jax.scipy.*: ~28 ms of imports a script that never uses them would pay) when the script
     first imports them (import_hook.after_import; issue 29)."""
+    _BEFORE[0] = frozenset(sys.modules)
     for modname, prefix in WRAPPED_MODULES.items():
         if modname in sys.modules or not modname.startswith("jax.scipy."):
             _wrap_module(patch, modname, prefix, report)
@@ -89,7 +90,12 @@ def _wrap_module(patch, modname: str, prefix: str, report) -> None:
     for name, obj in list(vars(mod).items()):
         if name.startswith("_") or name in NOT_OPS or not _is_wrappable(obj):
             continue
-        if getattr(obj, "__jaxplace_original__", None) is not None:
+        original = getattr(obj, "__jaxplace_original__", None)
+        if original is not None:
+            # a wrapper already (bound by value from a patched _patch_home, as jax.scipy.special
+            # imports logsumexp): recorded so that uninstall puts the function back here too
+            setattr(mod, name, original)
+            patch(mod, name, obj)
             continue
         # a jitted function uploads its host arguments; a plain one's dispatches inside
         # count their own (legs.py)
@@ -129,3 +135,23 @@ def _patch_home(patch, obj, wrapper) -> None:
     home = sys.modules.get(modname)
     if home is not None and getattr(home, qualname, None) is obj:
         patch(home, qualname, wrapper)
+
+
+_BEFORE: list = [frozenset()]  # the modules imported when the hooks were installed
+
+
+def uninstalled() -> None:
+    """After ``jaxhooks.uninstall``: a module imported later is no longer wrapped, and a jax
+    module imported while the hooks were in that bound a wrapper by value (``from
+    jax._src.ops.special import logsumexp`` once ``_patch_home`` had put one there) gets the
+    function back: an in-process recording (the pytest plugin, IPython) left 21 behind."""
+    GENERATION[0] += 1
+    for name in set(sys.modules) - _BEFORE[0]:
+        mod = sys.modules.get(name)
+        if mod is None or not (name == "jax" or name.startswith("jax.")):
+            continue
+        for attr, value in list(vars(mod).items()):
+            if inspect.isfunction(value) or type(value).__name__ in ("Wrapper", "PlainWrapper"):
+                original = getattr(value, "__jaxplace_original__", None)
+                if original is not None:
+                    setattr(mod, attr, original)
