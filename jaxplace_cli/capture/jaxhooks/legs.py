@@ -72,7 +72,8 @@ def host_args(args, kwargs, static_nums=(), static_names=()) -> list:
     constants, never uploaded)."""
     out = []
     if static_nums and min(static_nums) < 0:  # -2: the second from the end, as JAX reads it
-        static_nums = {i % len(args) for i in static_nums if -len(args) <= i}
+        n = len(args)
+        static_nums = {i % n for i in static_nums if -n <= i < n}
     for i, a in enumerate(args):  # no filtered copies: every x.sum() runs this (issue 29)
         t = type(a)
         if t is ArrayImpl or a is None or i in static_nums:
