@@ -19,9 +19,8 @@ def test_jax_looked_up_before_its_import_is_still_recorded(tmp_path, case):
     """Counted by hand: jnp.ones(3) uploads its fill value (4 B), `* 2` the 2 (4 B), float() reads 4 B."""
     script = tmp_path / "s.py"
     script.write_text(BEFORE[case] + BODY)
-    plain = python(script)
     jp = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", script)
-    assert (jp.returncode, jp.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout), jp.stderr
+    assert (jp.returncode, jp.stdout) == (0, ("True\n" if case == "find_spec" else "") + "6.0\n"), jp.stderr
     totals = audit_json(tmp_path / "r", "--min-bytes", "0")["transfers"]["totals"]
     assert (totals["h2d"]["count"], totals["h2d"]["bytes"], totals["d2h"]["count"], totals["d2h"]["bytes"]) == (2, 8, 1, 4)
 

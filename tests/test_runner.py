@@ -284,9 +284,11 @@ ENDINGS = {
     "str_fails": 'class W(Exception):\n    def __str__(self): raise RuntimeError("no")\nprint("out1")\nraise W()\n',
     "exit_message": 'print("out1")\nimport sys\nsys.exit("exit message")\n',
     "partial_line": 'import sys\nsys.stdout.write("partial no newline")\nraise RuntimeError\n',
-    "exit_stderr_none": 'import sys\nprint("out1")\nsys.stderr = None\nsys.exit("bye")\n',
-    "exit_print_replaced": 'import builtins, sys\n_p = builtins.print\nbuiltins.print = lambda *a, **k: _p("[app]", *a, **k)\n'
-                           'sys.exit("fatal")\n',
+    # python writes the message to fd 2 once sys.stderr is None; neither it nor jaxplace's lines
+    # go through the script's print
+    "exit_print_replaced_stderr_none": 'import builtins, sys\n_p = builtins.print\n'
+                                       'builtins.print = lambda *a, **k: _p("[app]", *a, **k)\nprint("out1")\n'
+                                       'sys.stderr = None\nsys.exit("fatal")\n',
     "stderr_replaced": 'import sys\nsys.stderr = open(sys.argv[1], "w")\nprint("script log line", file=sys.stderr)\n'
                        'import jax.numpy as jnp\nprint(float(jnp.ones(2).sum()))\n',
 }

@@ -57,8 +57,7 @@ _Array = jax.Array
 _SEQUENCES = (list, tuple)
 def _operand_leaves(spec: CallSpec, args, kwargs):
     if spec.static_argnums or spec.static_argnames:  # compile-time constants: never uploaded
-        n = len(args)
-        static = {i % n for i in spec.static_argnums if -n <= i < n}  # -2: the second from the end, as JAX reads it
+        static = {i % len(args) for i in spec.static_argnums if -len(args) <= i < len(args)}  # -2: as JAX reads it
         args = [a for i, a in enumerate(args) if i not in static]
         kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
     if spec.flatten:
@@ -230,10 +229,9 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
         else:  # host data: one leg per device the dispatch runs on (legs.py)
             stack = legs.host_leg(rec, spec, fn, args, kwargs, a, dev, outs[0], site, seq, t0 - base, tid,
                                   stack, leaves, sys._getframe(1))
-    # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking
-    # exact tuples of atoms but keeps tracking NamedTuple instances, and a backlog of tracked
-    # events made every collection in the user's program slower. One buffer id is an int, not
-    # a 1-tuple: every tuple made here is one more object for the GC to count.
+    # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking exact
+    # tuples of atoms, not NamedTuples, and a backlog of tracked events slowed every collection in
+    # the user's program. One buffer id is an int, not a 1-tuple: one object less for the GC.
     in_ids = in_bufs[0] if len(in_bufs) == 1 else tuple(in_bufs)
     if len(outs) == 1:
         o = outs[0]
