@@ -32,6 +32,22 @@ def test_default_window_trace_holds_jaxplace_transfer_annotations(tmp_path):
     assert any(name.startswith("PjitFunction") or "device_put" in name for name, _ in events)
 
 
+def test_threads_dispatching_together_open_one_window(tmp_path):
+    """A pool of threads dispatching at once all found the window pending and each opened it:
+    every start_trace after the first failed ("Profile has already been started") and the run
+    said "trace not captured" (4 of 5 runs with 4 threads). The window opens once."""
+    script = tmp_path / "pool.py"
+    script.write_text("import jax.numpy as jnp\nfrom concurrent.futures import ThreadPoolExecutor\n"
+                      "x = jnp.ones(4) * 2\nx = x + 1\n"
+                      "def work(i):\n    y = x\n    for _ in range(300):\n        y = y * 1.0001\n"
+                      "    return float(y.sum())\n"
+                      "with ThreadPoolExecutor(8) as ex:\n    print(len(list(ex.map(work, range(16)))))\n")
+    proc = jaxplace("run", "-q", "--out", tmp_path / "r", script)
+    assert (proc.returncode, proc.stdout) == (0, "16\n"), proc.stderr
+    trace = json.loads((tmp_path / "r" / "run.json").read_text())["trace"]
+    assert (trace["state"], trace["note"], len(trace["files"])) == ("closed", "", 1), trace
+
+
 def test_no_trace_writes_no_profile(tmp_path):
     run_dir = tmp_path / "run"
     proc = jaxplace("run", "-q", "--no-trace", "--devices", "2", "--out", run_dir, SCRIPTS / "ground_truth_a.py")

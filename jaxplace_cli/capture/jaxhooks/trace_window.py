@@ -74,6 +74,7 @@ class TraceWindow:
         self.cut = ""  # why the window closed: ops | seconds | watchdog | own trace | end
         self._compiles = 0  # compiles seen at the last dispatch while pending (warm-up)
         self._lock = threading.Lock()  # close() from the dispatching thread or the watchdog
+        self._opening = threading.Lock()  # _open() from several dispatching threads at once
         self._watchdog = None
         self._steady = 0  # dispatches since the window opened or last compiled (the limit's count)
         self._hard = 0.0  # no window outlives this (EXTEND_SECONDS x seconds after it opened)
@@ -203,6 +204,17 @@ class TraceWindow:
             self.close(cut="watchdog")
 
     def _open(self) -> None:
+        # once: threads dispatching together all saw "pending", and each start_trace after the first
+        # failed the window ("Profile has already been started": 4 in 5 runs of a 4-thread pool)
+        if not self._opening.acquire(blocking=False):
+            return
+        try:
+            if self.state == "pending":
+                self._start()
+        finally:
+            self._opening.release()
+
+    def _start(self) -> None:
         import jax
 
         self._sessions = set(self._session_dirs())
