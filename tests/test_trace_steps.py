@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -126,6 +127,10 @@ def test_view_opens_on_the_trace_viewer_quietly(marked):
         # the offline line names XProf's log, which has the requests while it serves
         assert second.startswith("jaxplace: offline, the trace viewer works"), second
         log = Path(second.rsplit(" go to ", 1)[1].split()[0])
+        for _ in range(100):  # XProf logs a request after answering it: wait for the line, ~10 s at most
+            if "/data/plugin/profile/runs" in log.read_text():
+                break
+            time.sleep(0.1)
         assert "/data/plugin/profile/runs" in log.read_text()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0

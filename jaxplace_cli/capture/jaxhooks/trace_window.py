@@ -73,8 +73,7 @@ class TraceWindow:
         self._orig_start = None
         self.cut = ""  # why the window closed: ops | seconds | watchdog | own trace | end
         self._compiles = 0  # compiles seen at the last dispatch while pending (warm-up)
-        self._lock = threading.Lock()  # close() from the dispatching thread or the watchdog
-        self._opening = threading.Lock()  # _open() from several dispatching threads at once
+        self._lock, self._opening = threading.Lock(), threading.Lock()  # close(): a dispatch or the watchdog; opening
         self._watchdog = None
         self._steady = 0  # dispatches since the window opened or last compiled (the limit's count)
         self._hard = 0.0  # no window outlives this (EXTEND_SECONDS x seconds after it opened)
@@ -157,11 +156,13 @@ class TraceWindow:
         elif self._after is not None:
             self._after += 1
             if self._after >= REPLACE_AFTER:  # it is: the closed window held the set-up only
-                self._reopened = True
-                self._remove_new_sessions()
-                self.state, self.cut, self._ops = "pending", "", 0
-                active.on_dispatch = self._on_dispatch
-                self._open()
+                with self._opening:  # once, whichever dispatching threads get here together
+                    if self.state == "closed" and not self._reopened:
+                        self._reopened = True
+                        self._remove_new_sessions()
+                        self.state, self.cut, self._ops = "pending", "", 0
+                        active.on_dispatch = self._on_dispatch
+                        self._start()
                 return
         if self._watch <= 0 and self.state == "closed":
             active.on_dispatch = None
@@ -204,9 +205,8 @@ class TraceWindow:
             self.close(cut="watchdog")
 
     def _open(self) -> None:
-        # once: threads dispatching together all saw "pending", and each start_trace after the first
-        # failed the window ("Profile has already been started": 4 in 5 runs of a 4-thread pool)
-        if not self._opening.acquire(blocking=False):
+        # once: threads dispatching together all saw "pending", each start_trace after the first failed
+        if not self._opening.acquire(blocking=False):  # the window ("already started": 4 in 5 runs, 4 threads)
             return
         try:
             if self.state == "pending":
