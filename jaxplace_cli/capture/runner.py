@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxplace_cli.capture import frames
+from jaxplace_cli.capture.shutdown import _flush_stdout, _text, wait_for_threads
 from jaxplace_cli.model.errors import JaxplaceError
 from jaxplace_cli.placement.errors import PolicyError
 
@@ -97,21 +98,6 @@ def _default_hook(etype, value, tb) -> None:
         sys.__excepthook__(etype, value, tb)
     except (OSError, ValueError):  # a closed or broken stderr: python too writes nothing
         pass
-
-
-def _flush_stdout() -> None:
-    try:
-        sys.stdout.flush()
-    except (AttributeError, OSError, ValueError):  # closed (None) or broken: python says nothing
-        pass
-
-
-def _text(exc: BaseException) -> str:
-    """``str(exc)``, or what python's traceback prints when that raises."""
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - the script's __str__
-        return "<exception str() failed>"
 
 
 def resolve_target(script: str | None, module: str | None) -> tuple[str, str]:
@@ -340,8 +326,6 @@ def exit_like_python(outcome: Outcome) -> int:
     saving a checkpoint on Ctrl-C never ran)."""
     if outcome.status == "interrupted":
         _flush_all()
-        from jaxplace_cli.capture.shutdown import wait_for_threads
-
         wait_for_threads()
         import atexit
 

@@ -8,6 +8,21 @@ import sys
 import threading
 
 
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError):  # closed (None) or broken: python says nothing
+        pass
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or what python's traceback prints when that raises."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - the script's __str__
+        return "<exception str() failed>"
+
+
 def threads_pending() -> bool:
     """Whether python's exit would wait for something: a non-daemon thread of the script still
     running (an executor's queued work has its workers alive; its exit hook, registered when
@@ -52,16 +67,11 @@ def _ignored_in(obj, exc: BaseException) -> None:
         name = f"{module}.{name}"
     tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the callee's frame
     try:
-        if sys.stdout is not None:
-            sys.stdout.flush()  # python writes the script's pending output first
+        _flush_stdout()  # python writes the script's pending output first
         stream.write(f"Exception ignored in: {obj!r}\n")
         if tb is not None:
             stream.write("Traceback (most recent call last):\n" + "".join(traceback.format_tb(tb)))
-        try:
-            text = str(exc)
-        except Exception:  # noqa: BLE001 - the exception's own __str__
-            text = "<exception str() failed>"
-        stream.write(f"{name}: {text}\n")
+        stream.write(f"{name}: {_text(exc)}\n")
         stream.flush()
     except (OSError, ValueError):
         pass
