@@ -17,7 +17,7 @@ from jax._src import core as _core
 from jax._src.array import ArrayImpl
 from jax.tree_util import tree_flatten, tree_leaves
 
-from jaxplace_cli.capture.jaxhooks.state import active, tls
+from jaxplace_cli.capture.jaxhooks.state import active, static_positions, tls
 from jaxplace_cli.capture.recorder import _nbytes
 
 _trace_ctx = _core.trace_ctx
@@ -272,8 +272,7 @@ def kept_leaves(fn, spec, args, kwargs):
         size = fn._cache_size()
         if state is not None and not state[0] and state[1] == size:
             return None, ()
-        n = len(args)
-        static = {i % n for i in spec.static_argnums if -n <= i < n}  # a negative argnum counts from the end
+        static = static_positions(spec.static_argnums, len(args))
         dyn = [x for i, x in enumerate(args) if i not in static]
         dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
         leaves, tree = tree_flatten((dyn, dyn_kw))

@@ -47,17 +47,17 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
     active,
     endpoint_label,
     sharding_label,
+    static_positions,
     tls,
 )
 from jaxplace_cli.capture.memory import is_oom, on_oom
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, dtype_name
 from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent
 
-_Array = jax.Array
-_SEQUENCES = (list, tuple)
+_Array, _SEQUENCES = jax.Array, (list, tuple)
 def _operand_leaves(spec: CallSpec, args, kwargs):
     if spec.static_argnums or spec.static_argnames:  # compile-time constants: never uploaded
-        static = {i % len(args) for i in spec.static_argnums if -len(args) <= i < len(args)}  # -2: as JAX reads it
+        static = static_positions(spec.static_argnums, len(args))
         args = [a for i, a in enumerate(args) if i not in static]
         kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
     if spec.flatten:

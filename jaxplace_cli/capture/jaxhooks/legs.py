@@ -36,7 +36,15 @@ from jaxplace_cli.capture.jaxhooks.common import (
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_APIS, HOST_DATA_TYPES, PY_SCALARS, active, label, tls
+from jaxplace_cli.capture.jaxhooks.state import (
+    HOST_DATA_APIS,
+    HOST_DATA_TYPES,
+    PY_SCALARS,
+    active,
+    label,
+    static_positions,
+    tls,
+)
 from jaxplace_cli.model.events import H2D, HOST
 
 _SCALAR_TYPES = (bool, int, float, complex)
@@ -71,9 +79,8 @@ def host_args(args, kwargs, static_nums=(), static_names=()) -> list:
     """The host leaves among a dispatch's arguments (static ones excluded: they are compile-time
     constants, never uploaded)."""
     out = []
-    if static_nums and min(static_nums) < 0:  # -2: the second from the end, as JAX reads it
-        n = len(args)
-        static_nums = {i % n for i in static_nums if -n <= i < n}
+    if static_nums and min(static_nums) < 0:
+        static_nums = static_positions(static_nums, len(args))
     for i, a in enumerate(args):  # no filtered copies: every x.sum() runs this (issue 29)
         t = type(a)
         if t is ArrayImpl or a is None or i in static_nums:

@@ -144,6 +144,12 @@ class CallSpec:
         self.index = False  # x[idx]: its uploads follow from the index (dispatch.index_uploads)
 
 
+def static_positions(nums, n: int) -> set:
+    """The argument positions ``static_argnums`` names in a call of ``n`` positional arguments,
+    read as JAX reads them: -2 is the second from the end; out of range names none."""
+    return {i % n for i in nums if -n <= i < n}
+
+
 HOST_DATA_TYPES = (np.ndarray, np.generic)
 PY_SCALARS = (int, float, bool, complex)
 

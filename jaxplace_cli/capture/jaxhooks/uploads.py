@@ -117,9 +117,9 @@ def _inner_put(aval, xs, devices, out) -> None:
     ``device_put``'s (``dispatch._batched_device_put_impl`` below): the same entry point also
     uploads a jit call's arguments on JAX's Python dispatch path (a first call), arguments the
     C++ path uploads unseen on every later call, so counting them here would count them once."""
-    if type(_trace_now.value) is not _EvalTrace or not xs or not _from_device_put(sys._getframe(2)):
-        return
-    try:
+    try:  # the checks too: recording must never break an upload
+        if type(_trace_now.value) is not _EvalTrace or not xs or not _from_device_put(sys._getframe(2)):
+            return
         own: list = []
         _put_legs(aval, xs, devices, out, own)
         host = [(dst, n) for kind, _src, dst, n, _o in own if kind == H2D]
