@@ -31,6 +31,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _EvalTrace,
     _trace_now,
     kept_leaves,
+    recording_failed,
     sharded_upload,
     upload_nbytes,
     x64_enabled,
@@ -140,22 +141,12 @@ def suffix(name: str, a) -> str:
 
 def record_inner(hosts, out) -> None:
     """The legs of an inner dispatch's host arguments, as transfers of the op in flight."""
-    rec = active.rec
-    op = tls.op
-    if rec is None or op is None:
-        return
     try:
-        name, seq, site = op[5], op[1], op[2]  # the op's label (x ** y), its seq, its site
-        t = perf_counter_ns() - rec.t0
-        tid = _thread_ident()
-        for a in hosts:
-            api = suffix(name, a)
-            hid = data_id(rec, a, None, op[3], op[4])
-            for dst, nbytes in destinations(out, a):
-                rec.add_transfer((next(rec.seqs), t, tid, H2D, HOST, dst, nbytes, True, False,
-                                  api, site, hid, seq))
+        uploads = [(a, destinations(out, a)) for a in hosts]
     except Exception as exc:  # recording must never break the user's op
-        rec.recording_failed(exc)
+        recording_failed(exc)
+        return
+    _op_legs(uploads, implicit=True)
 
 
 def record_inner_put(data, host_legs) -> None:
@@ -166,17 +157,29 @@ def record_inner_put(data, host_legs) -> None:
     ``promote_dtype`` calls exactly that. Explicit, as JAX's transfer guard logs it. Under an op
     that counts its own host operands, or an inner dispatch that counted its arguments
     (``tls.inner``), such an upload is that argument's, on JAX's Python dispatch path."""
+    op = tls.op
+    if op is not None and tls.depth == 1 and not tls.inner and not op[6].scalars:
+        _op_legs([(data, host_legs)], implicit=False)
+
+
+def _op_legs(uploads, implicit: bool) -> None:
+    """``[(host value, [(device, bytes)])]`` as h2d transfers of the op in flight (``tls.op``)."""
     rec = active.rec
     op = tls.op
-    if rec is None or op is None or tls.depth != 1 or tls.inner or op[6].scalars:
+    if rec is None or op is None:
         return
-    name, seq, site = op[5], op[1], op[2]
-    t = perf_counter_ns() - rec.t0
-    tid = _thread_ident()
-    api = suffix(name, data)
-    hid = data_id(rec, data, None, op[3], op[4])
-    for dst, nbytes in host_legs:
-        rec.add_transfer((next(rec.seqs), t, tid, H2D, HOST, dst, nbytes, False, False, api, site, hid, seq))
+    try:
+        name, seq, site = op[5], op[1], op[2]  # the op's label (x ** y), its seq, its site
+        t = perf_counter_ns() - rec.t0
+        tid = _thread_ident()
+        for a, legs in uploads:
+            api = suffix(name, a)
+            hid = data_id(rec, a, None, op[3], op[4])
+            for dst, nbytes in legs:
+                rec.add_transfer((next(rec.seqs), t, tid, H2D, HOST, dst, nbytes, implicit, False,
+                                  api, site, hid, seq))
+    except Exception as exc:  # recording must never break the user's op
+        rec.recording_failed(exc)
 
 
 def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
