@@ -170,14 +170,13 @@ def _install_process_primitive(report: HookReport) -> None:
         if state.active.rec is None:
             return original(self, primitive, args, params)
         n = len(args)
-        real = args
-        dropped = legs.dropped_host_args(primitive, params, args)
+        real, dropped = args, legs.dropped_host_args(primitive, params, args) if primitive.name == "jit" else ()
         if dropped:  # shown to the recording as None (no leg); the call gets the real ones
             args = tuple(None if i in dropped else a for i, a in enumerate(args))
         if primitive is slice_p and params.get("strides") is None:
             # eager lax.slice runs as a dynamic_slice of its start indices, each uploaded (as
             # x[1:3] uploads them: dispatch.index_uploads); they are parameters, no operand
-            args = (*args, *(int(i) for i in params["start_indices"]))
+            args = (*args, *legs.python_ints(params.get("start_indices", ())))
         if state.tls.depth:  # bound inside a recorded op: its host operands are that op's legs
             op = state.tls.op
             if op is None:

@@ -285,6 +285,15 @@ def dropped_host_args(primitive, params, args) -> frozenset:
         return frozenset()
 
 
+def python_ints(values) -> tuple:
+    """``values`` as Python ints (each an upload of a scalar), or none when one is not an int:
+    a recording never breaks the user's op."""
+    try:
+        return tuple(int(v) for v in values)
+    except (TypeError, ValueError):
+        return ()
+
+
 def _kept(fn, spec, args, kwargs, a) -> bool:
     """Whether jit call ``fn``'s program keeps operand ``a`` (common.kept_leaves)."""
     kept, leaves = kept_leaves(fn, spec, args, kwargs)
