@@ -151,6 +151,32 @@ def _setenv(key: str, value: str | None) -> None:
         os.environ[key] = value
 
 
+
+def writer_pids(out) -> list[int]:
+    """The pids of the writer processes recording into run directory ``out`` (Linux /proc):
+    found by their command line, since the writer is the recording process's grandchild
+    (store/writer_process.py), not its child."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"writer_child" in a for a in argv) and os.fsencode(Path(out) / "events.sqlite") in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: a zombie (no init reaping an orphan in a container) has
+    ended too."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
 def store_rows(run_dir, sql: str, params=()) -> list[tuple]:
     """The rows of one query over a run's store (read-only, closed after)."""
     con = sqlite3.connect(f"file:{Path(run_dir) / 'events.sqlite'}?mode=ro", uri=True)

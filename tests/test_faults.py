@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, SCRIPTS, audit_json, child_env, cli, jaxplace, python
+from conftest import SAMPLES, SCRIPTS, audit_json, child_env, cli, jaxplace, python, writer_pids
 
 FAULTS = SCRIPTS / "faults"
 BUSY = FAULTS / "busy.py"
@@ -221,12 +221,6 @@ def test_run_dir_removed_mid_run_script_unaffected_and_loss_reported(tmp_path, h
     assert f"could not write {out}/run.json" in err
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in (Path("/proc") / str(pid) / "task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
@@ -240,7 +234,7 @@ def test_writer_process_killed_mid_run_script_unaffected_and_loss_reported(tmp_p
     proc = start_run(out, BUSY, "2.0", mode, jaxplace_args=("--no-trace",))
     wait_ready(proc)
     time.sleep(0.6)  # a few flushes (every 0.25 s) reach the store first
-    (writer,) = _children(proc.pid)
+    (writer,) = writer_pids(out)
     os.kill(writer, signal.SIGKILL)
     stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

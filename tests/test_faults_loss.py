@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, cli, jaxplace
+from conftest import SCRIPTS, alive, child_env, cli, jaxplace, writer_pids
 
 STEPS = SCRIPTS / "faults" / "steps.py"
 
@@ -166,7 +166,7 @@ def test_disk_full_then_killed_loss_is_counted_from_the_store(tmp_path, small_di
     while os.statvfs(small_disk).f_bavail > 8 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # a few more batches fail
-    kill_and_wait_for_writer(proc)
+    kill_and_wait_for_writer(proc, out)
     assert manifest(out)["status"] == "running"
     prog = progress(out)
     s_ops, s_transfers = stored(out)
@@ -178,31 +178,19 @@ def test_disk_full_then_killed_loss_is_counted_from_the_store(tmp_path, small_di
     assert_every_command_says_it(out, lost, tmp_path)
 
 
-def kill_and_wait_for_writer(proc) -> None:
+def kill_and_wait_for_writer(proc, out) -> None:
     """SIGKILL the recording process, then wait for its writer (which sees EOF, stores what it
     was sent and its last counts, and exits) to be gone."""
-    writers = _children(proc.pid)
+    writers = writer_pids(out)
     proc.kill()
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 60
-    while any(_alive(w) for w in writers) and time.monotonic() < deadline:
+    while any(alive(w) for w in writers) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
-def _alive(pid: int) -> bool:
-    try:  # a zombie (no init reaping it in a container) has ended too
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 # -- the writer process killed --------------------------------------------------------------------
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in (Path("/proc") / str(pid) / "task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
@@ -212,7 +200,7 @@ def test_writer_killed_loss_is_exact(tmp_path):
     proc = run_cmd(out, n)
     assert proc.stdout.readline() == "ready\n"
     time.sleep(0.5)
-    (writer,) = _children(proc.pid)
+    (writer,) = writer_pids(out)
     os.kill(writer, signal.SIGKILL)
     stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS, child_env, cli
+from conftest import SCRIPTS, alive, child_env, cli, writer_pids
 
 # XLA compiles are most of these children's CPU; nothing here depends on them (conftest.py)
 pytestmark = pytest.mark.compile_cache
@@ -107,18 +107,6 @@ def test_the_scripts_own_handler_runs_as_under_python(tmp_path, name):
     assert ev["lost_rows"] == 0 and counts(run) == (ev["ops"], ev["transfers"])
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in (Path("/proc") / str(pid) / "task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _start_trial(tmp_path, i: int):
@@ -128,11 +116,11 @@ def _start_trial(tmp_path, i: int):
     return start(None, out, 0, "clock", clock), clock, out
 
 
-def _kill(proc, delay: float):
+def _kill(proc, out, delay: float):
     """SIGKILL ``proc`` ``delay`` s after it said ready; (kill time, its writer's pid)."""
     assert proc.stdout.readline() == "ready\n"
     time.sleep(delay)
-    writers = _children(proc.pid)
+    writers = writer_pids(out)
     t_kill = time.monotonic_ns()
     proc.kill()
     return t_kill, writers
@@ -145,7 +133,7 @@ def _lost_seconds(proc, t_kill, writers, clock, out) -> float:
     machine, made no events and is not counted)."""
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 60
-    while any(_alive(w) for w in writers) and time.monotonic() < deadline:
+    while any(alive(w) for w in writers) and time.monotonic() < deadline:
         time.sleep(0.02)  # the writer stores what it was sent, then exits
     with open(clock, "r+b") as f:
         ring = mmap.mmap(f.fileno(), 8 * (RING + 1))
@@ -168,7 +156,7 @@ def test_sigkill_loses_at_most_the_promised_last_quarter_second(tmp_path):
     losses = []
     for pair in range(6):  # 20 trials before issue 23's time budget: each is a JAX start-up
         trials = [_start_trial(tmp_path, 2 * pair + j) for j in range(2)]
-        kills = [_kill(proc, rng.uniform(0.05, 0.6)) for proc, _, _ in trials]
+        kills = [_kill(proc, out, rng.uniform(0.05, 0.6)) for proc, _, out in trials]
         for (proc, clock, out), (t_kill, writers) in zip(trials, kills):
             losses.append(round(_lost_seconds(proc, t_kill, writers, clock, out), 3))
     # the killed run says it is incomplete (its writer's own counts: nothing handed on was lost)

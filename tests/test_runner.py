@@ -347,10 +347,14 @@ def test_pythonsafepath_adds_nothing_to_sys_path_as_under_python(tmp_path):
     assert jp.stdout == plain.stdout and "no helper" in plain.stdout
 
 
-TRANSPARENT = """import functools, inspect, pickle, sys, weakref
+TRANSPARENT = """import functools, inspect, os, pickle, sys, weakref
 from concurrent.futures import ProcessPoolExecutor
 import jax, jax.numpy as jnp
 print(sys.orig_argv[1:])
+try:
+    print(os.wait())
+except ChildProcessError:
+    print('no child to wait for')
 if __name__ == '__main__':  # first: a fork after JAX started its runtime can deadlock (python too)
     with ProcessPoolExecutor(1) as ex:
         print(round(float(ex.submit(jax.nn.gelu, 1.0).result()), 4))
@@ -382,12 +386,15 @@ def test_wrapped_jax_objects_behave_as_under_python(tmp_path):
       AttributeError, exit 1);
     - jax.nn/random/scipy functions pickle, also into a process pool ("not the same object"
       before), and aliases stay one object (jax.nn.silu is jax.nn.swish: False before);
-    - jax_explain_cache_misses names the script's line (it named capture/jaxhooks/jit.py)."""
+    - jax_explain_cache_misses names the script's line (it named capture/jaxhooks/jit.py);
+    - `os.wait()` with no child of the script's raises ChildProcessError (it waited forever for
+      jaxplace's writer process, then the script's child: store/writer_process.py)."""
     script = tmp_path / "transparent.py"
     script.write_text(TRANSPARENT)
     plain, jp = _run_both(tmp_path, script, "a")
     assert jp.returncode == plain.returncode == 0, jp.stderr
     assert jp.stdout == plain.stdout and f"['{script}', 'a']" in plain.stdout
+    assert "no child to wait for" in plain.stdout
     where = [line for line in plain.stderr.splitlines() if "CACHE MISS at" in line]
     assert where and where == [line for line in jp.stderr.splitlines() if "CACHE MISS at" in line]
     assert all(f"{script}:" in line for line in where), where

@@ -25,7 +25,12 @@ teardown (``print_at_exit``); the child leaves after it.
 
 The child runs ``python -I`` (no PYTHONPATH: ``--follow-children``' bootstrap is not loaded)
 in a session of its own (a Ctrl-C at the terminal goes to the script, not to the writer; the
-script's end closes the writer).
+script's end closes the writer). It is started through ``/bin/sh`` as the script's grandchild,
+not its child: a script that waits for "any child" (``os.wait()`` until ChildProcessError, a
+SIGCHLD handler reaping ``waitpid(-1)``) must not find jaxplace's process among its children —
+``os.wait()`` with none of its own left waited forever for the writer. The shell is gone in
+~1 ms (waited for here); the writer's pid is the shell's ``$!``, and its exit is the end of its
+pipes (no exit status: it is not ours to reap).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import json
 import os
 import pickle
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +53,10 @@ _PKG_PARENT = str(Path(__file__).resolve().parents[2])
 _BOOT = ("import os, sys; sys.path.insert(0, sys.argv[1]); "
          "from jaxplace_cli.store.writer_child import serve; serve(*sys.argv[2:4]); "
          "sys.stdout.flush(); os._exit(0)")
+# the writer in the background of a shell that leaves at once (the script's grandchild); stdin
+# saved as fd 3 first: a non-interactive shell gives a background command /dev/null as stdin
+_DETACH = 'exec 3<&0; "$@" <&3 3<&- & echo "$!"'
+_SH = "/bin/sh"
 _HEADER = 8
 DISPATCHED = "dispatched"  # a batch's key for the recorder's running counts (store/writer.py COUNTED)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -68,10 +78,11 @@ class WriterProcess:
         # SIGPIPE, and a script that set SIGPIPE to SIG_DFL (common in command-line tools)
         # would be killed by it; on a socket the writer's death is an ordinary error here.
         ours, theirs = socket.socketpair()
+        argv = [sys.executable, "-I", "-c", _BOOT, _PKG_PARENT, str(self.path), "native" if native else "python"]
+        self._detached = detached = os.path.exists(_SH)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, _PKG_PARENT, str(self.path),
-                 "native" if native else "python"],
+                [_SH, "-c", _DETACH, "sh", *argv] if detached else argv,
                 stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True,
                 # numpy for the verdict (cli/run_summary.py) but no linear algebra: no OpenBLAS
@@ -85,7 +96,18 @@ class WriterProcess:
         if hasattr(socket, "SO_NOSIGPIPE"):  # macOS: no MSG_NOSIGNAL, a socket option instead
             ours.setsockopt(socket.SOL_SOCKET, socket.SO_NOSIGPIPE, 1)
         self._sock = ours
+        self._pending = b""  # the child's stdout read so far, past the last whole line
+        self._eof = False  # its stdout ended (the child is gone)
+        self.ended = False  # end() saw its pipes end (it is gone)
+        self.killed = False  # end() had to kill it (it did not leave within the timeout)
         self.pid = self.proc.pid
+        if detached:
+            self.proc.wait()  # the shell: gone once it started the writer
+            line = self._read_line(5.0)
+            if line is None or not line.strip().isdigit():
+                ours.close()
+                raise OSError("the writer process did not start")
+            self.pid = int(line)
         self.sent = 0  # rows handed to the child
         self.rows_written = 0
         self.lost_rows = 0
@@ -94,8 +116,6 @@ class WriterProcess:
         self.sqlite = ""  # the child's connection: "c" (store/_sqlite.c) or "module" (sqlite3)
         self.committed: dict | None = None  # per counted table, from the child's report or the store
         self.lingering = False  # closed with linger=True: the child waits for call() until end()
-        self._pending = b""  # the child's stdout read so far, past the last whole line
-        self._eof = False  # its stdout ended (the child is gone, reaped or not)
         self._out_tail = b""  # what communicate() collected at the end
         self._err_tail = b""
 
@@ -142,13 +162,13 @@ class WriterProcess:
             report = _report_of(self._pending + self._out_tail)
         if report is None:
             tail = self._err_tail.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            self.error = (f"the writer process (pid {self.pid}) exited with code "
-                          f"{self.proc.returncode} {tail[0]}").strip()
+            code = "" if self._detached else f" with code {self.proc.returncode}"
+            self.error = f"the writer process (pid {self.pid}) exited{code} {tail[0]}".strip()
             self.committed = stored_counts(self.path)
             self.rows_written = _count_rows(self.path)
             self.lost_rows = max(0, self.sent - self.rows_written)
             return
-        self.lingering = linger and self.proc.returncode is None
+        self.lingering = linger and not self.ended
         committed = report.get("committed")
         self.committed = committed if isinstance(committed, dict) else None
         self.rows_written = int(report.get("rows_written", 0))
@@ -175,7 +195,7 @@ class WriterProcess:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            gone = self._eof or self.proc.poll() is not None
+            gone = self._eof or self.ended or (not self._detached and self.proc.poll() is not None)
             self.end(0)
             raise (OSError if gone else TimeoutError)(
                 f"the writer process (pid {self.pid}) gave no answer{'' if gone else f' within {timeout:.0f} s'}")
@@ -227,12 +247,20 @@ class WriterProcess:
             self._sock.close()
         except OSError:
             pass
-        if self.proc.returncode is not None:
+        if self.ended:
             return
+        self.ended = True
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            out, err = self.proc.communicate(timeout=timeout)  # till the child's pipes end
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self.killed = True
+            if self._detached:  # the session the shell led holds only the writer now
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            else:
+                self.proc.kill()
             out, err = self.proc.communicate()
             err = (err or b"") + f"did not finish within {timeout:.0f} s".encode()
         self._out_tail += out or b""
