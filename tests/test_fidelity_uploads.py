@@ -132,6 +132,28 @@ def test_same_layout_on_other_devices_is_d2d_per_moved_shard(jax_devices):
     assert routes(r.of("d2d")) == [("d2d", "cpu:1", "cpu:3", 2048), ("d2d", "cpu:0", "cpu:2", 1024)]
 
 
+def test_arguments_the_compiled_program_drops_are_never_uploaded(jax_devices):
+    """JAX drops a jitted function's unused arguments (``keep_unused=False``) and never sends
+    them: no leg, whatever they are — a Python scalar, NumPy data (also the same object passed
+    at a kept position), an array on another device. Positional calls take the C hot path,
+    keyword calls the Python one; JAX's guard logs the same (checked by hand with
+    ``JAX_TRANSFER_GUARD=log``: 2 legs a call below, and no device-to-device one)."""
+    c = np.arange(4, dtype=np.float32)  # 16 B
+    x = jax.device_put(jnp.ones(4), jax_devices[0])  # committed to cpu:0
+    with jax.default_device(jax_devices[1]):
+        z = jnp.ones(4)  # uncommitted, on cpu:1: moved to cpu:0 where it is used
+    with recorded() as r:
+        f = jax.jit(lambda x, s, u, a, b, w: x * s + a)
+        for _ in range(3):
+            f(x, 2.0, 3.0, c, c, z)  # s (4 B) and a (16 B); u, b and w are dropped
+        f(x, 1.5, u=2.5, a=c, b=c, w=z)  # the same through the Python path: 4 + 16 B
+        g = jax.jit(lambda x, unused, used: x + used)
+        g(x, z, z)  # z once kept (moved to cpu:0: 16 B), once dropped
+    assert [(t.api.rsplit(" (", 1)[-1], t.bytes) for t in r.of("h2d")] == [
+        ("Python scalar)", 4), ("numpy argument)", 16)] * 4
+    assert routes(r.of("d2d")) == [("d2d", "cpu:1", "cpu:0", 16)]
+
+
 # -- 3. a reshard through the host --------------------------------------------------------------
 
 def test_reshard_through_host_records_both_legs(jax_devices):

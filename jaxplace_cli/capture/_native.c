@@ -336,6 +336,7 @@ static struct {
     PyObject *dtype_names, *dtype_name, *sharding_label, *array_nbytes, *x64_enabled;
     PyObject *py_record_call, *after_call, *record_failure, *scalar_bytes;
     PyObject *buf_attr, *d2d, *h2d, *host, *empty, *uncommitted, *tree_leaves, *host_leg, *host_types;
+    PyObject *dropped_leaves;
     PyObject *sharding_attr, *committed_attr;
     PyObject *x64_now; /* JAX's jax_enable_x64 holder (its .value), or None: x64_enabled() */
     int ready;
@@ -423,12 +424,12 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
                             "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", "host_leg",
-                            "host_types", "sharding_attr", "x64_now", "committed_attr", NULL};
-    PyObject *v[20], *sharding_attr = S_sharding, *x64_now = Py_None, *committed_attr = S_committed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOO|UOU", names, &v[0], &v[1], &v[2],
+                            "host_types", "dropped_leaves", "sharding_attr", "x64_now", "committed_attr", NULL};
+    PyObject *v[21], *sharding_attr = S_sharding, *x64_now = Py_None, *committed_attr = S_committed;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOOO|UOU", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
                                      &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19],
-                                     &sharding_attr, &x64_now, &committed_attr))
+                                     &v[20], &sharding_attr, &x64_now, &committed_attr))
         return NULL;
     Py_XSETREF(G.sharding_attr, Py_NewRef(sharding_attr));
     Py_XSETREF(G.committed_attr, Py_NewRef(committed_attr));
@@ -437,8 +438,8 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
                           &G.dtype_name, &G.sharding_label,
                           &G.array_nbytes, &G.x64_enabled, &G.py_record_call, &G.after_call,
                           &G.record_failure, &G.scalar_bytes, &G.buf_attr, &G.d2d, &G.h2d,
-                          &G.host, &G.tree_leaves, &G.host_leg, &G.host_types};
-    for (int i = 0; i < 20; i++) {
+                          &G.host, &G.tree_leaves, &G.host_leg, &G.host_types, &G.dropped_leaves};
+    for (int i = 0; i < 21; i++) {
         Py_INCREF(v[i]);
         Py_XSETREF(*slots[i], v[i]);
     }
@@ -1009,13 +1010,33 @@ static int time_objects(PyObject **tid, PyObject **t0rel, unsigned long long tid
     return 0;
 }
 
+/* Whether operand i of the call is one its compiled program drops as unused: never uploaded or
+   moved, no leg (legs.dropped_leaves, asked once per call, and only for a jit's scalars, NumPy data
+   and arrays on another device; None in *dropped for any other call). 1, 0, or -1 with an error. */
+static int dropped_at(Call *c, PyObject **dropped, Py_ssize_t i) {
+    if (!*dropped) {
+        int fl = field_true(c->spec, K_SPEC, P_FLATTEN);
+        if (fl < 0) return -1;
+        *dropped = fl ? PyObject_CallFunctionObjArgs(G.dropped_leaves, c->fn, c->spec, c->args, NULL)
+                      : Py_NewRef(Py_None);
+        if (!*dropped) return -1;
+    }
+    if (!PyFrozenSet_CheckExact(*dropped) || PySet_GET_SIZE(*dropped) == 0) return 0;
+    PyObject *k = PyLong_FromSsize_t(i);
+    if (!k) return -1;
+    int r = PySet_Contains(*dropped, k);
+    Py_DECREF(k);
+    return r;
+}
+
 static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
     int rc = -1;
     PyObject *dev = NULL, *tid = NULL, *t0rel = NULL, *in_ids = NULL, *seqs = NULL, *ops = NULL,
              *transfers = NULL, *bufids = NULL, *tail = NULL, *scalar_bytes = NULL;
     PyObject *kind = NULL, *name = NULL, *on_transfer = NULL, *scalar_api = NULL;
     PyObject *stack = NULL; /* the transfers' stack node (call_stack), made with the first one */
-    int scalars = 0;
+    PyObject *dropped = NULL; /* dropped_at's answer, on first need */
+    int scalars = 0, dr;
     Py_ssize_t nargs = PyTuple_GET_SIZE(c->leaves);
     PyObject *in_list = NULL;
 
@@ -1055,6 +1076,11 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             int cmp = err ? 0 : PyUnicode_Compare(adev, dev);
             if (cmp == -1 && PyErr_Occurred()) err = -1; /* not str labels: an error, not "moved" */
             int moved = !err && cmp != 0 && !has_comma(adev);
+            if (moved) {
+                int d = dropped_at(c, &dropped, i);
+                if (d < 0) err = -1;
+                else if (d) moved = 0; /* a jit argument its program dropped: never moved */
+            }
             if (!err && moved) {
                 PyObject *cm = committed_of(a), *api = NULL, *nb = NULL, *s = NULL;
                 int committed = cm ? PyObject_IsTrue(cm) : -1;
@@ -1083,6 +1109,9 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
             if (err) goto done;
         } else if (!scalars) {
             continue; /* a plain function's operands: its dispatches inside count their own */
+        } else if ((dr = dropped_at(c, &dropped, i))) {
+            if (dr < 0) goto done;
+            continue; /* a jit argument its program dropped: never uploaded */
         } else if (!is_scalar(a)) { /* NumPy data and the like: dispatch._host_leg, in order */
             PyObject *kw = c->kwargs ? Py_NewRef(c->kwargs) : PyDict_New();
             PyObject *st = stack ? Py_NewRef(stack) : PyLong_FromLong(-1);
@@ -1227,6 +1256,7 @@ done:
     Py_XDECREF(in_list);
     Py_XDECREF(on_transfer);
     Py_XDECREF(scalar_api);
+    Py_XDECREF(dropped);
     Py_XDECREF(stack);
     return rc;
 }

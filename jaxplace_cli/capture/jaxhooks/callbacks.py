@@ -25,8 +25,7 @@ import jax
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.frames import drop_own
-from jaxplace_cli.capture.jaxhooks.common import _EvalTrace, _trace_now
-from jaxplace_cli.capture.jaxhooks.dispatch import array_nbytes, upload_nbytes
+from jaxplace_cli.capture.jaxhooks.common import _EvalTrace, _trace_now, array_nbytes, upload_nbytes
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, tls, wraps
 from jaxplace_cli.model.events import D2H, H2D, HOST, TransferEvent
 

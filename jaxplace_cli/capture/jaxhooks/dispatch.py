@@ -2,15 +2,13 @@
 
 Why wrappers and not ``core.EvalTrace.process_primitive``: ``jax.numpy`` functions and user
 ``jit`` functions dispatch through the C++ fast path, which never re-enters Python on a cache
-hit. Forcing the slow path costs ~x1.44; a thin Python wrapper around the
-*public* entry points (``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs
-a few microseconds of Python per op, sees the caller's frame, and keeps the fast path. Primitives bound
-eagerly outside any wrapper (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on
-``EvalTrace.process_primitive``.
+hit. Forcing the slow path costs ~x1.44; a thin wrapper around the *public* entry points
+(``jax.jit``, ``jax.numpy.*``, Array operators and methods, ...) costs a few microseconds per op,
+sees the caller's frame, and keeps the fast path. Primitives bound eagerly outside any wrapper
+(``lax.*``, ``jax.grad`` outside jit) are caught by a hook on ``EvalTrace.process_primitive``.
 
-A wrapper records only when it is the outermost hooked call on its thread, JAX is not
-tracing, and the call produced a jax.Array that is not simply one of its inputs — so helpers
-such as ``jnp.shape`` or ``jnp.asarray(existing_array)`` leave no op behind.
+A wrapper records only when it is the outermost hooked call on its thread, JAX is not tracing,
+and the call produced a jax.Array that is not one of its inputs (``jnp.asarray(array)``: no op).
 """
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _x64_now,
     array_nbytes,
     pass_on,
-    upload_nbytes,  # noqa: F401 - callbacks.py imports it from here
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
@@ -180,7 +177,8 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             if on_transfer is not None:
                 on_transfer(ev)
         leaves = [a for a in leaves if type(a) not in PY_SCALARS and not isinstance(a, np.integer)]  # counted above
-    for a in leaves:
+    dropped = legs.dropped_leaves(fn, spec, args, kwargs) if spec.flatten else legs.NOTHING_DROPPED
+    for i, a in enumerate(leaves):
         ta = type(a)
         if ta is ArrayImpl or isinstance(a, _Array):
             ash = a.sharding
@@ -193,6 +191,8 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             if b is None:
                 b = rec.buffer_id(a, adev, getattr(a, "_committed", True), site, seq)
             in_bufs.append(b)
+            if i in dropped:
+                continue  # an argument the compiled program dropped: never moved
             if adev != dev and "," not in dev and "," not in adev:
                 committed = getattr(a, "_committed", True)
                 api = spec.api + (" (uncommitted input)" if not committed else "")
@@ -214,8 +214,8 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
                     transfers.append(ev)
                     if on_transfer is not None:
                         on_transfer(ev)
-        elif not spec.scalars:
-            continue  # a plain function: its dispatches inside count their own (legs.py)
+        elif not spec.scalars or i in dropped:
+            continue  # a plain function: its dispatches inside count their own (legs.py); dropped: never uploaded
         elif ta in PY_SCALARS and "," not in dev:  # x + 1.0 uploads the 1.0 (jax-facts 7)
             if scalar_bytes is None:
                 scalar_bytes = _SCALAR_BYTES[x64_enabled()]
@@ -366,8 +366,8 @@ def configure_native(mod):
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
                   d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=legs.host_leg,
-                  host_types=(np.ndarray, np.generic), sharding_attr=_direct_attr("sharding"), x64_now=_x64_now,
-                  committed_attr=_direct_attr("committed"))
+                  dropped_leaves=legs.dropped_leaves, host_types=(np.ndarray, np.generic),
+                  sharding_attr=_direct_attr("sharding"), x64_now=_x64_now, committed_attr=_direct_attr("committed"))
     return mod.record_call
 
 

@@ -294,10 +294,19 @@ def python_ints(values) -> tuple:
         return ()
 
 
-def _kept(fn, spec, args, kwargs, a) -> bool:
-    """Whether jit call ``fn``'s program keeps operand ``a`` (common.kept_leaves)."""
-    kept, leaves = kept_leaves(fn, spec, args, kwargs)
-    return kept is None or any(x is a and i in kept for i, x in enumerate(leaves))
+NOTHING_DROPPED = frozenset()
+
+
+def dropped_leaves(fn, spec, args, kwargs=None) -> frozenset:
+    """Indexes of a jit call's dynamic argument leaves (``tree_leaves((args, kwargs))`` without
+    the static ones: the operands the hooks walk) that its compiled program drops as unused
+    (common.kept_leaves): never uploaded, never moved, so no leg — a Python scalar, NumPy data
+    or an array on another device alike. By position: the same object may be passed at a kept
+    and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
+    if not spec.flatten or type(fn).__name__ != "PjitFunction":
+        return NOTHING_DROPPED
+    kept, leaves = kept_leaves(fn, spec, args, kwargs or {})
+    return NOTHING_DROPPED if kept is None else frozenset(range(len(leaves))).difference(kept)
 
 
 def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
@@ -305,12 +314,11 @@ def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int
     """The host legs of one operand ``a`` of a dispatch (nothing if it is not host data), in
     operand order: dispatch._after_call's last branch, and the C hot path's (capture/_native.c
     ``record_fast``, which records arrays and scalars itself and hands each other operand of a
-    one-device call here). Returns the call's stack node, made with its first transfer from
+    one-device call here); an operand the compiled program drops is skipped before
+    (``dropped_leaves``). Returns the call's stack node, made with its first transfer from
     ``frame`` (default: the caller's caller, the hook's frame when the C code calls)."""
     if not is_host(a):
         return stack
-    if spec.flatten and type(fn).__name__ == "PjitFunction" and not _kept(fn, spec, args, kwargs, a):
-        return stack  # an argument the compiled program dropped: never uploaded
     scalar = type(a) in PY_SCALARS
     api = suffix(spec.api, a) if not scalar else spec.scalar_api
     if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
