@@ -8,7 +8,8 @@ fatal. ``uninstall()`` restores every original object. Both are called from one 
 Entry points hooked (see dispatch.py for why these and not primitives alone):
 ``jax.jit`` (jit.py); public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.scipy``
 (``linalg``, ``special``, ``signal``, ``fft``, ``ndimage``, ``sparse.linalg``), ``jax.nn``,
-``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods; primitives bound
+``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods, ``x.at[i].set`` and
+its siblings (methods.py); primitives bound
 eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.device_put`` and
 ``jax.make_array_from_*`` with their per-device legs (uploads.py); host callbacks
 (callbacks.py); ``jax.device_get``; ``Array._value`` (every host read),
@@ -16,13 +17,12 @@ eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.dev
 """
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass, field
 
 from jaxplace_cli.capture.jaxhooks import state
 from jaxplace_cli.capture.memory import sample_step_stats
-from jaxplace_cli.model.events import OP_JNP, OP_METHOD, OP_PRIM
+from jaxplace_cli.model.events import OP_JNP, OP_PRIM
 
 
 @dataclass
@@ -35,30 +35,8 @@ class HookReport:
 _PATCHES: list[tuple[object, str, object]] = []  # (owner, attribute, original)
 _LISTENERS: list = []  # jax.monitoring listeners to unregister
 
-# Array operator -> the jax.numpy name users and policies know it by.
-OPERATOR_NAMES = {
-    "add": "add", "radd": "add", "sub": "subtract", "rsub": "subtract", "mul": "multiply",
-    "rmul": "multiply", "truediv": "true_divide", "rtruediv": "true_divide",
-    "floordiv": "floor_divide", "rfloordiv": "floor_divide", "mod": "remainder",
-    "rmod": "remainder", "divmod": "divmod", "rdivmod": "divmod", "pow": "power",
-    "rpow": "power", "matmul": "matmul", "rmatmul": "matmul", "and": "bitwise_and",
-    "rand": "bitwise_and", "or": "bitwise_or", "ror": "bitwise_or", "xor": "bitwise_xor",
-    "rxor": "bitwise_xor", "lshift": "left_shift", "rlshift": "left_shift",
-    "rshift": "right_shift", "rrshift": "right_shift", "neg": "negative", "pos": "positive",
-    "abs": "abs", "invert": "invert", "eq": "equal", "ne": "not_equal", "lt": "less",
-    "le": "less_equal", "gt": "greater", "ge": "greater_equal", "getitem": "getitem",
-    "round": "round",
-}
 # NumPy entry points that read a jax.Array without entering jax on the CPU backend.
 NUMPY_READERS = ("asarray", "array", "asanyarray", "ascontiguousarray")
-
-NOT_METHODS = frozenset({
-    "addressable_data", "copy_to_host_async", "devices", "item", "tobytes", "tolist",
-    "to_device", "view", "block_until_ready", "delete", "is_deleted", "on_device_size_in_bytes",
-    "unsafe_buffer_pointer", "addressable_shards", "global_shards", "is_fully_addressable",
-    "is_fully_replicated",
-})
-
 
 def _patch(owner, attr: str, new) -> None:
     original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
@@ -101,49 +79,9 @@ def _install_ufunc(report: HookReport) -> None:
 
 
 def _install_array_methods(report: HookReport) -> None:
-    from jax._src.array import ArrayImpl
+    from jaxplace_cli.capture.jaxhooks import methods
 
-    from jaxplace_cli.capture.jaxhooks.common import OPERATOR_LABELS, OPERATORS_ONE_DISPATCH
-    from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, wrap
-
-    n = 0
-    for attr, obj in list(ArrayImpl.__dict__.items()):
-        # the unary operators (-x, +x, abs(x), ~x) are jit functions in the class, not
-        # Python functions: unwrapped, -x ran unseen, and on data a policy placed it ran on
-        # JAX's default device with an unrecorded copy (found by suggest --verify, issue 19)
-        jitted = type(obj).__name__ == "PjitFunction" and attr.startswith("__")
-        if not (inspect.isfunction(obj) or jitted):
-            continue
-        if attr.startswith("__") and attr.endswith("__"):
-            base = attr[2:-2]
-            if base not in OPERATOR_NAMES:
-                continue
-            # x[0] uploads its index: dispatch.index_uploads says how much. An operator that is
-            # one dispatch of its operands (x * 2.0) counts their legs itself; the others (x ** 2:
-            # integer_pow, none) leave them to what they dispatch (legs.py). Labels: common.py
-            spec = CallSpec(OPERATOR_NAMES[base], OP_METHOD, api=OPERATOR_LABELS[base],
-                            scalar_operands=jitted or base in OPERATORS_ONE_DISPATCH)
-            spec.index = base == "getitem"
-            spec.depth = 2 if base in OPERATORS_ONE_DISPATCH else 1
-        elif attr.startswith("_") or attr in NOT_METHODS:
-            continue
-        else:
-            spec = CallSpec(attr, OP_METHOD, scalar_operands=False)
-        _patch(ArrayImpl, attr, wrap(obj, spec, method=True))
-        n += 1
-    report.installed.append(f"Array operators and methods ({n})")
-    # a typed key array (jax.random.key) is its own class: keys[1] uploads its start index as
-    # x[1] does (dispatch.index_uploads), and went unseen (its slice ran as a bare primitive)
-    try:
-        from jax._src.random.prng import PRNGKeyArray
-    except ImportError:
-        return
-    getitem = PRNGKeyArray.__dict__.get("__getitem__")
-    if inspect.isfunction(getitem):
-        spec = CallSpec("getitem", OP_METHOD, api=OPERATOR_LABELS["getitem"])
-        spec.index = True
-        _patch(PRNGKeyArray, "__getitem__", wrap(getitem, spec, method=True))
-        report.installed.append("key array indexing")
+    methods.install(_patch, report)
 
 
 def in_backward_pass() -> bool:

@@ -11,6 +11,7 @@ import json
 from jax.tree_util import tree_flatten
 
 from jaxplace_cli.capture.jaxhooks.state import active, sharding_label, tls
+from jaxplace_cli.model.events import OP_JIT
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -50,7 +51,12 @@ def on_duration_event(event: str, duration_secs: float, **kwargs) -> None:
         info = {"fun": str(kwargs.get("fun_name", "?")), "secs": round(float(duration_secs), 6)}
         if op is not None:
             name, seq, site, args, kw = op[:5]
-            info.update(op=name, op_seq=seq, site=site, signature=signature(args, kw))
+            info.update(op=name, op_seq=seq, site=site)
+            # a jit call's only (the recompile rule reads no other): another op's arguments may
+            # be any object, and a repr can read device values (x.at[i]'s prints its array: a
+            # device-to-host copy of jaxplace's making, recorded as the op's read)
+            if op[6].kind == OP_JIT:
+                info["signature"] = signature(args, kw)
         rec.marker("compile", json.dumps(info))
     except Exception:
         pass  # never disturb a compilation
