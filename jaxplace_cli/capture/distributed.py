@@ -226,8 +226,10 @@ def watch_launch(fd: int, session, stuck_s: float = STUCK_S) -> None:
     reason in ``error`` — and ends the process (exit 130, as the SIGINT would have).
 
     A process whose script has ended (``script_ended``: its run saved) but which is still
-    here waits in JAX's shutdown for peers that launch is stopping: it exits with the
-    script's own code ``stuck_s`` later."""
+    here may wait in JAX's shutdown for peers that launch is stopping: once its main thread is
+    there (``_in_jax_teardown``) for 0.1 s it exits with the script's own code. Until then it is
+    python's exit at work — the script's atexit handlers (a checkpoint saved on Ctrl-C) run as
+    long as they take, as under python; they were cut 0.1 s after the run was saved."""
     try:
         reason = os.read(fd, 512).decode("utf-8", "replace").strip() or "jaxplace launch ended"
     except OSError:
@@ -243,8 +245,32 @@ def watch_launch(fd: int, session, stuck_s: float = STUCK_S) -> None:
         _exit(130)
     while _status["ended"] is None:  # the main thread is saving the run (on the SIGINT, or done)
         time.sleep(0.05)
-    time.sleep(0.1)  # python's own exit, if it is not blocked (its lines are written)
+    main, stuck = threading.main_thread().ident, 0
+    while stuck < 2:  # python's own exit, if it is not blocked (its lines are written)
+        time.sleep(0.05)
+        stuck = stuck + 1 if _in_jax_teardown(sys._current_frames().get(main)) else 0
     _exit(_status["ended"])
+
+
+def _in_jax_teardown(frame) -> bool:
+    """Whether the main thread, after the script, is past the script's own code: no Python
+    frame (the interpreter's teardown, or an atexit handler in C) or in one of JAX's own atexit
+    handlers (``jax._src.api.clean_up``: ``distributed.shutdown`` waits for every peer). The
+    outermost frame that is neither jaxplace's (``runner.exit_like_python`` runs the handlers on
+    a Ctrl-C) nor runpy's is the handler running, or the script's."""
+    if frame is None:
+        return True
+    outer = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_OWN) or name.startswith("<frozen")):
+            outer = name
+        frame = frame.f_back
+    jax = sys.modules.get("jax")
+    return outer is not None and outer.startswith(os.path.dirname(getattr(jax, "__file__", None) or "/-") + os.sep)
+
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # jaxplace_cli/
 
 
 def _exit(code: int) -> None:
