@@ -39,6 +39,8 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.store import queries
@@ -167,11 +169,22 @@ def per_step_transfers(run: RunData, info: StepInfo) -> dict[str, KindStepStats]
     stats = {k: KindStepStats([0] * n, [0] * n) for k in TRANSFER_KINDS}
     if not n:
         return stats
-    starts = [s.start_seq for s in info.steps]
-    for seq, kind, nbytes in queries.transfers_from(run.store, starts[0]):
-        i = bisect.bisect_right(starts, seq) - 1
-        if i < 0 or seq >= info.steps[i].end_seq or kind not in stats:
-            continue
-        stats[kind].counts[i] += 1
-        stats[kind].bytes[i] += nbytes
+    starts = np.array([s.start_seq for s in info.steps], np.int64)
+    ends = np.array([s.end_seq for s in info.steps], np.int64)
+    # in numpy: a loop over the rows took 0.45 s of a 479k-transfer run's 2.4 s audit
+    cols = queries.transfer_columns_from(run.store, int(starts[0]))
+    seq, kind, nbytes = cols["seq"], cols["kind"], cols["bytes"]
+    step = np.searchsorted(starts, seq, side="right") - 1
+    inside = (step >= 0) & (seq < ends[np.maximum(step, 0)])
+    exact = not nbytes.size or int(nbytes.max()) * nbytes.size < 1 << 63  # no int64 sum can overflow
+    for code, k in enumerate(TRANSFER_KINDS):
+        mine = inside & (kind == code)
+        stats[k].counts[:] = np.bincount(step[mine], minlength=n).tolist()
+        if exact:
+            total = np.zeros(n, np.int64)
+            np.add.at(total, step[mine], nbytes[mine])
+            stats[k].bytes[:] = total.tolist()
+        else:  # a damaged store's sizes near 2**63: Python's ints
+            for i, b in zip(step[mine].tolist(), nbytes[mine].tolist()):
+                stats[k].bytes[i] += b
     return stats

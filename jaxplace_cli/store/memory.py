@@ -3,7 +3,6 @@
 memory tables has none: ``has_memory`` is False and the audit carries no ``memory`` object."""
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -11,6 +10,7 @@ import numpy as np
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, OP_DEVICE_PUT
 from jaxplace_cli.model.untrusted import parse_value
+from jaxplace_cli.store.columns import parse_ints
 
 
 class FailedAllocation(NamedTuple):
@@ -53,12 +53,9 @@ MAX_CASE_LABELS = 500
 def _columns(store, table: str, ints: tuple, text: str | None = "device") -> tuple[dict, list]:
     """``ints`` (and ``text`` as indices into its distinct values) of every row of ``table``.
 
-    One aggregate query: each column comes back as one comma-joined string that numpy
-    parses (``group_concat`` + ``np.fromstring``). On a 479k-row ``buffers`` table that is
-    0.2 s, against 0.45 s for ``fetchall`` of the rows as tuples and 0.1-0.3 s more to
-    split the tuples into columns (measured, 2 cores). All the aggregates of one query step
-    over the same rows in the same order, so the columns stay aligned. A value that is not
-    an integer (a damaged store) is a ``DataError``, not a silently wrong number."""
+    One aggregate query, each column one comma-joined string numpy parses (store/columns.py
+    says why), with ``text`` mapped to indices in the same query. A value that is not an
+    integer (a damaged store) is a ``DataError``, not a silently wrong number."""
     labels: list = []
     cols = [f"group_concat({c})" for c in ints]
     bad = " OR ".join(f"typeof({c}) != 'integer'" for c in ints)
@@ -74,10 +71,10 @@ def _columns(store, table: str, ints: tuple, text: str | None = "device") -> tup
     n, nbad = row[0], row[1]
     if nbad:
         raise DataError(f"{table}: {nbad} rows hold a value that is not an integer in {', '.join(ints)}")
-    out = {c: _parse(row[2 + i], n, f"{table}.{c}") for i, c in enumerate(ints)}
+    out = {c: parse_ints(row[2 + i], n, f"{table}.{c}") for i, c in enumerate(ints)}
     if text is not None:
         if len(labels) <= MAX_CASE_LABELS:
-            codes = _parse(row[2 + len(ints)], n, f"{table}.{text}")
+            codes = parse_ints(row[2 + len(ints)], n, f"{table}.{text}")
         else:
             index = {v: i for i, v in enumerate(labels)}
             codes = np.fromiter((index[r[0]] for r in store.conn.execute(f"SELECT {text} FROM {table}")),
@@ -86,21 +83,6 @@ def _columns(store, table: str, ints: tuple, text: str | None = "device") -> tup
             raise DataError(f"{table}.{text} holds a NULL")
         out[text] = codes
     return out, labels
-
-
-def _parse(joined, n: int, what: str) -> np.ndarray:
-    """The ``n`` integers of a ``group_concat`` string (None: no row)."""
-    if not n:
-        return np.zeros(0, np.int64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # text numpy cannot read to its end: an error, not a cut
-        try:
-            out = np.fromstring(joined or "", dtype=np.int64, sep=",")
-        except (ValueError, DeprecationWarning):
-            out = None
-    if out is None or out.size != n:
-        raise DataError(f"{what}: the column does not read back as {n} integers")
-    return out
 
 
 def _json_markers(store, kind: str) -> list[tuple[int, dict]]:

@@ -31,6 +31,7 @@ from jaxplace_cli.model.events import (
     H2D,
     MARKER_COMPILE,
     OP_JIT,
+    TRANSFER_KINDS,
     TRANSFER_OPS,
     CompileInfo,
     OpEvent,
@@ -339,12 +340,17 @@ def jit_ops(store) -> list[tuple[int, str, int, str]]:
     return store.conn.execute("SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,)).fetchall()
 
 
-def transfers_from(store, start_seq: int):
-    """``(seq, kind, bytes)`` of every transfer from ``start_seq`` on, small ones included (an
-    unknown or impossible size as 0 bytes: the transfer still counts), as an iterator: a run of
-    millions of transfers is read row by row, never held as a list."""
-    return store.conn.execute("SELECT seq, kind, CASE WHEN bytes > 0 THEN bytes ELSE 0 END FROM transfers "
-                              "WHERE seq >= ? ORDER BY seq", (start_seq,))
+def transfer_columns_from(store, start_seq: int) -> dict:
+    """Every transfer from ``start_seq`` on, small ones included, as int64 columns ``seq``,
+    ``kind`` (the index of its kind in ``TRANSFER_KINDS``, -1 for another) and ``bytes`` (an
+    unknown or impossible size as 0: the transfer still counts), in table order
+    (store/columns.py: a million rows at a time)."""
+    from jaxplace_cli.store.columns import int_columns
+
+    kinds = " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(TRANSFER_KINDS))
+    return int_columns(store, "transfers", {"seq": "seq", "kind": f"CASE kind {kinds} ELSE -1 END",
+                                            "bytes": "CASE WHEN bytes > 0 THEN bytes ELSE 0 END"},
+                       "seq >= ?", (start_seq,))
 
 
 def blocking_reads(store) -> list[tuple[int, int, str, int, int]]:
