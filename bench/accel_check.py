@@ -55,6 +55,9 @@ _GUARD_RECORD = re.compile(r"[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ guard_lib\.cc:
 # host and its results back to the accelerator (docs/fidelity.md, "Host callbacks"), so both
 # sides' callback legs are counted apart there.
 _TO_CPU = re.compile(r"dst_sharding=SingleDeviceSharding\(device=CpuDevice")
+# a NamedSharding leg's mesh axes and partition spec: the guard logs the leg with the array's
+# global aval, each device receives its shard
+_MESH = re.compile(r"dst_sharding=NamedSharding\(mesh=Mesh\(((?:[^()]|\([^()]*\))*)\), spec=P\(((?:[^()]|\([^()]*\))*)\)")
 _CALLBACK_API = ("pure_callback", "io_callback", "debug.callback", "debug_print")
 STEPS = """import jax, jax.numpy as jnp
 x = jnp.zeros((1024, 1024))  # 4 MiB
@@ -110,13 +113,28 @@ def guard_legs(lines: list[str], accelerator: bool = False) -> dict[str, list]:
         row = out["callback" if accelerator and kind != "d2h" and _TO_CPU.search(line) else kind]
         row[0] += 1
         if m.group(2):
-            shape = [int(d) for d in m.group(3).split(",") if d]
+            shape = shard_shape([int(d) for d in m.group(3).split(",") if d], line)
             row[1] += int(np.prod(shape, dtype=np.int64)) * np.dtype(m.group(2)).itemsize
         elif m.group(5) in _XLA_BYTES:
             shape = [int(d) for d in m.group(4).split(",") if d]
             row[1] += int(np.prod(shape, dtype=np.int64)) * _XLA_BYTES[m.group(5)]
         else:
             row[2] += 1
+    return out
+
+
+def shard_shape(shape: list[int], line: str) -> list[int]:
+    """The shape one device receives of a leg the guard logs with its global aval: each
+    dimension divided by the sizes of the mesh axes its spec entry names (``P('x', None)``,
+    ``P(('x', 'y'),)``); the shape itself for any other sharding."""
+    m = _MESH.search(line)
+    if not m:
+        return shape
+    sizes = {name: int(n) for name, n in re.findall(r"'([^']+)': (\d+)", m.group(1))}
+    out = list(shape)
+    for i, entry in enumerate(re.findall(r"\([^()]*\)|None|'[^']*'", m.group(2))[:len(out)]):
+        for name in re.findall(r"'([^']+)'", entry):
+            out[i] //= sizes.get(name, 1)
     return out
 
 

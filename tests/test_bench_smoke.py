@@ -136,3 +136,20 @@ def test_box_counts_the_cpu_of_other_processes_and_not_the_benchs_own(tmp_path):
     assert other in named and ours.pid not in named, acc
     assert acc["others_cpu_s"] > 0 and abs(acc["others_cores"] - acc["others_cpu_s"]) < 0.01  # over 1.0 s of wall
     assert box.account(None, after, 1.0)["others_cpu_s"] is None
+
+
+def test_the_guard_parser_counts_what_each_device_received():
+    """The guard logs a NamedSharding leg with the array's global aval; each device receives
+    its shard (lines as JAX 0.10 logs them: a float32[8,4] put on a 2x2 mesh four ways, 4 legs
+    each). By hand: P('x') 4 x 64 B, P(('x','y')) 4 x 32, P('x','y') 4 x 32, P(None,'y') 4 x 64,
+    P() 4 x 128: 20 legs, 1,280 B (the global aval alone: 20 x 128 = 2,560 B)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import accel_check
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    head = ("W1206 20:37:12.074811   12014 guard_lib.cc:125] host-to-device transfer: aval=ShapedArray("
+            "float32[8,4]), dst_sharding=NamedSharding(mesh=Mesh('x': 2, 'y': 2, axis_types=(Auto, Auto)), spec=P(")
+    specs = ["'x',", "('x', 'y'),", "'x', 'y'", "None, 'y'", ""]
+    lines = [f"{head}{spec}), memory_kind=device)" for spec in specs for _ in range(4)]
+    assert accel_check.guard_legs(lines)["h2d"] == [20, 1280, 0]

@@ -7,32 +7,30 @@ docs/fidelity.md). The oracle run withholds JAX's C++ fast-path data, so every d
 the Python path, where the guard names each leg's aval (on the fast path it logs the leg with
 no aval): the legs themselves are the same, the bytes become readable.
 """
-import re
 import sqlite3
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 from conftest import GUARD_ORACLE, REPO, child_env, jaxplace
+
+sys.path.insert(0, str(REPO / "bench"))
+try:
+    import accel_check
+finally:
+    sys.path.remove(str(REPO / "bench"))
 
 LIBRARY = REPO / "tests" / "library"
 PROGRAMS = ("optax_fit.py", "flax_nnx.py", "equinox_mlp.py", "numpyro_predictive.py",
             "diffrax_ode.py", "no_upload.py", "flax_linen_loader.py")
 
-_LEG = re.compile(r"(host-to-device|device-to-device) transfer: (?:aval=ShapedArray\((\w+)\[([\d,]*)\])?")
-
 
 def guard_legs(stderr: str) -> dict:
-    """{kind: (legs, bytes)} from the guard's lines (an aval's size: its dtype times shape)."""
-    out = {"h2d": [0, 0], "d2d": [0, 0]}
-    for m in _LEG.finditer(stderr):
-        kind = "h2d" if m.group(1) == "host-to-device" else "d2d"
-        assert m.group(2), f"a leg without aval: {m.group(0)}"
-        shape = [int(d) for d in m.group(3).split(",") if d]
-        out[kind][0] += 1
-        out[kind][1] += int(np.prod(shape, dtype=np.int64)) * np.dtype(m.group(2)).itemsize
-    return {k: tuple(v) for k, v in out.items()}
+    """{kind: (legs, bytes)} from the guard's lines (bench/accel_check.py's parser: an aval's
+    size is its dtype times the shape one device receives)."""
+    legs = accel_check.guard_legs(stderr.splitlines())
+    assert legs["h2d"][2] == legs["d2d"][2] == 0, "a leg without aval"
+    return {k: tuple(legs[k][:2]) for k in ("h2d", "d2d")}
 
 
 @pytest.fixture(scope="module")
