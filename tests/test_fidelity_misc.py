@@ -204,3 +204,17 @@ def test_a_second_function_name_stays_whole_for_policies():
 
     assert canonical("jit(f) [model.py:12]") == "jit(f) [model.py:12]"
     assert canonical("jnp.matmul") == "dot_general" and canonical("jit(step)") == "jit(step)"
+
+
+def test_a_compile_marker_carries_an_argument_signature_for_a_jit_call_only():
+    """The recompile rule reads the signature of jit calls only; for any other op in flight
+    (an eager jnp op, a method) none is built: it repr()'d each argument that is not an array,
+    and a repr may read device values (a device-to-host copy of jaxplace's making)."""
+    with recorded() as r:
+        jnp.sin(jnp.ones(19))  # a shape no other test uses: sin compiles under its op
+        f = jax.jit(lambda a, n: a * n, static_argnums=1)
+        f(jnp.ones(19), 3)
+    by_op = {i.get("op"): i for i in (json.loads(m.value) for m in r.markers if m.kind == "compile")}
+    assert "signature" not in by_op["sin"], by_op
+    (jit_op,) = [name for name in by_op if name and name.startswith("jit(")]
+    assert by_op[jit_op]["signature"] == ["float32[19] @cpu:0", "int 3"]

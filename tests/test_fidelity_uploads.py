@@ -154,6 +154,19 @@ def test_arguments_the_compiled_program_drops_are_never_uploaded(jax_devices):
     assert routes(r.of("d2d")) == [("d2d", "cpu:1", "cpu:0", 16)]
 
 
+def test_an_index_update_of_an_array_on_another_device(jax_devices):
+    """``x.at[1].set(2.0)`` of an ``x`` committed to cpu:1: JAX makes the index and the value on
+    the default device (two 4 B uploads onto cpu:0) and its scatter moves both to cpu:1 (two
+    4 B device-to-device legs; the guard logs the same). One op around the update lost the two
+    moves (tried 2026-12-06: docs/fidelity.md)."""
+    x = jax.device_put(jnp.zeros(4), jax_devices[1])
+    with recorded() as r:
+        y = x.at[1].set(2.0)
+    assert y.devices() == {jax_devices[1]}
+    assert routes(r.of("h2d")) == [("h2d", "host", "cpu:0", 4)] * 2
+    assert routes(r.of("d2d")) == [("d2d", "cpu:0", "cpu:1", 4)] * 2
+
+
 # -- 3. a reshard through the host --------------------------------------------------------------
 
 def test_reshard_through_host_records_both_legs(jax_devices):

@@ -8,8 +8,7 @@ fatal. ``uninstall()`` restores every original object. Both are called from one 
 Entry points hooked (see dispatch.py for why these and not primitives alone):
 ``jax.jit`` (jit.py); public functions of ``jax.numpy`` (+ ``linalg``, ``fft``), ``jax.scipy``
 (``linalg``, ``special``, ``signal``, ``fft``, ``ndimage``, ``sparse.linalg``), ``jax.nn``,
-``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods, ``x.at[i].set`` and
-its siblings (methods.py); primitives bound
+``jax.random``; ``jax.numpy.ufunc.__call__``; Array operators and methods (methods.py); primitives bound
 eagerly (``EvalTrace.process_primitive``); the explicit placement APIs ``jax.device_put`` and
 ``jax.make_array_from_*`` with their per-device legs (uploads.py); host callbacks
 (callbacks.py); ``jax.device_get``; ``Array._value`` (every host read),

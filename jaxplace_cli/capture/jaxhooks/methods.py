@@ -1,5 +1,5 @@
 """The hooks on methods of JAX's array types: ``jax.Array``'s operators and methods (``x + 1.0``,
-``x.sum()``), a typed key array's ``keys[i]``, and ``x.at[i].set(v)`` and its siblings.
+``x.sum()``) and a typed key array's ``keys[i]``.
 Installed by ``jaxhooks.install`` (``_install_array_methods``)."""
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ NOT_METHODS = frozenset({
 
 
 def install(patch, report) -> None:
-    """Array operators and methods, a typed key array's indexing, and ``x.at[i]``'s updates:
-    each a wrapper (``dispatch.wrap``), patched through ``patch`` (``jaxhooks._patch``, which
+    """Array operators and methods and a typed key array's indexing: each a wrapper (``dispatch.wrap``), patched through ``patch`` (``jaxhooks._patch``, which
     remembers the original for ``uninstall``)."""
     n = 0
     for attr, obj in list(ArrayImpl.__dict__.items()):
@@ -63,20 +62,9 @@ def install(patch, report) -> None:
         patch(ArrayImpl, attr, wrap(obj, spec, method=True))
         n += 1
     report.installed.append(f"Array operators and methods ({n})")
-    # x.at[i].set(v) and friends: one op at the user's line (it was 3-5 bare primitives named
-    # stage, convert_element_type, broadcast_in_dim, scatter); what they upload is its legs
-    try:
-        from jax._src.numpy.array_methods import _IndexUpdateRef
-    except ImportError:
-        _IndexUpdateRef = None
-    wrapped: dict = {}
-    for attr, obj in list(vars(_IndexUpdateRef).items()) if _IndexUpdateRef is not None else ():
-        if inspect.isfunction(obj) and not attr.startswith("_"):
-            if obj not in wrapped:  # mul is multiply: one wrapper, named by the first
-                wrapped[obj] = wrap(obj, CallSpec(f"at[].{attr}", OP_METHOD, api=f"x.at[].{attr}"), method=True)
-            patch(_IndexUpdateRef, attr, wrapped[obj])
-    if wrapped:
-        report.installed.append(f"x.at[] updates ({len(wrapped)})")
+    # x.at[i].set(v) stays its primitives (stage, convert_element_type, scatter), each an op:
+    # one wrapper around it would make them inner dispatches, whose device-to-device moves
+    # (its index and value put on x's device) no hook counts (tried 2026-12-06: 2 legs of 2 lost)
     # a typed key array (jax.random.key) is its own class: keys[1] uploads its start index as
     # x[1] does (dispatch.index_uploads), and went unseen (its slice ran as a bare primitive)
     try:
