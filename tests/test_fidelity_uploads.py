@@ -167,6 +167,21 @@ def test_an_index_update_of_an_array_on_another_device(jax_devices):
     assert routes(r.of("d2d")) == [("d2d", "cpu:0", "cpu:1", 4)] * 2
 
 
+def test_every_call_of_an_ahead_of_time_compiled_function_is_a_jit_call():
+    """``jax.jit(f).lower(...).compile()`` called in a loop: JAX runs the first call on its
+    Python path and the others in C++, which the hooks did not see (1 call of 3 recorded). Each
+    is an op now, with its legs: x (16 B) and a (4 B); b is dropped by the compiled program, so
+    never sent (by hand; the guard logs 2 legs a call, the later ones without their aval)."""
+    n = np.ones(4, np.float32)
+    with recorded() as r:
+        c = jax.jit(lambda x, a, b: x * a).lower(n, 2.0, n).compile()
+        for _ in range(3):
+            y = c(n, 3.0, n)
+    np.testing.assert_array_equal(np.asarray(y), n * 3)
+    assert [o.name for o in r.ops] == ["jit(<lambda>)"] * 3
+    assert [t.bytes for t in r.of("h2d")] == [16, 4] * 3
+
+
 # -- 3. a reshard through the host --------------------------------------------------------------
 
 def test_reshard_through_host_records_both_legs(jax_devices):

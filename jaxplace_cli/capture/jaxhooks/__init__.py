@@ -157,10 +157,11 @@ def _eager_slice_primitive():
 def _install_jit(report: HookReport) -> None:
     import jax
 
-    from jaxplace_cli.capture.jaxhooks.jit import make_jit
+    from jaxplace_cli.capture.jaxhooks.jit import install_compiled, make_jit
 
     _patch(jax, "jit", make_jit(jax.jit))
     report.installed.append("jax.jit")
+    install_compiled(_patch, report)
     from jaxplace_cli.capture.jaxhooks import memory  # frees by .delete() (issue 27)
     memory.install(_patch, report)
 

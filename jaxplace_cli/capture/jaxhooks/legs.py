@@ -18,6 +18,7 @@ tests/test_fidelity_legs.py; the paths that stay unseen are listed in docs/fidel
 from __future__ import annotations
 
 import sys
+import weakref
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
 
@@ -303,10 +304,30 @@ def dropped_leaves(fn, spec, args, kwargs=None) -> frozenset:
     (common.kept_leaves): never uploaded, never moved, so no leg — a Python scalar, NumPy data
     or an array on another device alike. By position: the same object may be passed at a kept
     and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
-    if not spec.flatten or type(fn).__name__ != "PjitFunction":
+    if not spec.flatten:
         return NOTHING_DROPPED
+    if type(fn).__name__ != "PjitFunction":
+        return _compiled_dropped(getattr(fn, "__self__", None), args, kwargs)
     kept, leaves = kept_leaves(fn, spec, args, kwargs or {})
     return NOTHING_DROPPED if kept is None else frozenset(range(len(leaves))).difference(kept)
+
+
+_COMPILED_DROPPED = weakref.WeakKeyDictionary()
+
+
+def _compiled_dropped(compiled, args, kwargs) -> frozenset:
+    """The same for a call of a ``jax.stages.Compiled`` (``jit.install_compiled``): from its
+    executable's kept arguments, which count the closed-over constants JAX passes first. Its
+    arguments' structure is fixed (JAX refuses another), so once per compiled object."""
+    try:
+        dropped = _COMPILED_DROPPED.get(compiled)
+        if dropped is None:
+            kept, nconst = compiled._executable._kept_var_idx, len(compiled._params.const_args)
+            n = len(tree_leaves((args, kwargs or {})))
+            dropped = _COMPILED_DROPPED[compiled] = frozenset(i for i in range(n) if i + nconst not in kept)
+        return dropped
+    except Exception:  # not a Compiled's call, another JAX
+        return NOTHING_DROPPED
 
 
 def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
