@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import REPO, child_env, python
 from inprocess import recorded
 from jax.experimental import io_callback
 from jax.sharding import Mesh, NamedSharding
@@ -180,6 +181,30 @@ def test_every_call_of_an_ahead_of_time_compiled_function_is_a_jit_call():
     np.testing.assert_array_equal(np.asarray(y), n * 3)
     assert [o.name for o in r.ops] == ["jit(<lambda>)"] * 3
     assert [t.bytes for t in r.of("h2d")] == [16, 4] * 3
+
+
+HOISTED = """import sys
+sys.path.insert(0, sys.argv[1])
+import jax, jax.numpy as jnp, numpy as np
+from inprocess import recorded
+C = jnp.arange(1000, dtype=jnp.float32)
+with recorded() as r:
+    f = jax.jit(lambda x, y: y + C.sum())  # x unused: dropped
+    for _ in range(3):
+        f(np.ones(4, np.float32), np.ones(8, np.float32))
+print([t.bytes for t in r.of("h2d")])
+"""
+
+
+def test_dropped_arguments_where_jax_hoists_the_constants(tmp_path):
+    """With JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS (read at import: a process of its own) the
+    executable's kept indexes count the hoisted constant ``C`` first: the dropped ``x`` was
+    counted and the kept ``y`` not told apart (6 legs). By hand: y, 32 B, a call."""
+    script = tmp_path / "hoisted.py"
+    script.write_text(HOISTED)
+    r = python(script, REPO / "tests", env=child_env(JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["[32, 32, 32]"]
 
 
 # -- 3. a reshard through the host --------------------------------------------------------------

@@ -263,7 +263,7 @@ def _in_jax_teardown(frame) -> bool:
     outer = None
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith(_OWN) or name.startswith("<frozen")):
+        if not (name.startswith(_OWN) or name.startswith("<frozen") or os.path.basename(name) == "runpy.py"):
             outer = name
         frame = frame.f_back
     jax = sys.modules.get("jax")

@@ -28,7 +28,9 @@ in a session of its own (a Ctrl-C at the terminal goes to the script, not to the
 script's end closes the writer). It is started through ``/bin/sh`` as the script's grandchild,
 not its child: a script that waits for "any child" (``os.wait()`` until ChildProcessError, a
 SIGCHLD handler reaping ``waitpid(-1)``) must not find jaxplace's process among its children —
-``os.wait()`` with none of its own left waited forever for the writer. The shell is gone in
+``os.wait()`` with none of its own left waited forever for the writer. (Where jaxplace is the
+reaper of orphans — PID 1 of a container run without ``--init``, a child subreaper — the writer
+comes back to it as its child and such a wait still waits for it.) The shell is gone in
 ~1 ms (waited for here); the writer's pid is the shell's ``$!``, and its exit is the end of its
 pipes (no exit status: it is not ours to reap).
 """
@@ -249,7 +251,6 @@ class WriterProcess:
             pass
         if self.ended:
             return
-        self.ended = True
         try:
             out, err = self.proc.communicate(timeout=timeout)  # till the child's pipes end
         except subprocess.TimeoutExpired:
@@ -263,6 +264,7 @@ class WriterProcess:
                 self.proc.kill()
             out, err = self.proc.communicate()
             err = (err or b"") + f"did not finish within {timeout:.0f} s".encode()
+        self.ended = True  # not before: a Ctrl-C in the wait leaves it to a second end()
         self._out_tail += out or b""
         self._err_tail += err or b""
 
@@ -342,7 +344,7 @@ def open_writer(path: Path, native: bool = False):
     interpreter, no ``sys.executable``, process limits)."""
     from jaxplace_cli.store.writer import StoreWriter
 
-    if sys.executable and os.path.exists(sys.executable):
+    if sys.executable and os.access(sys.executable, os.X_OK):  # the shell would start it blind
         try:
             return WriterProcess(path, native)
         except (OSError, ValueError, subprocess.SubprocessError):

@@ -284,7 +284,10 @@ def kept_leaves(fn, spec, args, kwargs):
         if key in shapes:
             kept = shapes[key]
         else:
-            kept = frozenset(fn.lower(*args, **kwargs).compile()._executable._kept_var_idx)
+            compiled = fn.lower(*args, **kwargs).compile()
+            # its kept indexes count the constants JAX hoists out of the function first
+            nconst = len(getattr(getattr(compiled, "_params", None), "const_args", None) or ())
+            kept = frozenset(i - nconst for i in compiled._executable._kept_var_idx if i >= nconst)
             kept = None if len(kept) >= len(leaves) else kept
             if len(shapes) > 256:  # a function called with ever new shapes or static values
                 shapes.clear()
