@@ -155,6 +155,22 @@ def test_arguments_the_compiled_program_drops_are_never_uploaded(jax_devices):
     assert routes(r.of("d2d")) == [("d2d", "cpu:1", "cpu:0", 16)]
 
 
+def test_arguments_the_program_drops_under_a_policy(jax_devices):
+    """The same under a placement policy, which runs the jit on its device through a wrapper:
+    x moved by the policy (16 B), s (4 B) and a (16 B) uploaded; u and b dropped (they were
+    counted: the wrapper hid the jitted function whose kept arguments say so)."""
+    import jaxplace_cli
+
+    c = np.arange(4, dtype=np.float32)
+    x = jax.device_put(jnp.ones(4), jax_devices[0])
+    with recorded() as r, jaxplace_cli.device_placement("pin:cpu:1"):
+        f = jax.jit(lambda x, s, u, a, b: x * s + a)
+        y = f(x, 2.0, 3.0, c, c)
+    assert y.devices() == {jax_devices[1]}
+    assert routes(r.of("d2d")) == [("d2d", "cpu:0", "cpu:1", 16)]
+    assert routes(r.of("h2d")) == [("h2d", "host", "cpu:1", 4), ("h2d", "host", "cpu:1", 16)]
+
+
 def test_an_index_update_of_an_array_on_another_device(jax_devices):
     """``x.at[1].set(2.0)`` of an ``x`` committed to cpu:1: JAX makes the index and the value on
     the default device (two 4 B uploads onto cpu:0) and its scatter moves both to cpu:1 (two

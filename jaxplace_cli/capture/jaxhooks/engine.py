@@ -304,4 +304,5 @@ def _on_device(fn, device, uncommit: bool = False):
         return tree_unflatten(treedef, leaves) if changed else out
 
     run.__code__ = frames.shimmed(run.__code__)  # warnings skip it: they name the user's line
+    run.__wrapped__ = fn  # what it runs: a jit's dropped arguments are read from it (legs.py)
     return run

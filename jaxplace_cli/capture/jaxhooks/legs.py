@@ -306,6 +306,8 @@ def dropped_leaves(fn, spec, args, kwargs=None) -> frozenset:
     and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
     if not spec.flatten:
         return NOTHING_DROPPED
+    if type(fn).__name__ != "PjitFunction" and type(getattr(fn, "__wrapped__", None)).__name__ == "PjitFunction":
+        fn = fn.__wrapped__  # a policy runs it on its device (engine._on_device)
     if type(fn).__name__ != "PjitFunction":
         return _compiled_dropped(getattr(fn, "__self__", None), args, kwargs)
     kept, leaves = kept_leaves(fn, spec, args, kwargs or {})
