@@ -171,6 +171,22 @@ def test_arguments_the_program_drops_under_a_policy(jax_devices):
     assert routes(r.of("h2d")) == [("h2d", "host", "cpu:1", 4), ("h2d", "host", "cpu:1", 16)]
 
 
+@pytest.mark.parametrize("granularity", ["unit", "op"])
+def test_a_compiled_function_runs_where_it_was_compiled_under_a_policy(jax_devices, granularity):
+    """No policy places a call of a function compiled ahead of time: it runs on the devices it
+    was compiled for (moving its data would make it fail; with ``granularity="op"`` the
+    placer's partitioning of a jit raised AttributeError into the user's call)."""
+    import jaxplace_cli
+
+    n = np.ones(4, np.float32)
+    with recorded() as r, jaxplace_cli.device_placement("rr", granularity=granularity):
+        c = jax.jit(lambda x, a: x * a).lower(n, 2.0).compile()
+        ys = [c(n, 3.0) for _ in range(2)]
+    assert [y.devices() for y in ys] == [{jax_devices[0]}] * 2
+    np.testing.assert_array_equal(np.asarray(ys[1]), n * 3)
+    assert [o.name for o in r.ops] == ["jit(<lambda>)"] * 2 and r.of("d2d") == []
+
+
 def test_an_index_update_of_an_array_on_another_device(jax_devices):
     """``x.at[1].set(2.0)`` of an ``x`` committed to cpu:1: JAX makes the index and the value on
     the default device (two 4 B uploads onto cpu:0) and its scatter moves both to cpu:1 (two

@@ -100,7 +100,7 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
         rec.recording_failed(exc)
         return fn(*args, **kwargs)
     placed = ""
-    if active.placing:  # a policy's own errors (PolicyError) are the user's: they stand
+    if active.placing and not spec.placed_by_jax:  # a policy's own errors (PolicyError) stand
         placer = tls.placer or active.placer
         if placer is not None:
             fn, args, kwargs, placed = placer.place(rec, spec, fn, args, kwargs, site, seq, backward)

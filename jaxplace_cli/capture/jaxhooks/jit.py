@@ -232,6 +232,7 @@ def install_compiled(patch, report) -> None:
             spec = specs.get(self)
             if spec is None:
                 spec = specs[self] = CallSpec(_compiled_name(self), OP_JIT, scalar_operands=True, flatten=True)
+                spec.placed_by_jax = True  # compiled for its devices: a policy moving its data would break it
             return record_call(spec, call, args, kwargs)
         except Exception as exc:
             frames.drop_own(exc)

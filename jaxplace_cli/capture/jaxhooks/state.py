@@ -121,7 +121,7 @@ class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
     __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api", "host_data", "index", "api", "depth")
+                 "scalars", "scalar_api", "host_data", "index", "api", "depth", "placed_by_jax")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=(), api=None):
@@ -142,6 +142,8 @@ class CallSpec:
         # jnp.array / jnp.asarray: Python values (lists, scalars) are the data, uploaded whole
         self.host_data = kind == OP_JNP and name in HOST_DATA_FUNCTIONS
         self.index = False  # x[idx]: its uploads follow from the index (dispatch.index_uploads)
+        # a program compiled ahead of time runs where it was compiled: no policy places it
+        self.placed_by_jax = False
 
 
 def static_positions(nums, n: int) -> set:
