@@ -13,6 +13,7 @@ class Recorded:
         self.transfers: list[TransferEvent] = []
         self.ops: list[OpEvent] = []
         self.markers: list = []
+        self.frees: list = []  # (buf, seq, how)
 
     def of(self, kind: str, api: str | None = None) -> list[TransferEvent]:
         return [t for t in self.transfers if t.kind == kind and (api is None or t.api == api)]
@@ -41,3 +42,4 @@ def recorded(record: str = "all"):
         out.transfers = [TransferEvent(*t) for t in rows["transfers"]]
         out.ops = [OpEvent(*o) for o in rows["ops"]]
         out.markers = list(rows["markers"])
+        out.frees = list(rows["frees"])

@@ -10,6 +10,8 @@ import inspect
 import os
 import sys
 
+from jax.tree_util import tree_leaves
+
 from jaxplace_cli.capture import frames
 from jaxplace_cli.capture.jaxhooks.common import JitProxy
 from jaxplace_cli.capture.jaxhooks.dispatch import (
@@ -229,10 +231,14 @@ def install_compiled(patch, report) -> None:
             call = original.__get__(self)
             if tls.depth:  # called inside another recorded op: its host arguments are legs of it
                 return inner_call(call, args, kwargs)
-            spec = specs.get(self)
-            if spec is None:
-                spec = specs[self] = CallSpec(_compiled_name(self), OP_JIT, scalar_operands=True, flatten=True)
-                spec.placed_by_jax = True  # compiled for its devices: a policy moving its data would break it
+            entry = specs.get(self)
+            if entry is None:
+                entry = specs[self] = _compiled_entry(self)
+            spec, donating = entry
+            if spec is None:  # no array result: no op to put the legs on (dispatch._after_call)
+                return original(self, *args, **kwargs)  # its first call's uploads seen inside, as before
+            if donating:  # the donated arguments are freed by the call (issue 27)
+                return donating_call(record_call, spec, call, args, kwargs)
             return record_call(spec, call, args, kwargs)
         except Exception as exc:
             frames.drop_own(exc)
@@ -241,6 +247,20 @@ def install_compiled(patch, report) -> None:
     __call__.__code__ = frames.shimmed(__call__.__code__)  # warnings name the user's line
     patch(stages.Compiled, "__call__", __call__)
     report.installed.append("jax.stages.Compiled.__call__")
+
+
+def _compiled_entry(compiled):
+    """``(spec, donates)`` of a compiled function's calls; spec None where the program returns
+    no array (a ``jax.new_ref`` update, a callback): JAX's own ``thread_map`` calls such ones."""
+    try:
+        if compiled.out_tree.num_leaves == 0:
+            return None, False
+        donated = any(getattr(a, "donated", False) for a in tree_leaves(compiled.args_info))
+    except Exception:  # another JAX
+        donated = False
+    spec = CallSpec(_compiled_name(compiled), OP_JIT, scalar_operands=True, flatten=True)
+    spec.placed_by_jax = True  # compiled for its devices: a policy moving its data would break it
+    return spec, donated
 
 
 def _compiled_name(compiled) -> str:

@@ -321,6 +321,8 @@ def _compiled_dropped(compiled, args, kwargs) -> frozenset:
     """The same for a call of a ``jax.stages.Compiled`` (``jit.install_compiled``): from its
     executable's kept arguments, which count the closed-over constants JAX passes first. Its
     arguments' structure is fixed (JAX refuses another), so once per compiled object."""
+    if type(compiled).__name__ != "Compiled":  # any other callable (an adopted jit): no raise-and-catch a call
+        return NOTHING_DROPPED
     try:
         dropped = _COMPILED_DROPPED.get(compiled)
         if dropped is None:
