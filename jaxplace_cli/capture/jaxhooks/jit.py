@@ -212,8 +212,8 @@ def install_compiled(patch, report) -> None:
     """``jax.stages.Compiled.__call__`` (``jax.jit(f).lower(x).compile()``, called ahead of time):
     a jit call each, named as the function's jit. JAX runs the first call on its Python path,
     which the hooks saw, and every later one in C++, which they did not: a loop of 3 calls of a
-    NumPy argument recorded 1 leg of the guard's 3 (found 2026-12-06). Its donated arguments
-    and dropped ones are not told apart here (a ``PjitFunction``'s are)."""
+    NumPy argument recorded 1 leg of the guard's 3 (found 2026-12-06). Its dropped arguments
+    are read from its executable (legs.py), its donated ones from its ``args_info``."""
     import weakref
 
     from jax._src import stages
@@ -236,7 +236,7 @@ def install_compiled(patch, report) -> None:
                 entry = specs[self] = _compiled_entry(self)
             spec, donating = entry
             if spec is None:  # no array result: no op to put the legs on (dispatch._after_call)
-                return original(self, *args, **kwargs)  # its first call's uploads seen inside, as before
+                return original(self, *args, **kwargs)  # its uploads are seen inside it, as before
             if donating:  # the donated arguments are freed by the call (issue 27)
                 return donating_call(record_call, spec, call, args, kwargs)
             return record_call(spec, call, args, kwargs)
