@@ -210,6 +210,20 @@ def test_a_compiled_function_runs_where_it_was_compiled_under_a_policy(jax_devic
     assert [o.name for o in r.ops] == ["jit(<lambda>)"] * 2 and r.of("d2d") == []
 
 
+def test_a_policy_run_per_op_counts_each_upload_once(jax_devices):
+    """``--granularity op`` runs a jit's ops one by one and uploads its host arguments itself
+    (recorded there): the call counted them again (2 legs each). By hand: the 2.0 (4 B) and the
+    NumPy array (16 B), once."""
+    import jaxplace_cli
+
+    x = jnp.ones(4)
+    with recorded() as r, jaxplace_cli.device_placement("rr", granularity="op"):
+        f = jax.jit(lambda x, s, a: jnp.sin(x) * s + a)
+        y = f(x, 2.0, np.ones(4, np.float32))
+    np.testing.assert_allclose(np.asarray(y), np.sin(1.0) * 2 + 1, rtol=1e-6)
+    assert sorted(t.bytes for t in r.of("h2d")) == [4, 16]
+
+
 def test_an_index_update_of_an_array_on_another_device(jax_devices):
     """``x.at[1].set(2.0)`` of an ``x`` committed to cpu:1: JAX makes the index and the value on
     the default device (two 4 B uploads onto cpu:0) and its scatter moves both to cpu:1 (two

@@ -158,6 +158,7 @@ class Placer:
             def partitioned(*a, **k):
                 return run_partitioned(self, rec, spec, fn, a, k, site, seq)
 
+            partitioned.moves_its_operands = True  # its uploads and moves are recorded inside it
             return partitioned, args, kwargs, f"{self.policy.label} (per op)"
         info = self.op_info(rec, spec.name, spec.kind, leaves, args, site, backward, kwargs)
         device, label = self.decide(info, rec)

@@ -306,6 +306,8 @@ def dropped_leaves(fn, spec, args, kwargs=None) -> frozenset:
     and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
     if not spec.flatten:
         return NOTHING_DROPPED
+    if getattr(fn, "moves_its_operands", False):  # a policy's per-op run (engine.py): its legs are recorded
+        return frozenset(range(len(tree_leaves((args, kwargs or {})))))  # as it makes them, not here again
     if type(fn).__name__ != "PjitFunction" and type(getattr(fn, "__wrapped__", None)).__name__ == "PjitFunction":
         fn = fn.__wrapped__  # a policy runs it on its device (engine._on_device)
     if type(fn).__name__ != "PjitFunction":
