@@ -224,6 +224,24 @@ def test_a_policy_run_per_op_counts_each_upload_once(jax_devices):
     assert sorted(t.bytes for t in r.of("h2d")) == [4, 16]
 
 
+def test_a_policy_run_per_op_places_a_jit_with_a_mutable_reference_whole(jax_devices):
+    """A jit whose argument is a ``jax.new_ref`` (updated in place) under ``--granularity op``:
+    the per-op replay raised "Out of bound indexer" into a correct program; it is placed whole."""
+    import jaxplace_cli
+
+    ref = jax.new_ref(jnp.zeros(3))
+
+    def add(r, x):
+        r[...] += x
+        return x * 2
+
+    with recorded(), jaxplace_cli.device_placement("rr", granularity="op"):
+        g = jax.jit(add)
+        outs = [g(ref, np.ones(3, np.float32)) for _ in range(3)]
+    np.testing.assert_array_equal(np.asarray(ref[...]), np.full(3, 3.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(outs[-1]), np.full(3, 2.0, np.float32))
+
+
 def test_an_index_update_of_an_array_on_another_device(jax_devices):
     """``x.at[1].set(2.0)`` of an ``x`` committed to cpu:1: JAX makes the index and the value on
     the default device (two 4 B uploads onto cpu:0) and its scatter moves both to cpu:1 (two

@@ -152,7 +152,10 @@ class Placer:
             # is what the incompatible-devices finding explains. Data a policy placed (it has
             # a home) is moved as usual.
             return fn, args, kwargs, ""
-        if self.granularity == "op" and spec.kind == "jit":
+        # per op: not with a mutable reference among the arguments (jax.new_ref): the ops of
+        # its program read and write it in place, which the segments' replay cannot (it raised
+        # "Out of bound indexer" into a correct program); the call is placed whole instead
+        if self.granularity == "op" and spec.kind == "jit" and not any(type(a).__name__ == "Ref" for a in leaves):
             from jaxplace_cli.capture.jaxhooks.partition import run_partitioned
 
             def partitioned(*a, **k):
