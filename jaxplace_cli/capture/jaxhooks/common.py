@@ -284,10 +284,7 @@ def kept_leaves(fn, spec, args, kwargs):
         if key in shapes:
             kept = shapes[key]
         else:
-            compiled = fn.lower(*args, **kwargs).compile()
-            # its kept indexes count the constants JAX hoists out of the function first
-            nconst = len(getattr(getattr(compiled, "_params", None), "const_args", None) or ())
-            kept = frozenset(i - nconst for i in compiled._executable._kept_var_idx if i >= nconst)
+            kept = kept_indexes(fn.lower(*args, **kwargs).compile())
             kept = None if len(kept) >= len(leaves) else kept
             if len(shapes) > 256:  # a function called with ever new shapes or static values
                 shapes.clear()
@@ -297,6 +294,14 @@ def kept_leaves(fn, spec, args, kwargs):
         return kept, leaves
     except Exception:  # not a jitted function, a deleted (donated) argument, an unhashable static, another JAX
         return None, ()
+
+
+def kept_indexes(compiled) -> frozenset:
+    """The indexes of a ``jax.stages.Compiled``'s dynamic argument leaves its program keeps: its
+    executable's kept arguments, which count the constants JAX hoists out of the function first
+    (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS``: 6 legs for 3 before they were taken off)."""
+    nconst = len(getattr(getattr(compiled, "_params", None), "const_args", None) or ())
+    return frozenset(i - nconst for i in compiled._executable._kept_var_idx if i >= nconst)
 
 
 def recording_failed(exc: Exception) -> None:

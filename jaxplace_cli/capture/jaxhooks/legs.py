@@ -31,6 +31,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     JitProxy,
     _EvalTrace,
     _trace_now,
+    kept_indexes,
     kept_leaves,
     recording_failed,
     sharded_upload,
@@ -300,10 +301,11 @@ NOTHING_DROPPED = frozenset()
 
 def dropped_leaves(fn, spec, args, kwargs=None) -> frozenset:
     """Indexes of a jit call's dynamic argument leaves (``tree_leaves((args, kwargs))`` without
-    the static ones: the operands the hooks walk) that its compiled program drops as unused
-    (common.kept_leaves): never uploaded, never moved, so no leg — a Python scalar, NumPy data
-    or an array on another device alike. By position: the same object may be passed at a kept
-    and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
+    the static ones: the operands the hooks walk) that the call itself neither uploads nor moves,
+    so no leg of it: those its compiled program drops as unused (common.kept_leaves) — a Python
+    scalar, NumPy data or an array on another device alike — and all of them for a policy's
+    per-op run, which records the legs it makes itself. By position: the same object may be
+    passed at a kept and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
     if not spec.flatten:
         return NOTHING_DROPPED
     if getattr(fn, "moves_its_operands", False):  # a policy's per-op run (engine.py): its legs are recorded
@@ -320,17 +322,16 @@ _COMPILED_DROPPED = weakref.WeakKeyDictionary()
 
 
 def _compiled_dropped(compiled, args, kwargs) -> frozenset:
-    """The same for a call of a ``jax.stages.Compiled`` (``jit.install_compiled``): from its
-    executable's kept arguments, which count the closed-over constants JAX passes first. Its
-    arguments' structure is fixed (JAX refuses another), so once per compiled object."""
+    """The same for a call of a ``jax.stages.Compiled`` (``jit.install_compiled``), from
+    ``common.kept_indexes``. Its arguments' structure is fixed (JAX refuses another), so once per
+    compiled object."""
     if type(compiled).__name__ != "Compiled":  # any other callable (an adopted jit): no raise-and-catch a call
         return NOTHING_DROPPED
     try:
         dropped = _COMPILED_DROPPED.get(compiled)
         if dropped is None:
-            kept, nconst = compiled._executable._kept_var_idx, len(compiled._params.const_args)
             n = len(tree_leaves((args, kwargs or {})))
-            dropped = _COMPILED_DROPPED[compiled] = frozenset(i for i in range(n) if i + nconst not in kept)
+            dropped = _COMPILED_DROPPED[compiled] = frozenset(range(n)).difference(kept_indexes(compiled))
         return dropped
     except Exception:  # not a Compiled's call, another JAX
         return NOTHING_DROPPED
