@@ -107,7 +107,8 @@ class WriterProcess:
             self.proc.wait()  # the shell: gone once it started the writer
             line = self._read_line(5.0)
             if line is None or not line.strip().isdigit():
-                ours.close()
+                for f in (ours, self.proc.stdout, self.proc.stderr):
+                    f.close()
                 raise OSError("the writer process did not start")
             self.pid = int(line)
         self.sent = 0  # rows handed to the child
