@@ -28,10 +28,19 @@ install: $(STAMP)
 # install is editable; tests/test_native.py says when a rebuild failed). setuptools >= 77 in the
 # venv too: `pip wheel --no-build-isolation .` (tests/test_first_minutes_install.py) builds with it.
 C_SOURCES := $(wildcard jaxplace_cli/*/*.c jaxplace_cli/*/*.h)
+# uv resolves the same versions as pip (`pip freeze` of both venvs compared: identical) and
+# installs them in ~11 s where pip took ~29 s (parallel downloads, byte-compiled on every core;
+# `make test` on a fresh clone is held to 6 minutes). Where uv cannot be had, pip does it all.
+# --reinstall-package: uv would reuse its cached build of jaxplace after a C source changed.
+DEPS := pip 'setuptools>=77' wheel -e '.[dev]'
 $(STAMP): pyproject.toml $(C_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet uv || echo "uv could not be installed: pip installs everything"
+	@if [ -x $(BIN)/uv ]; then \
+	  set -x; $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --reinstall-package jaxplace $(DEPS); \
+	else \
+	  set -x; $(BIN)/python -m pip install --quiet --upgrade $(DEPS); \
+	fi
 	@touch $(STAMP)
 
 demo: $(STAMP)
