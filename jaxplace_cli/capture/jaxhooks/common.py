@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from jax._src import core as _core
 from jax._src.array import ArrayImpl
-from jax.tree_util import tree_flatten, tree_leaves
+from jax.tree_util import tree_flatten
 
 from jaxplace_cli.capture.jaxhooks.state import active, static_positions, tls
 from jaxplace_cli.capture.recorder import _nbytes
@@ -217,39 +217,6 @@ def called_api(frame, user, names=None, fallback: str = "jax", outer_jax: bool =
             continue
         return _public_prefix(f.f_globals.get("__name__", "")) + name
     return fallback
-
-
-_IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
-
-
-def sharded_upload(fn, args, kwargs, leaves, a) -> list:
-    """[(device, bytes)] legs of host data ``a`` passed to a jit call over several devices: the
-    devices received it as the compiled program's input sharding says — a numpy weight of
-    32,768 B next to a batch sharded over 8 devices is replicated, 8 legs of 32,768 B. The
-    sharding comes from ``fn.lower(...).compile()`` right after the call (the trace and the
-    executable are cached: ~0.25 ms, no new trace, no compile event), once per argument
-    signature. A placed or partitioned call, another JAX: one leg per device of the result."""
-    from jaxplace_cli.capture.jaxhooks.state import label
-
-    try:
-        k = next(i for i, x in enumerate(leaves) if x is a)
-        key = (id(fn), tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)))
-                             for x in leaves))
-        shardings = _IN_SHARDINGS.get(key)
-        if shardings is None:
-            compiled = fn.lower(*args, **kwargs).compile()
-            shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings)
-        sharding = shardings[k]
-        itemsize = upload_nbytes(a) // max(int(a.size), 1)
-        legs = []
-        for dev, index in sharding.addressable_devices_indices_map(a.shape).items():
-            n = itemsize
-            for dim, sl in zip(a.shape, index):
-                n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
-            legs.append((label(dev), n))
-        return legs
-    except Exception:
-        return []
 
 
 # jitted function -> [dropped an argument in some signature, its _cache_size() then, {signature: kept}]

@@ -8,8 +8,7 @@ sees the caller's frame, and keeps the fast path. Primitives bound eagerly outsi
 (``lax.*``, ``jax.grad`` outside jit) are caught by a hook on ``EvalTrace.process_primitive``.
 
 A wrapper records only when it is the outermost hooked call on its thread, JAX is not tracing,
-and the call produced a jax.Array that is not one of its inputs (``jnp.asarray(array)``: no op).
-"""
+and the call produced a jax.Array not among its inputs (``jnp.asarray(array)``: no op) or was a jit call."""
 from __future__ import annotations
 
 import functools
@@ -36,6 +35,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
+from jaxplace_cli.capture.jaxhooks.inputs import resultless
 from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
     HOST_DATA_TYPES,
@@ -85,12 +85,12 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     the placer first decides the device, moves the arguments there (recording those moves)
     and may wrap ``fn`` so that ops without array inputs are created on that device.
 
-    This is the hot path of every eager op (measured in-process on the 2-core reference
-    machine: ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; ~1.2 us per
-    row of a jit call with 32 scalar arguments and 32 results; see bench/README.md): written
-    flat on purpose — no helper calls in the common case of a non-pytree op returning one
-    array — and it leaves ~1.7 GC-tracked objects per eager op (was 4.7: every tracked
-    allocation brings the next collection, and JAX's gc callback, closer).
+    This is the hot path of every eager op (measured in-process on the 2-core reference machine:
+    ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; ~1.2 us per row of a jit
+    call with 32 scalar arguments and 32 results; see bench/README.md): written flat on purpose —
+    no helper calls in the common case of a non-pytree op returning one array — and it leaves
+    ~1.7 GC-tracked objects per eager op (was 4.7: every tracked allocation brings the next
+    collection, and JAX's gc callback, closer).
     """
     rec = active.rec
     try:
@@ -144,6 +144,8 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
     else:
         outs = _out_arrays(out, spec.flatten)
         if not outs or (args and outs[0] is args[0]):
+            if not outs and spec.flatten:  # a jit call that returned no array (inputs.py)
+                resultless(rec, spec, fn, args, kwargs, _operand_leaves(spec, args, kwargs), site, seq, t0, t1, backward, placed)
             return
     # device of the op = device of its (first) result
     sh = outs[0].sharding

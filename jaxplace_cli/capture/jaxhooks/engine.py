@@ -309,4 +309,5 @@ def _on_device(fn, device, uncommit: bool = False):
 
     run.__code__ = frames.shimmed(run.__code__)  # warnings skip it: they name the user's line
     run.__wrapped__ = fn  # what it runs: a jit's dropped arguments are read from it (legs.py)
+    run.default_device = device  # and where it runs, when no result says (inputs.py)
     return run

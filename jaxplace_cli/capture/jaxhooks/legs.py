@@ -34,11 +34,11 @@ from jaxplace_cli.capture.jaxhooks.common import (
     kept_indexes,
     kept_leaves,
     recording_failed,
-    sharded_upload,
     upload_nbytes,
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
+from jaxplace_cli.capture.jaxhooks.inputs import sharded_upload
 from jaxplace_cli.capture.jaxhooks.state import (
     HOST_DATA_APIS,
     HOST_DATA_TYPES,
