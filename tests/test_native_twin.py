@@ -469,7 +469,7 @@ PYTREE_CALLS = [  # jit calls whose operands or results are pytrees of arrays (a
     ("jit", "as_dict", [_C1, _C1], {}, False),  # a dict of results
     ("jit", "as_dict", [_U0, _U0], {}, False),
     ("jit", "nested", [("tuple", [_C1, _U0]), _C1], {}, False),  # a d2d of one leaf
-    # NumPy operands (a data loader's batch): their host legs by dispatch._host_leg, in order
+    # NumPy operands (a data loader's batch): their host legs by inputs.host_leg, in order
     ("jit", "add", [_C1, ("numpy", ((4,), "float32", 0))], {}, False),
     ("jit", "nested", [("tuple", [("numpy", ((4,), "float32", 0)), _C1]), ("numpy", ((), "int32", 0))],
      {}, False),

@@ -826,7 +826,7 @@ typedef struct {
 } Call;
 
 /* An operand record_fast records: an array (exact type), a Python scalar, or NumPy data (an
-   exact ndarray or a NumPy scalar: its host legs by legs.host_leg). 0 for anything else -- a
+   exact ndarray or a NumPy scalar: its host legs by inputs.host_leg). 0 for anything else -- a
    dict or another pytree (flattened by the caller for a jit), an ndarray subclass (it may be a
    registered pytree node), None, a key array, a tracer: the Python code reads those -- and -1
    on error. G.host_types = (numpy.ndarray, numpy.generic). */

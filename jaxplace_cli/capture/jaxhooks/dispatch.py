@@ -22,7 +22,7 @@ from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture import frames
-from jaxplace_cli.capture.jaxhooks import legs
+from jaxplace_cli.capture.jaxhooks import inputs, legs
 from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     _direct_attr,
@@ -35,7 +35,6 @@ from jaxplace_cli.capture.jaxhooks.common import (
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.indexing import index_uploads
-from jaxplace_cli.capture.jaxhooks.inputs import resultless
 from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is imported from here
     _LABELS,
     HOST_DATA_TYPES,
@@ -145,7 +144,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
         outs = _out_arrays(out, spec.flatten)
         if not outs or (args and outs[0] is args[0]):
             if not outs and spec.flatten:  # a jit call that returned no array (inputs.py)
-                resultless(rec, spec, fn, args, kwargs, _operand_leaves(spec, args, kwargs), site, seq, t0, t1, backward, placed)
+                inputs.resultless(rec, spec, fn, args, kwargs, _operand_leaves(spec, args, kwargs), site, seq, t0, t1, backward, placed)
             return
     # device of the op = device of its (first) result
     sh = outs[0].sharding
@@ -229,7 +228,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             if on_transfer is not None:
                 on_transfer(ev)
         else:  # host data: one leg per device the dispatch runs on (legs.py)
-            stack = legs.host_leg(rec, spec, fn, args, kwargs, a, dev, outs[0], site, seq, t0 - base, tid,
+            stack = inputs.host_leg(rec, spec, fn, args, kwargs, a, dev, outs[0], site, seq, t0 - base, tid,
                                   stack, leaves, sys._getframe(1))
     # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking exact
     # tuples of atoms, not NamedTuples, and a backlog of tracked events slowed every collection in
@@ -367,15 +366,14 @@ def configure_native(mod):
                   sharding_label=sharding_label, array_nbytes=array_nbytes, x64_enabled=x64_enabled,
                   py_record_call=python_record_call, after_call=_after_call,
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
-                  d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=legs.host_leg,
+                  d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=inputs.host_leg,
                   dropped_leaves=legs.dropped_leaves, host_types=(np.ndarray, np.generic),
                   sharding_attr=_direct_attr("sharding"), x64_now=_x64_now, committed_attr=_direct_attr("committed"))
     return mod.record_call
 
 
 def _native_record_call():
-    """The native hot path, or None when the extension is missing, failed to import, or
-    ``JAXPLACE_CAPTURE=python`` (capture/native.py)."""
+    """The native hot path, or None (no extension, a failed import, ``JAXPLACE_CAPTURE=python``)."""
     from jaxplace_cli.capture import native
 
     mod = native.module()
@@ -387,8 +385,8 @@ record_call = _native_record_call() or python_record_call
 
 
 def _wrapper_type():
-    """``capture/_wrap.c``'s ``Wrapper`` configured with this module's objects, or None (no
-    compiler at install, a broken build, ``JAXPLACE_CAPTURE=python``): the Python ``wrapper``."""
+    """``capture/_wrap.c``'s ``Wrapper`` configured with this module's objects, or None (no compiler
+    at install, a broken build, ``JAXPLACE_CAPTURE=python``): the Python ``wrapper``."""
     from jaxplace_cli.capture import native
 
     mod = native.wrap_module()

@@ -1,6 +1,8 @@
-"""Where a jit call's compiled program put its inputs: its input shardings, read from the
-executable after the call. They say how host data was split over the devices of a sharded call
-(``sharded_upload``), and where a call that returned no array ran at all (``resultless``).
+"""The legs of a dispatch's inputs that need more than its result to be told (``host_leg``: host
+data, one operand at a time), and where a jit call's compiled program put its inputs: its input
+shardings, read from the executable after the call. They say how host data was split over the
+devices of a sharded call (``sharded_upload``), and where a call that returned no array ran at
+all (``resultless``).
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import numpy as np
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture.jaxhooks.common import array_nbytes, upload_nbytes
-from jaxplace_cli.capture.jaxhooks.state import label, sharding_label
+from jaxplace_cli.capture.jaxhooks.host_data import data_id
+from jaxplace_cli.capture.jaxhooks.legs import destinations, is_host, scalar_bytes, suffix
+from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, label, sharding_label
 from jaxplace_cli.model.events import D2D, H2D, HOST
 
 _IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
@@ -74,10 +78,6 @@ def resultless(rec, spec, fn, args, kwargs, leaves, site: int, seq: int, t0: int
     argument is a leg there and an array elsewhere a move (the guard logs both: a
     ref-update loop's NumPy operand, 3 legs in 3 calls, was 0 before), and the call is an op on
     its first kept input's devices (it was none). Not a hot path: such calls are rare."""
-    from jaxplace_cli.capture.jaxhooks.host_data import data_id
-    from jaxplace_cli.capture.jaxhooks.legs import is_host, scalar_bytes, suffix
-    from jaxplace_cli.capture.jaxhooks.state import PY_SCALARS
-
     if getattr(fn, "moves_its_operands", False):  # a policy's per-op run: it records its own legs
         return
     try:
@@ -115,3 +115,30 @@ def resultless(rec, spec, fn, args, kwargs, leaves, site: int, seq: int, t0: int
     rec.ops.append((seq, t0rel, t1 - t0, tid, spec.kind, spec.name, dev, site,
                     in_bufs[0] if len(in_bufs) == 1 else tuple(in_bufs), (), "", backward, placed))
 
+
+def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
+             stack: int, leaves=None, frame=None) -> int:
+    """The host legs of one operand ``a`` of a dispatch (nothing if it is not host data), in
+    operand order: dispatch._after_call's last branch, and the C hot path's (capture/_native.c
+    ``record_fast``, which records arrays and scalars itself and hands each other operand of a
+    one-device call here); an operand the compiled program drops is skipped before
+    (``dropped_leaves``). Returns the call's stack node, made with its first transfer from
+    ``frame`` (default: the caller's caller, the hook's frame when the C code calls)."""
+    if not is_host(a):
+        return stack
+    scalar = type(a) in PY_SCALARS
+    api = suffix(spec.api, a) if not scalar else spec.scalar_api
+    if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
+        dests = destinations(out0, a)
+    else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
+        dests = sharded_upload(fn, args, kwargs, leaves, a) or destinations(out0, a)
+    hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
+    on_transfer = rec.on_transfer
+    for dst, nbytes in dests:
+        if stack < 0:
+            stack = rec.stack_of(frame if frame is not None else sys._getframe(1))
+        ev = (next(rec.seqs), t0rel, tid, H2D, HOST, dst, nbytes, True, False, api, site, hid, seq, stack)
+        rec.transfers.append(ev)
+        if on_transfer is not None:
+            on_transfer(ev)
+    return stack

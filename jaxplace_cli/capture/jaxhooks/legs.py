@@ -38,11 +38,8 @@ from jaxplace_cli.capture.jaxhooks.common import (
     x64_enabled,
 )
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
-from jaxplace_cli.capture.jaxhooks.inputs import sharded_upload
 from jaxplace_cli.capture.jaxhooks.state import (
     HOST_DATA_APIS,
-    HOST_DATA_TYPES,
-    PY_SCALARS,
     active,
     label,
     static_positions,
@@ -241,7 +238,6 @@ _INNER_MODULES = ("jax._src.numpy.", "jax._src.nn.", "jax._src.random", "jax._sr
 def install_inner(patch) -> int:
     """Wrap the module-level ``PjitFunction`` helpers of ``jax._src``'s numpy/nn/random/scipy/
     lax modules (already imported) in ``InnerPjit``; ``patch`` records each original."""
-    import sys
 
     n = 0
     for modname, mod in list(sys.modules.items()):
@@ -335,31 +331,3 @@ def _compiled_dropped(compiled, args, kwargs) -> frozenset:
         return dropped
     except Exception:  # not a Compiled's call, another JAX
         return NOTHING_DROPPED
-
-
-def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int, t0rel: int, tid: int,
-             stack: int, leaves=None, frame=None) -> int:
-    """The host legs of one operand ``a`` of a dispatch (nothing if it is not host data), in
-    operand order: dispatch._after_call's last branch, and the C hot path's (capture/_native.c
-    ``record_fast``, which records arrays and scalars itself and hands each other operand of a
-    one-device call here); an operand the compiled program drops is skipped before
-    (``dropped_leaves``). Returns the call's stack node, made with its first transfer from
-    ``frame`` (default: the caller's caller, the hook's frame when the C code calls)."""
-    if not is_host(a):
-        return stack
-    scalar = type(a) in PY_SCALARS
-    api = suffix(spec.api, a) if not scalar else spec.scalar_api
-    if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
-        dests = destinations(out0, a)
-    else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
-        dests = sharded_upload(fn, args, kwargs, leaves, a) or destinations(out0, a)
-    hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
-    on_transfer = rec.on_transfer
-    for dst, nbytes in dests:
-        if stack < 0:
-            stack = rec.stack_of(frame if frame is not None else sys._getframe(1))
-        ev = (next(rec.seqs), t0rel, tid, H2D, HOST, dst, nbytes, True, False, api, site, hid, seq, stack)
-        rec.transfers.append(ev)
-        if on_transfer is not None:
-            on_transfer(ev)
-    return stack
