@@ -174,8 +174,9 @@ def test_arguments_the_program_drops_under_a_policy(jax_devices):
 def test_a_compiled_function_that_donates_or_returns_nothing():
     """A compiled function that donates its argument frees it at each call (the memory
     timeline's peak was twice the array: the donation was not seen); one that returns no array
-    (a ``jax.new_ref`` updated in place: JAX's own ``thread_map`` compiles such) is no op, and its
-    NumPy argument's upload is still seen each call (4,000 B by hand; the guard logs 3 legs)."""
+    (a ``jax.new_ref`` updated in place: JAX's own ``thread_map`` compiles such) is an op each
+    call too, and its NumPy argument's upload a leg of it (4,000 B by hand; the guard logs 3
+    legs). It was no op, its legs named ``jax.create_cpp_call``, JAX's internal function."""
     x = jnp.ones(1000)
     ref = jax.new_ref(jnp.zeros(1000))
 
@@ -190,7 +191,8 @@ def test_a_compiled_function_that_donates_or_returns_nothing():
         for _ in range(3):
             c2(ref, np.ones(1000, np.float32))
     assert [how for _, _, how in r.frees].count("donated") == 3
-    assert [t.bytes for t in r.of("h2d")] == [4000] * 3
+    assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4000, "jit(add) (numpy argument)")] * 3
+    assert [o.name for o in r.ops][-3:] == ["jit(add)"] * 3
     np.testing.assert_array_equal(np.asarray(ref[...]), np.full(1000, 3.0, np.float32))
 
 

@@ -40,8 +40,9 @@ def input_shardings(fn, args, kwargs, leaves) -> list:
     ``leaves`` (None: an argument it dropped), from ``fn.lower(...).compile()`` right after the
     call (the trace and the executable are cached: ~0.25 ms, no new trace, no compile event),
     once per argument signature; a compiled function's own. Raises where it cannot be told."""
-    if isinstance(fn, jax.stages.Compiled):
-        shardings = tree_leaves(fn.input_shardings, is_leaf=lambda x: x is None)
+    compiled = getattr(fn, "__self__", fn)  # a compiled function's call is its bound __call__
+    if isinstance(compiled, jax.stages.Compiled):
+        shardings = tree_leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
     else:
         device = getattr(fn, "default_device", None)  # a policy runs it there (engine._on_device)
         fn = getattr(fn, "__wrapped__", fn) if device is not None else fn

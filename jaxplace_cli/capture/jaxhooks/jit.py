@@ -235,8 +235,6 @@ def install_compiled(patch, report) -> None:
             if entry is None:
                 entry = specs[self] = _compiled_entry(self)
             spec, donating = entry
-            if spec is None:  # no array result: no op to put the legs on (dispatch._after_call)
-                return original(self, *args, **kwargs)  # its uploads are seen inside it, as before
             if donating:  # the donated arguments are freed by the call (issue 27)
                 return donating_call(record_call, spec, call, args, kwargs)
             return record_call(spec, call, args, kwargs)
@@ -250,11 +248,9 @@ def install_compiled(patch, report) -> None:
 
 
 def _compiled_entry(compiled):
-    """``(spec, donates)`` of a compiled function's calls; spec None where the program returns
-    no array (a ``jax.new_ref`` update, a callback): JAX's own ``thread_map`` calls such ones."""
+    """``(spec, donates)`` of a compiled function's calls (one that returns no array, a
+    ``jax.new_ref`` update as JAX's own ``thread_map`` compiles, too: inputs.resultless)."""
     try:
-        if compiled.out_tree.num_leaves == 0:
-            return None, False
         donated = any(getattr(a, "donated", False) for a in tree_leaves(compiled.args_info))
     except Exception:  # another JAX
         donated = False
