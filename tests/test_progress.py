@@ -102,10 +102,9 @@ def _pty(argv) -> tuple[int, bytes]:
     return proc.wait(timeout=120), out
 
 
-def test_report_shows_its_stages_on_a_terminal(tmp_path):
-    code, _, _ = _run(tmp_path, "--quiet")
-    assert code == 0
-    code, out = _pty([sys.executable, "-m", "jaxplace_cli", "report", tmp_path / "run", "-o", tmp_path / "r.html"])
+def test_report_shows_its_stages_on_a_terminal(tmp_path, sample_run):
+    run = sample_run("pingpong_eager", devices=2).run  # any run: recorded once for the session
+    code, out = _pty([sys.executable, "-m", "jaxplace_cli", "report", run, "-o", tmp_path / "r.html"])
     assert code == 0
     # drawn when it starts and, last, when it stops (stages in between may pass within a refresh)
     assert b"jaxplace: opening" in out and b"jaxplace: writing the page" in out
