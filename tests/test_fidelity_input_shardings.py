@@ -5,9 +5,10 @@
   still uploads its host arguments and moves an uncommitted array to where it runs; no result
   says where that is, the input shardings do (``resultless``). Before, such a call recorded
   nothing: a ref-update loop's NumPy operand, 3 legs in 3 calls under the guard, was 0;
-- a sharded call's NumPy argument after one the program drops: the dropped one held no place in
-  the list of shardings, so the next was read with its neighbour's (2 x 128 B where the
-  devices received 2 x 64 B)."""
+- a sharded call's NumPy argument after one the program drops, or after a None: the dropped
+  one held no place in the list of shardings, so the next was read with its neighbour's (2 x
+  128 B where the devices received 2 x 64 B), and a None was one entry too many (a (4, 1)
+  column counted whole on each device, 2 x 16 B for 2 x 8 B)."""
 import subprocess
 import sys
 
@@ -41,7 +42,8 @@ def test_a_call_that_returns_no_array_records_the_guards_legs_and_is_an_op(tmp_p
     assert rows == [("h2d", "cpu:0", 16, loop), ("h2d", "cpu:0", 4, loop)] * 2 + [
         ("d2d", "cpu:1", 16, moved), ("h2d", "cpu:1", 4, moved),
         ("h2d", "cpu:0", 64, sharded), ("h2d", "cpu:1", 64, sharded),
-        ("h2d", "cpu:0", 32, sharded), ("h2d", "cpu:1", 32, sharded)]
+        ("h2d", "cpu:0", 32, sharded), ("h2d", "cpu:1", 32, sharded),
+        ("h2d", "cpu:0", 8, sharded), ("h2d", "cpu:1", 8, sharded)]
     # every leg of the run, these and those of other calls (jnp fills, device_put), is one the
     # guard logged: the same count and bytes per kind
     legs = accel_check.guard_legs(oracle.stderr.splitlines())

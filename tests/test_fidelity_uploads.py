@@ -382,3 +382,44 @@ def test_index_uploads_one_int_per_dimension(shape, index, n, capfd):
     with jax.transfer_guard_host_to_device("log"):
         index(x).block_until_ready()
     assert capfd.readouterr().err.count("host-to-device transfer") == n
+
+
+def test_where_a_call_that_returns_no_array_ran_is_told_for_each_call(jax_devices):
+    """A jit call that returns no array: where it ran, read from its compiled program's input
+    shardings (inputs.py), once per everything that decides them. By hand: ``f`` uses its
+    argument in a callback only, so each call uploads its 16 B where it runs: cpu:0, then cpu:1
+    under ``jax.default_device`` (the same signature: the legs went to cpu:0 twice); ``g``'s
+    static flag decides whether ``v`` is used at all: 0 legs, then 16 B (the same shapes: 0
+    twice); a ``None`` argument is no leaf of the program's arguments (the lengths differed and
+    nothing was recorded)."""
+    import functools
+
+    v = np.ones(4, np.float32)
+    ref = jax.new_ref(jnp.zeros(4))
+    with recorded() as r:  # functions jitted while recorded, as a script's under `jaxplace run`
+        @jax.jit
+        def f(x):
+            jax.debug.callback(lambda a: None, x.sum())
+
+        @functools.partial(jax.jit, static_argnums=2)
+        def g(ref, v, use):
+            if use:
+                ref[...] += v
+
+        @jax.jit
+        def h(ref, nothing, v):
+            ref[...] += v
+
+        f(v)
+        with jax.default_device(jax_devices[1]):
+            f(v)
+        g(ref, v, False)
+        g(ref, v, True)
+        h(ref, None, v)
+    assert [(t.dst, t.bytes, t.api) for t in r.of("h2d")] == [
+        ("cpu:0", 16, "jit(f) (numpy argument)"), ("cpu:1", 16, "jit(f) (numpy argument)"),
+        ("cpu:0", 16, "jit(g) (numpy argument)"), ("cpu:0", 16, "jit(h) (numpy argument)")]
+    # (g's first call keeps no argument at all: an empty program, no op)
+    assert [(o.name, o.devices) for o in r.ops] == [("jit(f)", "cpu:0"), ("jit(f)", "cpu:1"), ("jit(g)", "cpu:0"),
+                                                    ("jit(h)", "cpu:0")]
+    np.testing.assert_array_equal(np.asarray(ref[...]), np.full(4, 2.0, np.float32))

@@ -12,48 +12,59 @@ from threading import get_ident as _thread_ident
 
 import jax
 import numpy as np
-from jax.tree_util import tree_leaves
+from jax.tree_util import tree_structure
 
 from jaxplace_cli.capture.jaxhooks.common import array_nbytes, upload_nbytes
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
 from jaxplace_cli.capture.jaxhooks.legs import destinations, is_host, scalar_bytes, suffix
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, label, sharding_label
+from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, label, sharding_label, static_positions
 from jaxplace_cli.model.events import D2D, H2D, HOST
 
 _IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
 
 
-def sharded_upload(fn, args, kwargs, leaves, a) -> list:
+def sharded_upload(fn, spec, args, kwargs, leaves, a) -> list:
     """[(device, bytes)] legs of host data ``a`` passed to a jit call over several devices: the
     devices received it as the compiled program's input sharding says — a numpy weight of
     32,768 B next to a batch sharded over 8 devices is replicated, 8 legs of 32,768 B. A placed
     or partitioned call, another JAX: [] (then one leg per device of the result)."""
     try:
         k = next(i for i, x in enumerate(leaves) if x is a)
-        return sharding_legs(input_shardings(fn, args, kwargs, leaves)[k], a, upload_nbytes(a))
+        return sharding_legs(input_shardings(fn, spec, args, kwargs, leaves)[k], a, upload_nbytes(a))
     except Exception:
         return []
 
 
-def input_shardings(fn, args, kwargs, leaves) -> list:
+def input_shardings(fn, spec, args, kwargs, leaves) -> list:
     """The compiled program's input sharding of each of the jit call's dynamic argument
     ``leaves`` (None: an argument it dropped), from ``fn.lower(...).compile()`` right after the
-    call (the trace and the executable are cached: ~0.25 ms, no new trace, no compile event),
-    once per argument signature; a compiled function's own. Raises where it cannot be told."""
+    call (the trace and the executable are cached: ~0.25 ms, no new trace, no compile event);
+    a compiled function's own. Once per everything that decides them: the arguments' structure,
+    each leaf's shape, dtype, sharding and commitment, the static values, the default device
+    (the user's ``jax.default_device``, or the policy's that ran it). Flattened by the program's
+    own argument tree: a ``None`` argument is no leaf of it. Raises where it cannot be told."""
+    kwargs = kwargs or {}
     compiled = getattr(fn, "__self__", fn)  # a compiled function's call is its bound __call__
     if isinstance(compiled, jax.stages.Compiled):
-        shardings = tree_leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
+        shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
     else:
         device = getattr(fn, "default_device", None)  # a policy runs it there (engine._on_device)
         fn = getattr(fn, "__wrapped__", fn) if device is not None else fn
-        # an array's (or a ref's) sharding and commitment too: they decide where the call runs
-        key = (id(fn), device, tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)),
-                                      getattr(x, "sharding", None), getattr(x, "_committed", None)) for x in leaves))
+        static = static_positions(spec.static_argnums, len(args)) if spec.static_argnums else ()
+        key = (id(fn), device, jax.config.jax_default_device, tree_structure((args, kwargs)),
+               tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)),
+                      getattr(x, "sharding", None), getattr(x, "_committed", None)) for x in leaves),
+               tuple(args[i] for i in sorted(static)),
+               tuple(kwargs.get(k) for k in spec.static_argnames or ()))
         shardings = _IN_SHARDINGS.get(key)
         if shardings is None:
             with jax.default_device(device) if device is not None else contextlib.nullcontext():
                 compiled = fn.lower(*args, **kwargs).compile()  # (the user's own default device stands)
-            shardings = _IN_SHARDINGS[key] = tree_leaves(compiled.input_shardings, is_leaf=lambda x: x is None)
+            shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
+            if len(shardings) == len(leaves):
+                if len(_IN_SHARDINGS) > 1024:  # functions called with ever new shapes or static values
+                    _IN_SHARDINGS.clear()
+                _IN_SHARDINGS[key] = shardings
     if len(shardings) != len(leaves):
         raise ValueError("the input shardings do not match the arguments")
     return shardings
@@ -82,7 +93,7 @@ def resultless(rec, spec, fn, args, kwargs, leaves, site: int, seq: int, t0: int
     if getattr(fn, "moves_its_operands", False):  # a policy's per-op run: it records its own legs
         return
     try:
-        shardings = input_shardings(fn, args, kwargs, leaves)
+        shardings = input_shardings(fn, spec, args, kwargs, leaves)
     except Exception:  # a placed or partitioned call, another JAX: nothing can be told
         return
     kept = [(a, s) for a, s in zip(leaves, shardings, strict=True) if s is not None]
@@ -132,7 +143,7 @@ def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int
     if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
         dests = destinations(out0, a)
     else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
-        dests = sharded_upload(fn, args, kwargs, leaves, a) or destinations(out0, a)
+        dests = sharded_upload(fn, spec, args, kwargs, leaves, a) or destinations(out0, a)
     hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
     on_transfer = rec.on_transfer
     for dst, nbytes in dests:
