@@ -244,6 +244,28 @@ def test_a_policy_run_per_op_places_a_jit_with_a_mutable_reference_whole(jax_dev
     np.testing.assert_array_equal(np.asarray(outs[-1]), np.full(3, 2.0, np.float32))
 
 
+@pytest.mark.parametrize("policy", ["rr", "pin:cpu:0"])
+def test_a_call_with_a_mutable_reference_runs_where_the_reference_lives(jax_devices, policy):
+    """A ``jax.new_ref`` stays on its device: JAX runs the call there. A policy placed such a
+    call elsewhere and moved the other operands: an array committed to a third device was moved
+    too, and the call that JAX refuses under python ("incompatible devices") ran; an
+    uncommitted one was moved away, then back. By hand: the call fails as under python, and with
+    ``u`` (uncommitted, cpu:0) JAX moves it to cpu:1 once (16 B), the policy nothing."""
+    import jaxplace_cli
+
+    ref = jax.new_ref(jax.device_put(jnp.zeros(4), jax_devices[1]))
+    c = jax.device_put(jnp.ones(4), jax_devices[2])
+    u = jnp.ones(4)
+    with recorded() as r, jaxplace_cli.device_placement(policy):
+        upd = jax.jit(lambda ref, v: ref.__setitem__(Ellipsis, ref[...] + v))
+        with pytest.raises(ValueError, match="incompatible devices"):
+            upd(ref, c)
+        upd(ref, u)
+    np.testing.assert_array_equal(np.asarray(ref[...]), np.ones(4, np.float32))
+    assert routes(r.of("d2d")) == [("d2d", "cpu:0", "cpu:1", 16)]
+    assert [o.placed for o in r.ops if o.name.startswith("jit(")] == ["", ""]
+
+
 def test_an_index_update_of_an_array_on_another_device(jax_devices):
     """``x.at[1].set(2.0)`` of an ``x`` committed to cpu:1: JAX makes the index and the value on
     the default device (two 4 B uploads onto cpu:0) and its scatter moves both to cpu:1 (two

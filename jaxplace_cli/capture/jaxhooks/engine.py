@@ -143,6 +143,12 @@ class Placer:
             # onto one device would change the computation itself (other reduction order,
             # no collectives), not only where it runs. JAX decides.
             return fn, args, kwargs, ""
+        if any(type(a).__name__ == "Ref" for a in leaves):
+            # A mutable reference (jax.new_ref) stays where it was made and is updated there: the
+            # call runs on its device, as JAX decides. Moving the other operands only made copies
+            # JAX moved back, or hid its "incompatible devices" error from a program that fails
+            # under python; per op, the segments' replay cannot update it ("Out of bound indexer").
+            return fn, args, kwargs, ""
         committed = {_device_of(a) for a in leaves if isinstance(a, _Array)
                      and getattr(a, "_committed", False) and getattr(a, HOME, None) is None}
         if len(committed) > 1:
@@ -152,10 +158,7 @@ class Placer:
             # is what the incompatible-devices finding explains. Data a policy placed (it has
             # a home) is moved as usual.
             return fn, args, kwargs, ""
-        # per op: not with a mutable reference among the arguments (jax.new_ref): the ops of
-        # its program read and write it in place, which the segments' replay cannot (it raised
-        # "Out of bound indexer" into a correct program); the call is placed whole instead
-        if self.granularity == "op" and spec.kind == "jit" and not any(type(a).__name__ == "Ref" for a in leaves):
+        if self.granularity == "op" and spec.kind == "jit":
             from jaxplace_cli.capture.jaxhooks.partition import run_partitioned
 
             def partitioned(*a, **k):
