@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from threading import get_ident as _thread_ident
 
 import jax
@@ -20,7 +21,9 @@ from jaxplace_cli.capture.jaxhooks.legs import destinations, is_host, scalar_byt
 from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, label, sharding_label, static_positions
 from jaxplace_cli.model.events import D2D, H2D, HOST
 
-_IN_SHARDINGS: dict = {}  # (jitted function, argument signature) -> its input shardings
+# jitted function -> {its call's signature: its input shardings}; weak: a function's entries go
+# with it (an id reused by a new function would have handed it the old one's)
+_IN_SHARDINGS = weakref.WeakKeyDictionary()
 
 
 def sharded_upload(fn, spec, args, kwargs, leaves, a) -> list:
@@ -51,20 +54,23 @@ def input_shardings(fn, spec, args, kwargs, leaves) -> list:
         device = getattr(fn, "default_device", None)  # a policy runs it there (engine._on_device)
         fn = getattr(fn, "__wrapped__", fn) if device is not None else fn
         static = static_positions(spec.static_argnums, len(args)) if spec.static_argnums else ()
-        key = (id(fn), device, jax.config.jax_default_device, tree_structure((args, kwargs)),
+        key = (device, jax.config.jax_default_device, tree_structure((args, kwargs)),
                tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)),
                       getattr(x, "sharding", None), getattr(x, "_committed", None)) for x in leaves),
                tuple(args[i] for i in sorted(static)),
                tuple(kwargs.get(k) for k in spec.static_argnames or ()))
-        shardings = _IN_SHARDINGS.get(key)
+        known = _IN_SHARDINGS.get(fn)
+        if known is None:
+            known = _IN_SHARDINGS[fn] = {}
+        shardings = known.get(key)
         if shardings is None:
             with jax.default_device(device) if device is not None else contextlib.nullcontext():
                 compiled = fn.lower(*args, **kwargs).compile()  # (the user's own default device stands)
             shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
             if len(shardings) == len(leaves):
-                if len(_IN_SHARDINGS) > 1024:  # functions called with ever new shapes or static values
-                    _IN_SHARDINGS.clear()
-                _IN_SHARDINGS[key] = shardings
+                if len(known) > 256:  # a function called with ever new shapes or static values
+                    known.clear()
+                known[key] = shardings
     if len(shardings) != len(leaves):
         raise ValueError("the input shardings do not match the arguments")
     return shardings
