@@ -30,15 +30,16 @@ install: $(STAMP)
 C_SOURCES := $(wildcard jaxplace_cli/*/*.c jaxplace_cli/*/*.h)
 # uv resolves the same versions as pip (`pip freeze` of both venvs compared: identical) and
 # installs them in ~11 s where pip took ~29 s (parallel downloads, byte-compiled on every core;
-# `make test` on a fresh clone is held to 6 minutes). Where uv cannot be had, pip does it all.
+# `make test` on a fresh clone is held to 6 minutes). Where uv cannot be had, or fails (it reads
+# none of pip's settings: a machine that reaches its packages only through them), pip does it all.
 # --reinstall-package: uv would reuse its cached build of jaxplace after a C source changed.
 DEPS := pip 'setuptools>=77' wheel -e '.[dev]'
 $(STAMP): pyproject.toml $(C_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet uv || echo "uv could not be installed: pip installs everything"
-	@if [ -x $(BIN)/uv ]; then \
-	  set -x; $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --reinstall-package jaxplace $(DEPS); \
-	else \
+	@if [ -x $(BIN)/uv ] && (set -x; $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode \
+	    --reinstall-package jaxplace $(DEPS)); then :; else \
+	  echo "installing with pip (uv reads none of pip's settings: indexes, find-links, constraints)"; \
 	  set -x; $(BIN)/python -m pip install --quiet --upgrade $(DEPS); \
 	fi
 	@touch $(STAMP)

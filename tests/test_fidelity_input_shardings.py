@@ -63,6 +63,8 @@ def test_under_a_policy_the_legs_go_where_the_policy_ran_the_call(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = store_rows(out, "SELECT t.kind, t.dst, t.bytes, s.line FROM transfers t JOIN sites s ON s.id = t.site"
                            " WHERE t.api LIKE 'jit(%' ORDER BY t.seq")
-    # pinned: the refs and the arange are made on cpu:1, so the call runs there and moves nothing
-    loop, moved = LINES["L-loop"], LINES["L-moved"]
-    assert rows[:5] == [("h2d", "cpu:1", 16, loop), ("h2d", "cpu:1", 4, loop)] * 2 + [("h2d", "cpu:1", 4, moved)], rows
+    # pinned: the refs and the arange are made on cpu:1, so the call runs there and moves
+    # nothing; the sharded call is JAX's (no policy places data sharded over several devices)
+    loop, moved, sharded = LINES["L-loop"], LINES["L-moved"], LINES["L-sharded"]
+    assert rows == [("h2d", "cpu:1", 16, loop), ("h2d", "cpu:1", 4, loop)] * 2 + [("h2d", "cpu:1", 4, moved)] + [
+        ("h2d", f"cpu:{i}", n, sharded) for n in (64, 32, 8) for i in (0, 1)], rows

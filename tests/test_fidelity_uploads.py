@@ -226,9 +226,10 @@ def test_a_policy_run_per_op_counts_each_upload_once(jax_devices):
     assert sorted(t.bytes for t in r.of("h2d")) == [4, 16]
 
 
-def test_a_policy_run_per_op_places_a_jit_with_a_mutable_reference_whole(jax_devices):
+def test_a_policy_run_per_op_leaves_a_jit_with_a_mutable_reference_to_jax(jax_devices):
     """A jit whose argument is a ``jax.new_ref`` (updated in place) under ``--granularity op``:
-    the per-op replay raised "Out of bound indexer" into a correct program; it is placed whole."""
+    the per-op replay raised "Out of bound indexer" into a correct program; it is not placed
+    (it runs where the reference lives: the next test)."""
     import jaxplace_cli
 
     ref = jax.new_ref(jnp.zeros(3))
@@ -413,7 +414,8 @@ def test_where_a_call_that_returns_no_array_ran_is_told_for_each_call(jax_device
     under ``jax.default_device`` (the same signature: the legs went to cpu:0 twice); ``g``'s
     static flag decides whether ``v`` is used at all: 0 legs, then 16 B (the same shapes: 0
     twice); a ``None`` argument is no leaf of the program's arguments (the lengths differed and
-    nothing was recorded)."""
+    nothing was recorded); ``split``'s 16 B go half to each device of the mesh in effect (the
+    second mesh's call went to the first's devices)."""
     import functools
 
     v = np.ones(4, np.float32)
@@ -438,10 +440,19 @@ def test_where_a_call_that_returns_no_array_ran_is_told_for_each_call(jax_device
         g(ref, v, False)
         g(ref, v, True)
         h(ref, None, v)
+        def halves(x):
+            jax.debug.callback(lambda a: None, x.sum())
+
+        split = jax.jit(halves, in_shardings=P("x"))
+        for mesh in (Mesh(np.array(jax_devices[:2]), ("x",)), Mesh(np.array(jax_devices[2:]), ("x",))):
+            with jax.set_mesh(mesh):
+                split(v)
     assert [(t.dst, t.bytes, t.api) for t in r.of("h2d")] == [
         ("cpu:0", 16, "jit(f) (numpy argument)"), ("cpu:1", 16, "jit(f) (numpy argument)"),
-        ("cpu:0", 16, "jit(g) (numpy argument)"), ("cpu:0", 16, "jit(h) (numpy argument)")]
+        ("cpu:0", 16, "jit(g) (numpy argument)"), ("cpu:0", 16, "jit(h) (numpy argument)")] + [
+        (f"cpu:{i}", 8, "jit(halves) (numpy argument)") for i in range(4)]
     # (g's first call keeps no argument at all: an empty program, no op)
     assert [(o.name, o.devices) for o in r.ops] == [("jit(f)", "cpu:0"), ("jit(f)", "cpu:1"), ("jit(g)", "cpu:0"),
-                                                    ("jit(h)", "cpu:0")]
+                                                    ("jit(h)", "cpu:0"), ("jit(halves)", "cpu:0,cpu:1"),
+                                                    ("jit(halves)", "cpu:2,cpu:3")]
     np.testing.assert_array_equal(np.asarray(ref[...]), np.full(4, 2.0, np.float32))

@@ -1112,7 +1112,7 @@ static int record_fast(Call *c, PyObject **outs, Py_ssize_t nouts) {
         } else if ((dr = dropped_at(c, &dropped, i))) {
             if (dr < 0) goto done;
             continue; /* a jit argument its program dropped: never uploaded */
-        } else if (!is_scalar(a)) { /* NumPy data and the like: dispatch._host_leg, in order */
+        } else if (!is_scalar(a)) { /* NumPy data and the like: inputs.host_leg, in order */
             PyObject *kw = c->kwargs ? Py_NewRef(c->kwargs) : PyDict_New();
             PyObject *st = stack ? Py_NewRef(stack) : PyLong_FromLong(-1);
             PyObject *r = kw && st && time_objects(&tid, &t0rel, tidv, t0r) == 0

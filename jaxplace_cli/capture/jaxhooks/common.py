@@ -6,6 +6,7 @@ none of each other (they did, in a circle: issue 23).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import weakref
@@ -15,7 +16,7 @@ import jax
 import numpy as np
 from jax._src import core as _core
 from jax._src.array import ArrayImpl
-from jax.tree_util import tree_flatten
+from jax.tree_util import tree_leaves, tree_structure
 
 from jaxplace_cli.capture.jaxhooks.state import active, static_positions, tls
 from jaxplace_cli.capture.recorder import _nbytes
@@ -219,7 +220,61 @@ def called_api(frame, user, names=None, fallback: str = "jax", outer_jax: bool =
     return fallback
 
 
-# jitted function -> [dropped an argument in some signature, its _cache_size() then, {signature: kept}]
+# jitted function -> {its call's signature: its input shardings}; weak: a function's entries go
+# with it (an id reused by a new function would have handed it the old one's)
+_IN_SHARDINGS = weakref.WeakKeyDictionary()
+
+
+def input_shardings(fn, spec, args, kwargs, leaves) -> list:
+    """The compiled program's input sharding of each of the jit call's dynamic argument
+    ``leaves`` (None: an argument it dropped), from ``fn.lower(...).compile()`` right after the
+    call (the trace and the executable are cached: ~0.25 ms, no new trace, no compile event);
+    a compiled function's own. Once per everything that decides them: the arguments' structure,
+    each leaf's shape, dtype, sharding and commitment, the static values, the default device
+    (the user's ``jax.default_device``, or the policy's that ran it), the mesh in effect.
+    Flattened by the program's own argument tree: a ``None`` argument is no leaf of it. Raises
+    where it cannot be told (one place for it: the legs of sharded and resultless calls,
+    inputs.py, and which arguments the program dropped, ``kept_leaves``)."""
+    kwargs = kwargs or {}
+    compiled = getattr(fn, "__self__", fn)  # a compiled function's call is its bound __call__
+    if isinstance(compiled, jax.stages.Compiled):
+        shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
+    else:
+        device = getattr(fn, "default_device", None)  # a policy runs it there (engine._on_device)
+        fn = getattr(fn, "__wrapped__", fn) if device is not None else fn
+        static = static_positions(spec.static_argnums, len(args)) if spec.static_argnums else ()
+        key = (device, jax.config.jax_default_device, _context_mesh(), tree_structure((args, kwargs)),
+               tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x)), getattr(x, "sharding", None),
+                      getattr(x, "_committed", None)) for x in leaves),
+               tuple(args[i] for i in sorted(static)), tuple(kwargs.get(k) for k in spec.static_argnames or ()))
+        known = _IN_SHARDINGS.get(fn)
+        if known is None:
+            known = _IN_SHARDINGS[fn] = {}
+        shardings = known.get(key)
+        if shardings is None:
+            with jax.default_device(device) if device is not None else contextlib.nullcontext():
+                compiled = fn.lower(*args, **kwargs).compile()  # (the user's own default device stands)
+            shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
+            if len(shardings) == len(leaves):
+                if len(known) > 256:  # a function called with ever new shapes or static values
+                    known.clear()
+                known[key] = shardings
+    if len(shardings) != len(leaves):
+        raise ValueError("the input shardings do not match the arguments")
+    return shardings
+
+
+def _context_mesh():
+    """The meshes a ``P(...)`` in_shardings resolves against: ``jax.set_mesh``'s and ``with mesh:``'s."""
+    try:
+        from jax._src import mesh as mesh_lib
+
+        return mesh_lib.get_concrete_mesh(), mesh_lib.thread_resources.env.physical_mesh
+    except Exception:  # another JAX
+        return None
+
+
+# jitted function -> [dropped an argument in some signature, its _cache_size() then]
 _KEPT = weakref.WeakKeyDictionary()
 
 
@@ -228,12 +283,10 @@ def kept_leaves(fn, spec, args, kwargs):
     program keeps (None: all of them, or it cannot be told), and those leaves when ``kept`` is
     not None. JAX drops an argument the function does not use (``keep_unused=False``) and never
     uploads it, so a NumPy argument there is no leg (diffrax's backward solve passes such a
-    constant; the guard logs nothing for it). From ``fn.lower(...).compile()`` after the call,
-    as ``sharded_upload``, once per argument structure, leaf shapes and dtypes, and static
-    values (what decides the traced program). Most functions drop nothing: while a function
-    has dropped nothing in any signature, and JAX compiled no new one for it
-    (``_cache_size``), the answer is None at the cost of that one call (flattening the flax LIB
-    step's arguments for the key took ~65 us a NumPy argument)."""
+    constant; the guard logs nothing for it): the None entries of ``input_shardings``. Most
+    functions drop nothing: while a function has dropped nothing in any signature, and JAX
+    compiled no new one for it (``_cache_size``), the answer is None at the cost of that one
+    call (flattening the flax LIB step's arguments for the key took ~65 us a NumPy argument)."""
     try:
         state = _KEPT.get(fn)
         size = fn._cache_size()
@@ -242,33 +295,17 @@ def kept_leaves(fn, spec, args, kwargs):
         static = static_positions(spec.static_argnums, len(args))
         dyn = [x for i, x in enumerate(args) if i not in static]
         dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
-        leaves, tree = tree_flatten((dyn, dyn_kw))
-        key = (tree, tuple((getattr(x, "shape", None), getattr(x, "dtype", type(x))) for x in leaves),
-               tuple(args[i] for i in sorted(static)), tuple(kwargs[k] for k in spec.static_argnames if k in kwargs))
+        leaves = tree_leaves((dyn, dyn_kw))
+        shardings = input_shardings(fn, spec, args, kwargs, leaves)
+        kept = frozenset(i for i, s in enumerate(shardings) if s is not None)
+        kept = None if len(kept) >= len(leaves) else kept
         if state is None:
-            state = _KEPT[fn] = [False, size, {}]
-        shapes = state[2]
-        if key in shapes:
-            kept = shapes[key]
-        else:
-            kept = kept_indexes(fn.lower(*args, **kwargs).compile())
-            kept = None if len(kept) >= len(leaves) else kept
-            if len(shapes) > 256:  # a function called with ever new shapes or static values
-                shapes.clear()
-            shapes[key] = kept
+            state = _KEPT[fn] = [False, size]
         state[0] = state[0] or kept is not None
         state[1] = size
         return kept, leaves
     except Exception:  # not a jitted function, a deleted (donated) argument, an unhashable static, another JAX
         return None, ()
-
-
-def kept_indexes(compiled) -> frozenset:
-    """The indexes of a ``jax.stages.Compiled``'s dynamic argument leaves its program keeps: its
-    executable's kept arguments, which count the constants JAX hoists out of the function first
-    (``JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS``: 6 legs for 3 before they were taken off)."""
-    nconst = len(getattr(getattr(compiled, "_params", None), "const_args", None) or ())
-    return frozenset(i - nconst for i in compiled._executable._kept_var_idx if i >= nconst)
 
 
 def recording_failed(exc: Exception) -> None:

@@ -227,7 +227,7 @@ def _after_call(rec, spec: CallSpec, fn, args, kwargs, out, site: int, seq: int,
             transfers.append(ev)
             if on_transfer is not None:
                 on_transfer(ev)
-        else:  # host data: one leg per device the dispatch runs on (legs.py)
+        else:  # host data: one leg per device the dispatch runs on (inputs.host_leg)
             stack = inputs.host_leg(rec, spec, fn, args, kwargs, a, dev, outs[0], site, seq, t0 - base, tid,
                                   stack, leaves, sys._getframe(1))
     # A plain tuple in OpEvent's field order, not an OpEvent: CPython's GC stops tracking exact

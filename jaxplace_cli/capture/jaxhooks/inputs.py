@@ -6,87 +6,39 @@ all (``resultless``).
 """
 from __future__ import annotations
 
-import contextlib
 import sys
-import weakref
 from threading import get_ident as _thread_ident
 
 import jax
-import numpy as np
-from jax.tree_util import tree_structure
 
-from jaxplace_cli.capture.jaxhooks.common import array_nbytes, upload_nbytes
+from jaxplace_cli.capture.jaxhooks.common import array_nbytes, input_shardings, upload_nbytes
 from jaxplace_cli.capture.jaxhooks.host_data import data_id
-from jaxplace_cli.capture.jaxhooks.legs import destinations, is_host, scalar_bytes, suffix
-from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, label, sharding_label, static_positions
+from jaxplace_cli.capture.jaxhooks.legs import destinations, is_host, scalar_bytes, sharding_legs, suffix
+from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, sharding_label
 from jaxplace_cli.model.events import D2D, H2D, HOST
 
-# jitted function -> {its call's signature: its input shardings}; weak: a function's entries go
-# with it (an id reused by a new function would have handed it the old one's)
-_IN_SHARDINGS = weakref.WeakKeyDictionary()
+_last_call = (0, None)  # (seq, input shardings) of the last sharded call: shared by its NumPy arguments
 
 
-def sharded_upload(fn, spec, args, kwargs, leaves, a) -> list:
+def sharded_upload(fn, spec, args, kwargs, leaves, a, seq: int = 0) -> list:
     """[(device, bytes)] legs of host data ``a`` passed to a jit call over several devices: the
     devices received it as the compiled program's input sharding says — a numpy weight of
     32,768 B next to a batch sharded over 8 devices is replicated, 8 legs of 32,768 B. A placed
-    or partitioned call, another JAX: [] (then one leg per device of the result)."""
+    or partitioned call, another JAX: [] (then one leg per device of the result). The call's
+    shardings are looked up once for all its NumPy arguments (a cache key per argument was
+    ~280 us a call of 100 parameters)."""
+    global _last_call
     try:
         k = next(i for i, x in enumerate(leaves) if x is a)
-        return sharding_legs(input_shardings(fn, spec, args, kwargs, leaves)[k], a, upload_nbytes(a))
+        last = _last_call
+        if seq and last[0] == seq:
+            shardings = last[1]
+        else:
+            shardings = input_shardings(fn, spec, args, kwargs, leaves)
+            _last_call = (seq, shardings)
+        return sharding_legs(shardings[k], a, upload_nbytes(a))
     except Exception:
         return []
-
-
-def input_shardings(fn, spec, args, kwargs, leaves) -> list:
-    """The compiled program's input sharding of each of the jit call's dynamic argument
-    ``leaves`` (None: an argument it dropped), from ``fn.lower(...).compile()`` right after the
-    call (the trace and the executable are cached: ~0.25 ms, no new trace, no compile event);
-    a compiled function's own. Once per everything that decides them: the arguments' structure,
-    each leaf's shape, dtype, sharding and commitment, the static values, the default device
-    (the user's ``jax.default_device``, or the policy's that ran it). Flattened by the program's
-    own argument tree: a ``None`` argument is no leaf of it. Raises where it cannot be told."""
-    kwargs = kwargs or {}
-    compiled = getattr(fn, "__self__", fn)  # a compiled function's call is its bound __call__
-    if isinstance(compiled, jax.stages.Compiled):
-        shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
-    else:
-        device = getattr(fn, "default_device", None)  # a policy runs it there (engine._on_device)
-        fn = getattr(fn, "__wrapped__", fn) if device is not None else fn
-        static = static_positions(spec.static_argnums, len(args)) if spec.static_argnums else ()
-        key = (device, jax.config.jax_default_device, tree_structure((args, kwargs)),
-               tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x).__name__)),
-                      getattr(x, "sharding", None), getattr(x, "_committed", None)) for x in leaves),
-               tuple(args[i] for i in sorted(static)),
-               tuple(kwargs.get(k) for k in spec.static_argnames or ()))
-        known = _IN_SHARDINGS.get(fn)
-        if known is None:
-            known = _IN_SHARDINGS[fn] = {}
-        shardings = known.get(key)
-        if shardings is None:
-            with jax.default_device(device) if device is not None else contextlib.nullcontext():
-                compiled = fn.lower(*args, **kwargs).compile()  # (the user's own default device stands)
-            shardings = compiled.in_tree.flatten_up_to(compiled.input_shardings)
-            if len(shardings) == len(leaves):
-                if len(known) > 256:  # a function called with ever new shapes or static values
-                    known.clear()
-                known[key] = shardings
-    if len(shardings) != len(leaves):
-        raise ValueError("the input shardings do not match the arguments")
-    return shardings
-
-
-def sharding_legs(sharding, a, nbytes: int) -> list:
-    """[(device label, bytes)]: ``a`` (``nbytes`` in all) as ``sharding`` puts it on each device."""
-    shape = tuple(getattr(a, "shape", ()))
-    itemsize = nbytes // max(int(np.prod(shape)), 1)
-    legs = []
-    for dev, index in sharding.addressable_devices_indices_map(shape).items():
-        n = itemsize
-        for dim, sl in zip(shape, index):
-            n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
-        legs.append((label(dev), n))
-    return legs
 
 
 def resultless(rec, spec, fn, args, kwargs, leaves, site: int, seq: int, t0: int, t1: int,
@@ -149,7 +101,7 @@ def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int
     if scalar or "," not in dev or not isinstance(a, HOST_DATA_TYPES):
         dests = destinations(out0, a)
     else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
-        dests = sharded_upload(fn, spec, args, kwargs, leaves, a) or destinations(out0, a)
+        dests = sharded_upload(fn, spec, args, kwargs, leaves, a, seq) or destinations(out0, a)
     hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
     on_transfer = rec.on_transfer
     for dst, nbytes in dests:

@@ -31,7 +31,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     JitProxy,
     _EvalTrace,
     _trace_now,
-    kept_indexes,
+    input_shardings,
     kept_leaves,
     recording_failed,
     upload_nbytes,
@@ -114,17 +114,23 @@ def destinations(out, a, nbytes=None) -> list:
     shape = getattr(a, "shape", ())
     try:
         if shape and tuple(shape) == tuple(res.shape):
-            itemsize = nbytes // max(int(np.prod(shape)), 1)
-            legs = []
-            for dev, index in sh.addressable_devices_indices_map(res.shape).items():
-                n = itemsize
-                for dim, s in zip(shape, index):
-                    n *= len(range(*s.indices(dim))) if isinstance(s, slice) else 1
-                legs.append((label(dev), n))
-            return legs
+            return sharding_legs(sh, a, nbytes)
         return [(label(dev), nbytes) for dev in sh._addressable_device_assignment]
     except Exception:
         return [(label(dev), nbytes) for dev in getattr(sh, "device_set", ())]
+
+
+def sharding_legs(sharding, a, nbytes: int) -> list:
+    """[(device label, bytes)]: ``a`` (``nbytes`` in all) as ``sharding`` puts it on each device."""
+    shape = tuple(getattr(a, "shape", ()))
+    itemsize = nbytes // max(int(np.prod(shape)), 1)
+    legs = []
+    for dev, index in sharding.addressable_devices_indices_map(shape).items():
+        n = itemsize
+        for dim, sl in zip(shape, index):
+            n *= len(range(*sl.indices(dim))) if isinstance(sl, slice) else 1
+        legs.append((label(dev), n))
+    return legs
 
 
 def suffix(name: str, a) -> str:
@@ -318,16 +324,16 @@ _COMPILED_DROPPED = weakref.WeakKeyDictionary()
 
 
 def _compiled_dropped(compiled, args, kwargs) -> frozenset:
-    """The same for a call of a ``jax.stages.Compiled`` (``jit.install_compiled``), from
-    ``common.kept_indexes``. Its arguments' structure is fixed (JAX refuses another), so once per
-    compiled object."""
+    """The same for a call of a ``jax.stages.Compiled`` (``jit.install_compiled``): the None
+    entries of its input shardings (``common.input_shardings``). Its arguments' structure is
+    fixed (JAX refuses another), so once per compiled object."""
     if type(compiled).__name__ != "Compiled":  # any other callable (an adopted jit): no raise-and-catch a call
         return NOTHING_DROPPED
     try:
         dropped = _COMPILED_DROPPED.get(compiled)
         if dropped is None:
-            n = len(tree_leaves((args, kwargs or {})))
-            dropped = _COMPILED_DROPPED[compiled] = frozenset(range(n)).difference(kept_indexes(compiled))
+            shardings = input_shardings(compiled, None, args, kwargs, tree_leaves((args, kwargs or {})))
+            dropped = _COMPILED_DROPPED[compiled] = frozenset(i for i, s in enumerate(shardings) if s is None)
         return dropped
     except Exception:  # not a Compiled's call, another JAX
         return NOTHING_DROPPED
