@@ -17,7 +17,9 @@ from jaxplace_cli.capture.jaxhooks.legs import destinations, is_host, scalar_byt
 from jaxplace_cli.capture.jaxhooks.state import HOST_DATA_TYPES, PY_SCALARS, sharding_label
 from jaxplace_cli.model.events import D2D, H2D, HOST
 
-_last_call = (0, None)  # (seq, input shardings) of the last sharded call: shared by its NumPy arguments
+# (seq, id of its leaves, input shardings) of the last sharded call: shared by its NumPy arguments
+# (the leaves' id too: another recorder's seqs start again at 1)
+_last_call = (0, 0, None)
 
 
 def sharded_upload(fn, spec, args, kwargs, leaves, a, seq: int = 0) -> list:
@@ -31,11 +33,11 @@ def sharded_upload(fn, spec, args, kwargs, leaves, a, seq: int = 0) -> list:
     try:
         k = next(i for i, x in enumerate(leaves) if x is a)
         last = _last_call
-        if seq and last[0] == seq:
-            shardings = last[1]
+        if seq and last[0] == seq and last[1] == id(leaves):
+            shardings = last[2]
         else:
             shardings = input_shardings(fn, spec, args, kwargs, leaves)
-            _last_call = (seq, shardings)
+            _last_call = (seq, id(leaves), shardings)
         return sharding_legs(shardings[k], a, upload_nbytes(a))
     except Exception:
         return []
