@@ -80,6 +80,26 @@ def test_a_signal_while_jax_starts_its_backend_ends_the_run_as_under_python(tmp_
     assert json.loads((out / "run.json").read_text())["status"] == "terminated"
 
 
+def test_the_script_sees_pythons_handlers_and_the_default_it_restores_still_saves_the_run(tmp_path):
+    """jaxplace's saver on SIGTERM and SIGHUP reads as the default: ``signal.getsignal`` gave
+    jaxplace's bound method, and so did ``signal.signal`` as the previous handler (a script
+    that restores it then called jaxplace's method). Restoring the default keeps the saver
+    under it: the last SIGTERM kills both processes the same way, and the run is saved."""
+    script, out = SCRIPTS / "faults" / "fatal_handlers_seen.py", tmp_path / "run"
+    ends = []
+    for cmd in ([sys.executable, str(script)],
+                [sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out", str(out), str(script)]):
+        proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120,
+                              preexec_fn=_child_setup)
+        ends.append((proc.returncode, proc.stdout))
+    dfl = str(signal.SIG_DFL)
+    assert ends[0] == (-signal.SIGTERM, f"handlers {dfl} {dfl}\nprevious {dfl}\nhandled SIGTERM\n"
+                                        f"restored True {dfl}\nsum 6.0\n")  # python's, by hand
+    assert ends[1] == ends[0]
+    m = json.loads((out / "run.json").read_text())
+    assert (m["status"], m["events"]["lost_rows"]) == ("terminated", 0) and m["events"]["ops"] >= 2
+
+
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGTERM", "SIGINT", "SIGQUIT", "SIGUSR1"])
 def test_signal_ends_the_run_like_python_with_nothing_lost(tmp_path, name):
     sig = getattr(signal, name)

@@ -25,7 +25,7 @@ from jaxplace_cli import __version__
 from jaxplace_cli.capture import distributed, signals
 from jaxplace_cli.capture.runner import Outcome, _strip_own_frames, run_target
 from jaxplace_cli.capture.shutdown import threads_pending, wait_for_threads
-from jaxplace_cli.capture.signals import FATAL_SIGNALS, _die_of, _hold_signals, _release_signals, resend_dropped_ctrl_c
+from jaxplace_cli.capture.signals import _die_of, _hold_signals, _release_signals, resend_dropped_ctrl_c
 from jaxplace_cli.capture.trace_modes import TRACE_OPS, TRACE_SECONDS
 from jaxplace_cli.model.manifest import Device, DevicesOverride, Events, Hooks, Manifest, Placement, Target, Trace, Writer
 from jaxplace_cli.store.layout import EVENTS, MANIFEST, MANIFEST_RESERVE, RunDirError, create_run_dir, write_manifest
@@ -246,14 +246,8 @@ class Session:
 
     def _install_sigterm(self) -> None:
         """SIGTERM, SIGHUP (terminal or ssh session closed), SIGQUIT and SIGUSR1 kill python
-        without cleanup; save what was recorded, then die the same way. A signal whose handler
-        is not the default (ignored under nohup, or the script's own later) is left alone."""
-        for sig in FATAL_SIGNALS:
-            try:
-                if signal.getsignal(sig) in (signal.SIG_DFL, None):
-                    signal.signal(sig, self._on_fatal)
-            except (ValueError, OSError):  # not the main thread
-                pass
+        without cleanup; save what was recorded, then die the same way (signals.install_fatal)."""
+        signals.install_fatal(self._on_fatal)
         # Ctrl-C: python's own handler, minus the interrupts python would drop (signals.py)
         if sys.unraisablehook is sys.__unraisablehook__:
             sys.unraisablehook = resend_dropped_ctrl_c(sys.unraisablehook)

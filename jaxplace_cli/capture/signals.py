@@ -4,6 +4,7 @@ signals that come while it is being saved are held until it is, and Ctrl-C is py
 from __future__ import annotations
 
 import _thread
+import functools
 import os
 import signal
 import sys
@@ -16,6 +17,41 @@ import time
 FATAL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1")
                       if hasattr(signal, n))
 _HELD_SIGNALS = (signal.SIGINT, *FATAL_SIGNALS)
+# python's own: ``install_fatal`` puts a script's view over the module's functions
+_real_signal, _real_getsignal = signal.signal, signal.getsignal
+
+
+def install_fatal(ours) -> None:
+    """``ours`` (the run's saver) as the handler of each fatal signal whose handler is the
+    default (one ignored under nohup, or set by the script later, is left alone), unseen by the
+    script: ``signal.getsignal`` reads it as SIG_DFL and ``signal.signal`` returns SIG_DFL in its
+    place, as under python (a script that printed the handler printed jaxplace's bound method;
+    one that installs its own only over the default did not), and setting SIG_DFL puts ``ours``
+    back: the process dies the same way, after the run is saved."""
+    mine = set()
+    for sig in FATAL_SIGNALS:
+        try:
+            if _real_getsignal(sig) in (signal.SIG_DFL, None):
+                _real_signal(sig, ours)
+                mine.add(sig)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    if not mine:
+        return
+
+    @functools.wraps(_real_getsignal)
+    def getsignal(signalnum):
+        handler = _real_getsignal(signalnum)
+        return signal.SIG_DFL if signalnum in mine and handler == ours else handler
+
+    @functools.wraps(_real_signal)
+    def set_handler(signalnum, handler):
+        if signalnum in mine and not callable(handler) and handler == signal.SIG_DFL:
+            handler = ours
+        previous = _real_signal(signalnum, handler)
+        return signal.SIG_DFL if signalnum in mine and previous == ours else previous
+
+    signal.getsignal, signal.signal = getsignal, set_handler
 
 
 def _hold_signals(held: list) -> dict:
@@ -25,7 +61,7 @@ def _hold_signals(held: list) -> dict:
         return previous
     for sig in _HELD_SIGNALS:
         try:
-            previous[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+            previous[sig] = _real_signal(sig, lambda signum, frame: held.append(signum))
         except (ValueError, OSError, TypeError):
             pass
     return previous
@@ -35,7 +71,7 @@ def _release_signals(previous: dict, held: list, outcome) -> None:
     """Restore the handlers, then act on a signal that came while saving."""
     for sig, handler in previous.items():
         try:
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            _real_signal(sig, handler if handler is not None else signal.SIG_DFL)
         except (ValueError, OSError, TypeError):
             pass
     fatal = [s for s in held if s in FATAL_SIGNALS]
@@ -47,7 +83,7 @@ def _release_signals(previous: dict, held: list, outcome) -> None:
 
 def _die_of(signum: int) -> None:
     """End the process by ``signum``'s default action, as python without a handler would."""
-    signal.signal(signum, signal.SIG_DFL)
+    _real_signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
