@@ -226,6 +226,20 @@ def test_a_policy_run_per_op_counts_each_upload_once(jax_devices):
     assert sorted(t.bytes for t in r.of("h2d")) == [4, 16]
 
 
+def test_a_policy_run_per_op_uploads_where_the_op_runs_and_only_what_it_reads(jax_devices):
+    """The per-op run uploaded every host argument to the default device first, then moved it
+    to the op's device (an upload and a move for one), and uploaded the arguments the program
+    drops (JAX uploads none). By hand, pinned to cpu:1: ``x``'s 12 B straight onto cpu:1;
+    ``unused``: nothing; no device-to-device leg."""
+    import jaxplace_cli
+
+    with recorded() as r, jaxplace_cli.device_placement("pin:cpu:1", granularity="op"):
+        f = jax.jit(lambda x, unused: x * 2)
+        y = f(np.ones(3, np.float32), np.ones(5, np.float32))
+    np.testing.assert_array_equal(np.asarray(y), np.full(3, 2.0, np.float32))
+    assert routes(r.of("h2d")) == [("h2d", "host", "cpu:1", 12)] and r.of("d2d") == []
+
+
 def test_a_policy_run_per_op_leaves_a_jit_with_a_mutable_reference_to_jax(jax_devices):
     """A jit whose argument is a ``jax.new_ref`` (updated in place) under ``--granularity op``:
     the per-op replay raised "Out of bound indexer" into a correct program; it is not placed

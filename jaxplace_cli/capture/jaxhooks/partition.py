@@ -11,6 +11,7 @@ run on the same inputs, only their placement differs.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from threading import get_ident
@@ -162,13 +163,20 @@ def run_partitioned(placer, rec, spec, jitted, args, kwargs, site, seq):
     if plan is None:
         plan = placer.plans[sig] = build_plan(placer, rec, spec, jitted, args, kwargs, site)
     jaxpr = plan.jaxpr.jaxpr
-    env = {}
+    env, host = {}, {}
     for v, x in zip(jaxpr.invars, leaves):
-        env[v] = x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
+        (env if isinstance(x, jax.Array) else host)[v] = x
     for seg, label in zip(plan.segments, plan.labels):
+        device = seg.device
+        # host data is uploaded where the first segment that reads it runs: not to the default
+        # device and moved on (two legs for one), and never when no segment reads it (an
+        # argument the program drops: JAX uploads none)
+        for v in seg.invars:
+            if v not in env and v in host:
+                with jax.default_device(device) if device is not None else contextlib.nullcontext():
+                    env[v] = jax.numpy.asarray(host[v])
         ins = [env[v] for v in seg.invars]
         sseq = rec.next_seq() if rec is not None else 0
-        device = seg.device
         if device is not None:
             ins = [placer.move(x, device, rec, f"{spec.name}[{seg.names[0]}]", site, sseq, label)
                    if isinstance(x, jax.Array) and _device(x) != device else x for x in ins]
@@ -183,7 +191,8 @@ def run_partitioned(placer, rec, spec, jitted, args, kwargs, site, seq):
             env[v] = x
         if rec is not None:
             _record_segment(rec, spec, seg, label, ins, outs, site, sseq, t0, t1)
-    flat_out = [env[v] if isinstance(v, _core.Var) else v.val for v in jaxpr.outvars]
+    flat_out = [(env[v] if v in env else jax.numpy.asarray(host[v])) if isinstance(v, _core.Var) else v.val
+                for v in jaxpr.outvars]
     return tree_unflatten(plan.out_tree, flat_out)
 
 
