@@ -76,6 +76,7 @@ class Sizes:
     audit_runs: int = 2  # P4: audits of the long P3 run
     p5_runs: int = 3  # P5: pairs of (reference, audit)
     p7_runs: int = 3  # P7: audits of each 4 MiB hostile TPU trace
+    p7_shapes: int = 0  # P7: how many of the huge shapes (0: all three)
     p3_trace_off_runs: int = 1  # P3: --trace off at the short length (what the trace window costs)
     p3_plain_short: bool = True  # measure plain at the short length too (else reuse the long one)
     bounces: int = 16384  # P10: device-to-device moves of one array (target: audit <= 200 MB)
@@ -100,7 +101,7 @@ PROFILES = {
                    launch_steps=150, events_huge=2_000_000, p8_audit_runs=1, lib_steps=150, lib_extra_runs=1),
     # test_bench_smoke: every code path once, tiny sizes, numbers meaningless
     "smoke": Sizes(pairs=1, steps=10, batch=8, width=64, ops=60, events=3000, events_short=1500,
-                   wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1, p7_runs=1,
+                   wide=4, p1_extra_runs=0, p2_extra_runs=1, p1_extras=(), audit_runs=1, p5_runs=1, p7_runs=1, p7_shapes=1,
                    p2_extras=("jax.profiler.trace", "transfer_guard=log", "forced slow path", "jaxplace (python path)"),
                    p3_plain_short=False, p3_trace_off_runs=0, bounces=200, bounces_long=800,
                    launch_pairs=1, launch_steps=3, launch_trace_off_runs=0, events_huge=6000,
@@ -583,7 +584,7 @@ def p7_group(bench: Bench) -> dict:
     spec.loader.exec_module(mod)
     work = bench.tmp / "p7"
     work.mkdir(exist_ok=True)
-    g = mod.measure(work, bench.sizes.p7_runs, bench.timeout, log=bench.log)
+    g = mod.measure(work, bench.sizes.p7_runs, bench.timeout, log=bench.log, huge_shapes=bench.sizes.p7_shapes)
     if g["error"]:
         bench.errors.append("P7 " + g["error"])
     g["row"] = mod.verdict(g)

@@ -63,7 +63,7 @@ def _ours_out(text: str) -> str:
 CTRL_C_IN_BODY = """import atexit, sys, threading, time
 atexit.register(lambda: print("atexit ran", flush=True))
 def work():
-    time.sleep(1.0)
+    time.sleep(0.5)
     print("thread done", flush=True)
 threading.Thread(target=work).start()
 print("body", flush=True)
