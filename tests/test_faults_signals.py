@@ -65,16 +65,22 @@ def _signal_both(tmp_path, sig, *args):
     return procs[0].returncode, py_out, procs[1].returncode, jp_out, jp_err, out
 
 
-def test_a_signal_while_jax_starts_its_backend_ends_the_run_as_under_python(tmp_path):
-    """The handler saves the run without calling into JAX (capture/memory.py end_recording):
-    it hung until SIGKILL when the signal had interrupted JAX's backend start."""
-    script, out = SCRIPTS / "faults" / "sigterm_in_backend_init.py", tmp_path / "run"
+def _ends_both(script, out) -> list:
+    """[(exit code, stdout)] of ``script`` under python, then under `jaxplace run --out OUT`."""
     ends = []
     for cmd in ([sys.executable, str(script)],
                 [sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out", str(out), str(script)]):
         proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120,
                               preexec_fn=_child_setup)
         ends.append((proc.returncode, proc.stdout))
+    return ends
+
+
+def test_a_signal_while_jax_starts_its_backend_ends_the_run_as_under_python(tmp_path):
+    """The handler saves the run without calling into JAX (capture/memory.py end_recording):
+    it hung until SIGKILL when the signal had interrupted JAX's backend start."""
+    script, out = SCRIPTS / "faults" / "sigterm_in_backend_init.py", tmp_path / "run"
+    ends = _ends_both(script, out)
     assert ends[0] == (-signal.SIGTERM, "before\n")  # the script's own ending, under python
     assert ends[1] == ends[0]
     assert json.loads((out / "run.json").read_text())["status"] == "terminated"
@@ -86,12 +92,7 @@ def test_the_script_sees_pythons_handlers_and_the_default_it_restores_still_save
     that restores it then called jaxplace's method). Restoring the default keeps the saver
     under it: the last SIGTERM kills both processes the same way, and the run is saved."""
     script, out = SCRIPTS / "faults" / "fatal_handlers_seen.py", tmp_path / "run"
-    ends = []
-    for cmd in ([sys.executable, str(script)],
-                [sys.executable, "-m", "jaxplace_cli", "run", "-q", "--no-trace", "--out", str(out), str(script)]):
-        proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=120,
-                              preexec_fn=_child_setup)
-        ends.append((proc.returncode, proc.stdout))
+    ends = _ends_both(script, out)
     dfl = str(signal.SIG_DFL)
     assert ends[0] == (-signal.SIGTERM, f"handlers {dfl} {dfl}\nprevious {dfl}\nhandled SIGTERM\n"
                                         f"restored True {dfl}\nsum 6.0\n")  # python's, by hand
