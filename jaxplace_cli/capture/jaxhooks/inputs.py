@@ -62,27 +62,22 @@ def resultless(rec, spec, fn, args, kwargs, leaves, site: int, seq: int, t0: int
     tid, t0rel, stack, in_bufs = _thread_ident(), t0 - rec.t0, -1, []
     frame = sys._getframe(2)  # the hook's, as dispatch._after_call's sys._getframe(1)
     for a, sharding in kept:
-        moves = []
+        to = sharding_label(sharding)
         if isinstance(a, jax.Array):
             adev = sharding_label(a.sharding)
             committed = getattr(a, "_committed", True)
             b = rec.buffer_id(a, adev, committed, site, seq)
             in_bufs.append(b)
-            if "," not in adev and sharding_label(sharding) != adev:  # as dispatch._after_call's loop
-                api = spec.api + (" (uncommitted input)" if not committed and "," not in sharding_label(sharding) else "")
-                moves = [(D2D, adev, dst, n, api, b) for dst, n in sharding_legs(sharding, a, array_nbytes(a))]
+            if "," not in adev and to != adev:  # as dispatch._after_call's loop
+                api = spec.api + (" (uncommitted input)" if not committed and "," not in to else "")
+                stack = append_legs(rec, D2D, adev, sharding_legs(sharding, a, array_nbytes(a)), api, site, b, seq,
+                                    t0rel, tid, stack, frame)
         elif is_host(a):
             scalar = type(a) in PY_SCALARS
             nbytes = scalar_bytes(a) if scalar else upload_nbytes(a)
             api, hid = (spec.scalar_api, 0) if scalar else (suffix(spec.api, a), data_id(rec, a, fn, args, kwargs))
-            moves = [(H2D, HOST, dst, n, api, hid) for dst, n in sharding_legs(sharding, a, nbytes)]
-        for kind, src, dst, n, api, b in moves:
-            if stack < 0:
-                stack = rec.stack_of(frame)
-            ev = (next(rec.seqs), t0rel, tid, kind, src, dst, n, True, False, api, site, b, seq, stack)
-            rec.transfers.append(ev)
-            if rec.on_transfer is not None:
-                rec.on_transfer(ev)
+            stack = append_legs(rec, H2D, HOST, sharding_legs(sharding, a, nbytes), api, site, hid, seq, t0rel, tid,
+                                stack, frame)
     dev = sharding_label(kept[0][1])
     rec.ops.append((seq, t0rel, t1 - t0, tid, spec.kind, spec.name, dev, site,
                     in_bufs[0] if len(in_bufs) == 1 else tuple(in_bufs), (), "", backward, placed))
@@ -105,11 +100,19 @@ def host_leg(rec, spec, fn, args, kwargs, a, dev: str, out0, site: int, seq: int
     else:  # numpy data of a multi-device call: as the compiled program's sharding sent it
         dests = sharded_upload(fn, spec, args, kwargs, leaves, a, seq) or destinations(out0, a)
     hid = data_id(rec, a, fn, args, kwargs)  # which host array: a loader's or the same again
+    return append_legs(rec, H2D, HOST, dests, api, site, hid, seq, t0rel, tid, stack,
+                       frame if frame is not None else sys._getframe(1))
+
+
+def append_legs(rec, kind, src, dests, api: str, site: int, buf: int, seq: int, t0rel: int, tid: int,
+                stack: int, frame) -> int:
+    """One transfer row per (device, bytes) of ``dests``, implicit, of the call ``seq``; the
+    call's stack node made from ``frame`` with its first transfer (``stack`` < 0). Returns it."""
     on_transfer = rec.on_transfer
     for dst, nbytes in dests:
         if stack < 0:
-            stack = rec.stack_of(frame if frame is not None else sys._getframe(1))
-        ev = (next(rec.seqs), t0rel, tid, H2D, HOST, dst, nbytes, True, False, api, site, hid, seq, stack)
+            stack = rec.stack_of(frame)
+        ev = (next(rec.seqs), t0rel, tid, kind, src, dst, nbytes, True, False, api, site, buf, seq, stack)
         rec.transfers.append(ev)
         if on_transfer is not None:
             on_transfer(ev)
