@@ -170,12 +170,12 @@ def _lost_seconds(proc, t_kill, writers, clock, out) -> float:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
 def test_sigkill_loses_at_most_the_promised_last_quarter_second(tmp_path):
-    """12 SIGKILLs at random moments, two runs at a time: the events in the store reach to
+    """8 SIGKILLs at random moments, two runs at a time: the events in the store reach to
     within PROMISE_S of the kill (the script's own clock, CLOCK_MONOTONIC, says when each step
     ended; the store's own counts say which steps it holds)."""
     rng = random.Random(25)
     losses = []
-    for pair in range(6):  # 20 trials before issue 23's time budget: each is a JAX start-up
+    for pair in range(4):  # 20 trials before issue 23's time budget, 12 until 2026-12-06: each is a JAX start-up
         trials = [_start_trial(tmp_path, 2 * pair + j) for j in range(2)]
         kills = [_kill(proc, out, rng.uniform(0.05, 0.6)) for proc, _, out in trials]
         for (proc, clock, out), (t_kill, writers) in zip(trials, kills):

@@ -86,7 +86,7 @@ def test_a_process_that_raises_fails_the_job_with_its_exception(tmp_path):
 
 
 def test_a_process_that_hangs_is_named_after_the_timeout(tmp_path):
-    out, proc, took = _launch(tmp_path, "hang", "--timeout", "6")
+    out, proc, took = _launch(tmp_path, "hang", "--timeout", "4")
     assert took < 60, took
     assert proc.returncode == 124, proc.stderr[-3000:]
     assert "jaxplace: launch: process 1 failed first (hung: no event recorded for " in proc.stderr
