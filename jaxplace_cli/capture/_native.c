@@ -342,6 +342,44 @@ static struct {
     int ready;
 } G;
 
+/* What device_of and aval_fields read last, by the object they read it from: a sharding's
+   label, an aval's (shape, dtype name). A new array's sharding and aval are objects JAX
+   shares (a jit's results get its executable's: the same aval for every call, the same
+   sharding for every call's result at one position), so the attribute reads and dict lookups
+   behind each (~770 and ~800 instructions in callgrind, bench P6's loop: 37 a wide call) are
+   made once per object. A slot holds a reference to its key, so an address is never reused
+   while it is there; neither object changes once made. configure() empties them. */
+#define MEMO_SLOTS 128
+typedef struct {
+    PyObject *key, *a, *b; /* strong references, or NULL */
+} Memo;
+static Memo SHARDINGS[MEMO_SLOTS], AVALS[MEMO_SLOTS];
+
+static inline Memo *memo_slot(Memo *table, PyObject *key) {
+    return &table[((uintptr_t)key >> 4) % MEMO_SLOTS];
+}
+
+/* the old entry is let go last: freeing an object may run code that reads these tables */
+static void memo_put(Memo *m, PyObject *key, PyObject *a, PyObject *b) {
+    Memo old = *m;
+    m->key = Py_NewRef(key);
+    m->a = Py_NewRef(a);
+    m->b = b ? Py_NewRef(b) : NULL;
+    Py_XDECREF(old.key);
+    Py_XDECREF(old.a);
+    Py_XDECREF(old.b);
+}
+
+static void memo_clear(Memo *table) {
+    for (int i = 0; i < MEMO_SLOTS; i++) {
+        Memo old = table[i];
+        table[i] = (Memo){NULL, NULL, NULL};
+        Py_XDECREF(old.key);
+        Py_XDECREF(old.a);
+        Py_XDECREF(old.b);
+    }
+}
+
 static PyObject *ZERO, *ONE;
 static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops, *S_transfers,
     *S_buffers, *S_tail, *S_t0, *S_site_cache, *S_on_transfer, *S_on_dispatch, *S_append,
@@ -458,6 +496,8 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
         if (api && api->version == JAXPLACE_PACKED_API_VERSION) PACKED = api;
         PyErr_Clear(); /* not built: every table is appended to through its method */
     }
+    memo_clear(SHARDINGS);
+    memo_clear(AVALS);
     G.ready = 1;
     Py_RETURN_NONE;
 }
@@ -498,6 +538,11 @@ static inline PyObject *row_(PyObject *t) {
 static PyObject *device_of(PyObject *arr) {
     PyObject *sh = PyObject_GetAttr(arr, Py_TYPE(arr) == (PyTypeObject *)G.array_type ? G.sharding_attr : S_sharding);
     if (!sh) return NULL;
+    Memo *m = memo_slot(SHARDINGS, sh);
+    if (m->key == sh) {
+        Py_DECREF(sh);
+        return Py_NewRef(m->a);
+    }
     PyObject *d = PyObject_GetAttr(sh, S_device);
     if (!d) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -520,15 +565,27 @@ static PyObject *device_of(PyObject *arr) {
     if (!lab || lab == Py_None) {
         Py_XDECREF(lab);
         lab = PyObject_CallOneArg(G.sharding_label, sh);
+    } else {
+        memo_put(m, sh, lab, NULL); /* a single device's label, from the labels dict */
     }
     Py_DECREF(sh);
     return lab;
 }
 
 /* arr.__dict__.get(BUF_ATTR): a new reference to the id, Py_None if absent, NULL on error;
-   *dict_out gets a new reference to the dict (NULL if the array has none). */
+   *dict_out gets a new reference to the dict (NULL if the array has none). An exact array's
+   dict is read at its type's tp_dictoffset (made, as reading `__dict__` would make it, where
+   the array has none yet): the attribute lookup and getter cost ~360 instructions an array
+   (callgrind, bench P6's loop: 37 arrays a wide call). */
 static PyObject *buf_of(PyObject *arr, PyObject **dict_out) {
-    PyObject *d = PyObject_GetAttr(arr, S_dict);
+    PyTypeObject *t = Py_TYPE(arr);
+    PyObject *d;
+    if (t == (PyTypeObject *)G.array_type && t->tp_dictoffset > 0 && !(t->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+        d = *(PyObject **)((char *)arr + t->tp_dictoffset);
+        d = d ? Py_NewRef(d) : PyObject_GenericGetDict(arr, NULL);
+    } else {
+        d = PyObject_GetAttr(arr, S_dict);
+    }
     if (!d) {
         PyErr_Clear();
         *dict_out = NULL;
@@ -563,6 +620,12 @@ typedef struct {
     PyObject *seqs;  /* the recorder's itertools.count, peeked */
     PyObject *attr;  /* the __dict__ key of a Watch (capture/memory.py WATCH_ATTR) */
     int on;
+    /* The frees appended since the last flush(): a bytearray grown by its own rule (an eighth at
+       a time, copied on each growth after Tracker.take's `del frees[:n]`) cost ~480
+       instructions and a copy a free (callgrind, bench P6's loop: 34 frees an iteration);
+       here one append is a store, and flush() hands the batch over in one resize. */
+    char *buf;
+    Py_ssize_t len, cap;
 } WatchCore;
 
 typedef struct {
@@ -576,11 +639,28 @@ static PyTypeObject WatchType;
 
 static void append_free(WatchCore *core, long long b, long long seq, long long how) {
     if (seq < 0) seq = count_peek(core->seqs);
-    Py_ssize_t n = PyByteArray_GET_SIZE(core->frees);
-    if (seq >= 0 && PyByteArray_Resize(core->frees, n + 24) == 0) {
-        int64_t row[3] = {(int64_t)b, (int64_t)seq, (int64_t)how};
-        memcpy(PyByteArray_AS_STRING(core->frees) + n, row, sizeof row);
+    if (seq < 0) return;
+    if (core->len + 24 > core->cap) {
+        Py_ssize_t cap = core->cap ? core->cap * 2 : 24 * 4096;
+        char *n = PyMem_RawRealloc(core->buf, (size_t)cap);
+        if (!n) return; /* out of memory: this free is not a row (as a failed resize was) */
+        core->buf = n;
+        core->cap = cap;
     }
+    int64_t row[3] = {(int64_t)b, (int64_t)seq, (int64_t)how};
+    memcpy(core->buf + core->len, row, sizeof row);
+    core->len += 24;
+}
+
+/* core.flush(): the frees appended since the last flush, onto the end of `frees` */
+static PyObject *core_flush(WatchCore *self, PyObject *unused) {
+    if (self->len) {
+        Py_ssize_t n = PyByteArray_GET_SIZE(self->frees);
+        if (PyByteArray_Resize(self->frees, n + self->len) < 0) return NULL;
+        memcpy(PyByteArray_AS_STRING(self->frees) + n, self->buf, (size_t)self->len);
+        self->len = 0;
+    }
+    Py_RETURN_NONE;
 }
 
 /* Runs inside the array's deallocation, on any thread: never raises, keeps an error in flight. */
@@ -660,10 +740,12 @@ static int core_init(WatchCore *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(self->seqs, Py_NewRef(seqs));
     Py_XSETREF(self->attr, Py_NewRef(attr));
     self->on = 1;
+    self->len = 0;
     return 0;
 }
 
 static void core_dealloc(WatchCore *self) {
+    PyMem_RawFree(self->buf);
     Py_XDECREF(self->frees);
     Py_XDECREF(self->seqs);
     Py_XDECREF(self->attr);
@@ -686,6 +768,7 @@ static int core_set_on(WatchCore *self, PyObject *v, void *c) {
 
 static PyMethodDef core_methods[] = {
     {"watch", (PyCFunction)core_watch, METH_VARARGS, "watch(b, site): a Watch for a new buffer"},
+    {"flush", (PyCFunction)core_flush, METH_NOARGS, "flush(): the frees appended since, onto frees"},
     {NULL, NULL, 0, NULL},
 };
 static PyGetSetDef core_getset[] = {
@@ -745,11 +828,18 @@ static PyObject *committed_of(PyObject *arr) {
 static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
     PyObject *aval = PyObject_GetAttr(arr, S_aval);
     if (!aval) return -1;
+    Memo *m = memo_slot(AVALS, aval);
+    if (m->key == aval) {
+        *shape = Py_NewRef(m->a);
+        *name = Py_NewRef(m->b);
+        Py_DECREF(aval);
+        return 0;
+    }
     *shape = PyObject_GetAttr(aval, S_shape);
     PyObject *dtype = *shape ? PyObject_GetAttr(aval, S_dtype) : NULL;
-    Py_DECREF(aval);
     if (!dtype) {
         Py_CLEAR(*shape);
+        Py_DECREF(aval);
         return -1;
     }
     *name = PyDict_GetItemWithError(G.dtype_names, dtype);
@@ -761,8 +851,11 @@ static int aval_fields(PyObject *arr, PyObject **shape, PyObject **name) {
     Py_DECREF(dtype);
     if (!*name) {
         Py_CLEAR(*shape);
+        Py_DECREF(aval);
         return -1;
     }
+    memo_put(m, aval, *shape, *name);
+    Py_DECREF(aval);
     return 0;
 }
 

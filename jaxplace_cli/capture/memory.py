@@ -133,6 +133,7 @@ class Tracker:
 
     def take(self) -> tuple[bytes, list]:
         """(frees packed, shard rows): ``model.raw.frees_rows`` makes the rows, in the writer."""
+        self.core.flush()
         frees = self.frees
         n = len(frees)
         n -= n % _ROW.size  # whole rows (each append is one C call under the GIL)
@@ -158,6 +159,9 @@ class _Core:
 
     def watch(self, b: int, site: int):
         return _Watch(self, b, site)
+
+    def flush(self) -> None:
+        """The C core keeps its frees until asked; this one appends them as they come."""
 
     def append(self, b: int, seq: int, how: int) -> None:
         if seq < 0:
