@@ -274,8 +274,9 @@ def _context_mesh():
         return None
 
 
-# jitted function -> [dropped an argument in some signature, its _cache_size() then]
-_KEPT = weakref.WeakKeyDictionary()
+# id(jitted fn) -> [weakref to it, dropped an argument in some signature, its _cache_size() then], gone
+# with it. No WeakKeyDictionary: its get() is a Python call making a weakref (a third of this path)
+_KEPT: dict = {}
 
 
 def kept_leaves(fn, spec, args, kwargs):
@@ -288,9 +289,9 @@ def kept_leaves(fn, spec, args, kwargs):
     compiled no new one for it (``_cache_size``), the answer is None at the cost of that one
     call (flattening the flax LIB step's arguments for the key took ~65 us a NumPy argument)."""
     try:
-        state = _KEPT.get(fn)
+        state = _KEPT.get(id(fn))
         size = fn._cache_size()
-        if state is not None and not state[0] and state[1] == size:
+        if state is not None and state[2] == size and state[1] is False and state[0]() is fn:
             return None, ()
         static = static_positions(spec.static_argnums, len(args))
         dyn = [x for i, x in enumerate(args) if i not in static]
@@ -299,10 +300,11 @@ def kept_leaves(fn, spec, args, kwargs):
         shardings = input_shardings(fn, spec, args, kwargs, leaves)
         kept = frozenset(i for i, s in enumerate(shardings) if s is not None)
         kept = None if len(kept) >= len(leaves) else kept
-        if state is None:
-            state = _KEPT[fn] = [False, size]
-        state[0] = state[0] or kept is not None
-        state[1] = size
+        if state is None or state[0]() is not fn:
+            key = id(fn)
+            state = _KEPT[key] = [weakref.ref(fn, lambda _, key=key: _KEPT.pop(key, None)), False, size]
+        state[1] = state[1] or kept is not None
+        state[2] = size
         return kept, leaves
     except Exception:  # not a jitted function, a deleted (donated) argument, an unhashable static, another JAX
         return None, ()

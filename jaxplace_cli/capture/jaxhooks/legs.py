@@ -310,12 +310,13 @@ def dropped_leaves(fn, spec, args, kwargs=None) -> frozenset:
     passed at a kept and at a dropped position (``f(x, c, c)``: the guard logs one leg)."""
     if not spec.flatten:
         return NOTHING_DROPPED
-    if getattr(fn, "moves_its_operands", False):  # a policy's per-op run (engine.py): its legs are recorded
-        return frozenset(range(len(tree_leaves((args, kwargs or {})))))  # as it makes them, not here again
-    if type(fn).__name__ != "PjitFunction" and type(getattr(fn, "__wrapped__", None)).__name__ == "PjitFunction":
-        fn = fn.__wrapped__  # a policy runs it on its device (engine._on_device)
-    if type(fn).__name__ != "PjitFunction":
-        return _compiled_dropped(getattr(fn, "__self__", None), args, kwargs)
+    if type(fn).__name__ != "PjitFunction":  # (a jitted function is never a per-op run: asked after)
+        if getattr(fn, "moves_its_operands", False):  # a policy's per-op run (engine.py): its legs are recorded
+            return frozenset(range(len(tree_leaves((args, kwargs or {})))))  # as it makes them, not here again
+        if type(getattr(fn, "__wrapped__", None)).__name__ == "PjitFunction":
+            fn = fn.__wrapped__  # a policy runs it on its device (engine._on_device)
+        else:
+            return _compiled_dropped(getattr(fn, "__self__", None), args, kwargs)
     kept, leaves = kept_leaves(fn, spec, args, kwargs or {})
     return NOTHING_DROPPED if kept is None else frozenset(range(len(leaves))).difference(kept)
 
