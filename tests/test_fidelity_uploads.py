@@ -3,6 +3,8 @@
 In-process, real JAX on conftest's 4 simulated CPU devices, recorded with the hooks of
 `jaxplace run` (tests/inprocess.py). Every expected number is computed by hand in a comment.
 """
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -153,6 +155,64 @@ def test_arguments_the_compiled_program_drops_are_never_uploaded(jax_devices):
     assert [(t.api.rsplit(" (", 1)[-1], t.bytes) for t in r.of("h2d")] == [
         ("Python scalar)", 4), ("numpy argument)", 16)] * 4
     assert routes(r.of("d2d")) == [("d2d", "cpu:1", "cpu:0", 16)]
+
+
+def test_naming_host_data_keeps_no_local_of_the_callers_function_alive():
+    """The second upload of the same NumPy data names the variable holding it (host_data.py
+    ``_describe``), from the locals of the calling function's frame. Reading a function frame's
+    ``f_locals`` stores a dict of its locals on the frame, which kept every one of them alive
+    until the function returned: a ``del`` freed nothing, as under python it does (here, a
+    weak reference's object; in a training loop, the arrays of the iteration that named it)."""
+    import weakref
+
+    class Held:
+        pass
+
+    from jaxplace_cli.model.events import MARKER_HOST_DATA
+
+    a = np.ones(3, np.float32)
+    with recorded() as r:
+        f = jax.jit(lambda x: x * 2)
+        held = Held()
+        gone = weakref.ref(held)
+        f(a)
+        f(a)  # the same data again: named `a`
+        del held
+        assert gone() is None
+        mine = locals()  # a dict the function holds itself is left as python leaves it
+        b = a + 1
+        f(b)
+        f(b)
+        assert mine is locals() and mine["b"] is b
+    assert [json.loads(m.value)["var"] for m in r.markers if m.kind == MARKER_HOST_DATA] == ["a", "b"]
+
+
+def test_what_a_function_dropped_is_remembered_while_it_lives(jax_devices):
+    """Whether a jitted function dropped an argument is remembered by the function's identity
+    (capture/jaxhooks/common.py ``_KEPT``) and forgotten with it: a function made after it
+    (CPython may give it the same id) is asked afresh. By hand: f uploads x (12 B), never
+    ``unused``; g, which drops nothing, uploads both of its arguments (2 x 12 B), each call."""
+    import gc
+
+    from jaxplace_cli.capture.jaxhooks import common
+
+    a, b = np.ones(3, np.float32), np.arange(3, dtype=np.float32)
+    gc.collect()  # the functions of earlier tests are gone
+    before = len(common._KEPT)
+    with recorded() as r:
+        for _ in range(3):
+            f = jax.jit(lambda x, unused: x * 2)
+            f(a, b)
+            f(a, b)
+            assert len(common._KEPT) == before + 1
+            del f
+            gc.collect()
+            assert len(common._KEPT) == before
+            g = jax.jit(lambda x, y: x * y)
+            g(a, b)
+            del g
+            gc.collect()
+    assert [t.bytes for t in r.of("h2d")] == [12, 12, 12, 12] * 3
 
 
 def test_arguments_the_program_drops_under_a_policy(jax_devices):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import types
 from pathlib import Path
 
@@ -26,6 +27,25 @@ SHIM = "<jaxplace hook: skipped by warnings like importlib._bootstrap>"
 # launcher in the venv's bin/, whose `<module>` frame lies under every frame of the script. It is
 # not the user's code (capture/recorder.py's tiers), though it lies outside every library path.
 LAUNCHERS: set[str] = set()
+
+_CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's code
+
+
+def local_items(frame) -> list:
+    """``frame``'s local variables as (name, value) pairs, leaving nothing held. Reading a
+    function frame's ``f_locals`` (CPython 3.11, 3.12) stores a dict of its locals on the frame,
+    which kept every one of them alive until the function returned -- a ``del`` in the user's
+    loop freed nothing. A dict nobody else holds (getrefcount: ours, the frame's, its argument)
+    is emptied again: the frame fills it afresh on the next read. One the function holds itself
+    (``d = locals()``), a module's or a class body's namespace, and 3.13's write-through proxy
+    (no copy) are left as they are."""
+    local = frame.f_locals
+    items = list(local.items())
+    if type(local) is dict and frame.f_code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
+        local.clear()
+    return items
+
+
 _FILE_LINE = re.compile(r'^\s*File "([^"]*)", line ')
 _HEADER = "Traceback (most recent call last):"
 

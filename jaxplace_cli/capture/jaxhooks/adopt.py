@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import warnings
 
+from jaxplace_cli.capture.frames import local_items
 from jaxplace_cli.model.events import OP_JIT
 
 _LIBRARIES = ("jax", "jaxlib", "jaxplace_cli", "flax", "optax", "equinox", "haiku")
@@ -72,7 +73,7 @@ def adopt_caller_jits() -> None:
             _adopted.append((namespace, name, obj, wrapper))
     if frame.f_locals is namespace:
         return
-    for name, obj in frame.f_locals.items():
+    for name, obj in local_items(frame):
         if is_unhooked_jit(obj) and namespace.get(name) is not obj and id(obj) not in _warned:
             _warned.add(id(obj))
             warnings.warn(

@@ -35,6 +35,7 @@ import weakref
 import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
+from jaxplace_cli.capture.frames import local_items
 from jaxplace_cli.model.events import MARKER_HOST_DATA
 
 _SAMPLES = 32
@@ -164,8 +165,8 @@ def _path_in(x, a):
 
 def variable_of(frame, a) -> tuple[str, str]:
     """(the name ``frame`` holds ``a`` under, "local" or "global"), or ("", "")."""
-    for scope, names in (("local", frame.f_locals), ("global", frame.f_globals)):
-        for name, v in names.items():
+    for scope, names in (("local", local_items(frame)), ("global", frame.f_globals.items())):
+        for name, v in names:
             if v is a and not name.startswith("__"):
                 return name, scope
     return "", ""
