@@ -83,7 +83,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth);
 /* One value of a row as encode() writes it, for the values nearly every row is
    made of: a str met last (the slot cache), an int within int64, a bool, None. Written in
    place after one bounds check instead of encode()'s checks and two rput calls per value
-   (callgrind, bench P6's loop: sink_vrow 1,330 -> N instructions a row). Anything else, and a
+   (callgrind, bench P6's loop: sink_vrow 1,330 -> 850 instructions a row). Anything else, and a
    str not in its slot, goes to encode(). */
 static inline int encode1(RowBuffer *rb, PyObject *v, int depth) {
     if (depth > 4) return encode(rb, v, depth); /* it says why */
