@@ -4,6 +4,7 @@ In-process, real JAX on conftest's 4 simulated CPU devices, recorded with the ho
 `jaxplace run` (tests/inprocess.py). Every expected number is computed by hand in a comment.
 """
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -180,11 +181,25 @@ def test_naming_host_data_keeps_no_local_of_the_callers_function_alive():
         del held
         assert gone() is None
         mine = locals()  # a dict the function holds itself is left as python leaves it
+        exec("scale = 2.0")  # a name only that dict holds (3.11, 3.12)
         b = a + 1
         f(b)
         f(b)
-        assert mine is locals() and mine["b"] is b
+        if sys.version_info < (3, 13):  # 3.13: locals() is a new snapshot each call
+            assert mine is locals() and mine["b"] is b and mine["scale"] == 2.0
     assert [json.loads(m.value)["var"] for m in r.markers if m.kind == MARKER_HOST_DATA] == ["a", "b"]
+
+
+def test_naming_host_data_leaves_names_only_the_frames_dict_holds():
+    """A name ``exec`` (without a namespace) gave the function lives only in the frame's dict of
+    locals; naming host data empties that dict of the function's own variables, not of those."""
+    a = np.ones(3, np.float32)
+    with recorded():
+        f = jax.jit(lambda x: x * 2)
+        exec("lr = 0.5")
+        f(a)
+        f(a)  # the same data again: named `a`
+        assert eval("lr") == 0.5
 
 
 def test_what_a_function_dropped_is_remembered_while_it_lives(jax_devices):

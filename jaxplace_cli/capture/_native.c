@@ -469,6 +469,9 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
                                      &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19],
                                      &v[20], &sharding_attr, &x64_now, &committed_attr))
         return NULL;
+    memo_clear(SHARDINGS); /* what they hold was read with the labels and dtype names replaced here */
+    memo_clear(AVALS);
+    G.ready = 0;
     Py_XSETREF(G.sharding_attr, Py_NewRef(sharding_attr));
     Py_XSETREF(G.committed_attr, Py_NewRef(committed_attr));
     Py_XSETREF(G.x64_now, Py_NewRef(x64_now));
@@ -496,8 +499,6 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
         if (api && api->version == JAXPLACE_PACKED_API_VERSION) PACKED = api;
         PyErr_Clear(); /* not built: every table is appended to through its method */
     }
-    memo_clear(SHARDINGS);
-    memo_clear(AVALS);
     G.ready = 1;
     Py_RETURN_NONE;
 }
@@ -656,7 +657,10 @@ static void append_free(WatchCore *core, long long b, long long seq, long long h
 static PyObject *core_flush(WatchCore *self, PyObject *unused) {
     if (self->len) {
         Py_ssize_t n = PyByteArray_GET_SIZE(self->frees);
-        if (PyByteArray_Resize(self->frees, n + self->len) < 0) return NULL;
+        if (PyByteArray_Resize(self->frees, n + self->len) < 0) { /* out of memory: kept for the next */
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
         memcpy(PyByteArray_AS_STRING(self->frees) + n, self->buf, (size_t)self->len);
         self->len = 0;
     }
@@ -740,7 +744,6 @@ static int core_init(WatchCore *self, PyObject *args, PyObject *kw) {
     Py_XSETREF(self->seqs, Py_NewRef(seqs));
     Py_XSETREF(self->attr, Py_NewRef(attr));
     self->on = 1;
-    self->len = 0;
     return 0;
 }
 

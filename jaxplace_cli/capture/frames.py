@@ -35,14 +35,17 @@ def local_items(frame) -> list:
     """``frame``'s local variables as (name, value) pairs, leaving nothing held. Reading a
     function frame's ``f_locals`` (CPython 3.11, 3.12) stores a dict of its locals on the frame,
     which kept every one of them alive until the function returned -- a ``del`` in the user's
-    loop freed nothing. A dict nobody else holds (getrefcount: ours, the frame's, its argument)
-    is emptied again: the frame fills it afresh on the next read. One the function holds itself
-    (``d = locals()``), a module's or a class body's namespace, and 3.13's write-through proxy
-    (no copy) are left as they are."""
+    loop freed nothing. In a dict nobody else holds (getrefcount: ours, the frame's, its
+    argument) the function's own variables are dropped again: the frame puts them back on the
+    next read. Other names there (``exec`` without a namespace, ``locals()[k] = v``) live only
+    there and stay. A dict the function holds itself (``d = locals()``), a module's or a class
+    body's namespace, and 3.13's write-through proxy (no copy) are left as they are."""
     local = frame.f_locals
     items = list(local.items())
-    if type(local) is dict and frame.f_code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
-        local.clear()
+    code = frame.f_code
+    if type(local) is dict and code.co_flags & _CO_OPTIMIZED and sys.getrefcount(local) <= 3:
+        for name in (*code.co_varnames, *code.co_cellvars, *code.co_freevars):
+            local.pop(name, None)
     return items
 
 

@@ -291,7 +291,7 @@ def kept_leaves(fn, spec, args, kwargs):
     try:
         state = _KEPT.get(id(fn))
         size = fn._cache_size()
-        if state is not None and state[2] == size and state[1] is False and state[0]() is fn:
+        if state is not None and state[2] == size and state[1] is False:  # (an entry leaves with its fn)
             return None, ()
         static = static_positions(spec.static_argnums, len(args))
         dyn = [x for i, x in enumerate(args) if i not in static]
@@ -300,7 +300,7 @@ def kept_leaves(fn, spec, args, kwargs):
         shardings = input_shardings(fn, spec, args, kwargs, leaves)
         kept = frozenset(i for i, s in enumerate(shardings) if s is not None)
         kept = None if len(kept) >= len(leaves) else kept
-        if state is None or state[0]() is not fn:
+        if state is None:
             key = id(fn)
             state = _KEPT[key] = [weakref.ref(fn, lambda _, key=key: _KEPT.pop(key, None)), False, size]
         state[1] = state[1] or kept is not None

@@ -136,7 +136,7 @@ def _from_callers(f):
     for _ in range(16):
         if frame is None or not frame.f_code.co_filename.startswith(lib):
             return None
-        for v in list(frame.f_locals.values()):
+        for _, v in frames.local_items(frame):
             if v is f or not callable(v):
                 continue
             u = _unwrap(v)
