@@ -80,6 +80,15 @@ static inline int bput(RowBuffer *rb, const void *p, Py_ssize_t n) {
 
 static int encode(RowBuffer *rb, PyObject *v, int depth);
 
+/* 'i' and the int64: how every int of a row is written (encode, encode1, sink_vrow's 'L'/'K') */
+static inline int put_i64(RowBuffer *rb, int64_t x) {
+    if (rb->rlen + 9 > rb->rcap && grow(&rb->row, &rb->rcap, rb->rlen + 9) < 0) return -1;
+    rb->row[rb->rlen] = 'i';
+    memcpy(rb->row + rb->rlen + 1, &x, 8);
+    rb->rlen += 9;
+    return 0;
+}
+
 /* One value of a row as encode() writes it, for the values nearly every row is
    made of: a str met last (the slot cache), an int within int64, a bool, None. Written in
    place after one bounds check instead of encode()'s checks and two rput calls per value
@@ -103,11 +112,7 @@ static inline int encode1(RowBuffer *rb, PyObject *v, int depth) {
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
         if (!overflow) {
             if (x == -1 && PyErr_Occurred()) return -1;
-            int64_t y = (int64_t)x;
-            p[0] = 'i';
-            memcpy(p + 1, &y, 8);
-            rb->rlen += 9;
-            return 0;
+            return put_i64(rb, (int64_t)x);
         }
         /* past int64: encode() writes it as text */
     } else if (t == &PyBool_Type || v == Py_None) {
@@ -150,9 +155,7 @@ static int encode(RowBuffer *rb, PyObject *v, int depth) {
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
         if (!overflow) {
             if (x == -1 && PyErr_Occurred()) return -1;
-            int64_t y = (int64_t)x;
-            tag = 'i';
-            return rput(rb, &tag, 1) < 0 ? -1 : rput(rb, &y, 8);
+            return put_i64(rb, (int64_t)x);
         }
         PyObject *text = PyObject_Str(v); /* an exact int: CPython's own conversion */
         if (!text) return -1;
@@ -534,13 +537,7 @@ static int sink_vrow(PyObject *sink, const char *fmt, va_list ap) {
                 }
                 x = (int64_t)u;
             }
-            if (rb->rlen + 9 > rb->rcap && grow(&rb->row, &rb->rcap, rb->rlen + 9) < 0) {
-                rc = -1;
-            } else {
-                rb->row[rb->rlen] = 'i';
-                memcpy(rb->row + rb->rlen + 1, &x, 8);
-                rb->rlen += 9;
-            }
+            rc = put_i64(rb, x);
         } else if (fmt[i] == 'O') {
             rc = encode1(rb, va_arg(ap, PyObject *), 1);
         } else {
