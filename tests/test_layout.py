@@ -4,6 +4,7 @@ may, or speaks SQL outside the store."""
 from __future__ import annotations
 
 import ast
+import functools
 
 import pytest
 from conftest import REPO
@@ -31,10 +32,17 @@ MAX_FUNCTION_LINES = 80
 GENERATED = ("bench/results/", "jaxplace-runs/")  # outputs the docs name, ignored by git
 
 
+@functools.cache
+def _parsed(path) -> tuple[str, ast.Module]:
+    """A source file's text and tree, parsed once for the whole file's tests (read only): each
+    test parsing the package anew took ~10 s of the suite's CPU."""
+    text = path.read_text()
+    return text, ast.parse(text, filename=str(path))
+
+
 def _modules():
     for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(PKG).as_posix()
-        yield rel, path.read_text(), ast.parse(path.read_text(), filename=str(path))
+        yield (path.relative_to(PKG).as_posix(), *_parsed(path))
 
 
 def _imported(tree) -> list[tuple[int, str]]:
@@ -261,7 +269,7 @@ def test_one_place_installs_hooks():
     found = {}
     for path in sorted([*PKG.rglob("*.py"), *(REPO / "tests").rglob("*.py")]):
         rel = path.relative_to(REPO).as_posix()
-        lines = _hook_installs(ast.parse(path.read_text(), filename=str(path)))
+        lines = _hook_installs(_parsed(path)[1])
         if lines:
             found[rel] = lines
     assert HOOKS_HOME in found, "the scan no longer sees capture/recording.py install the hooks"
@@ -280,11 +288,11 @@ def _comments_and_docstrings(path):
     import io
     import tokenize
 
-    src = path.read_text()
+    src, tree = _parsed(path)
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
         if tok.type == tokenize.COMMENT:
             yield tok.start[0], tok.string
-    for node in ast.walk(ast.parse(src)):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             doc = ast.get_docstring(node, clean=False)
             if doc:
