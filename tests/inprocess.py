@@ -14,6 +14,7 @@ class Recorded:
         self.ops: list[OpEvent] = []
         self.markers: list = []
         self.frees: list = []  # (buf, seq, how)
+        self.sites: list = []  # the site rows the ops' and transfers' ``site`` ids name
 
     def of(self, kind: str, api: str | None = None) -> list[TransferEvent]:
         return [t for t in self.transfers if t.kind == kind and (api is None or t.api == api)]
@@ -43,3 +44,4 @@ def recorded(record: str = "all"):
         out.ops = [OpEvent(*o) for o in rows["ops"]]
         out.markers = list(rows["markers"])
         out.frees = list(rows["frees"])
+        out.sites = list(rows["sites"])

@@ -9,6 +9,7 @@ import inspect
 import pickle
 import sys
 import traceback
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -230,3 +231,97 @@ def test_a_hooked_function_binds_exactly_when_the_original_does(c_wrappers, monk
         assert _as_class_attributes() == plain
         assert jax.nn.relu(jnp.ones(2)).tolist() == [1.0, 1.0]
     assert "relu" in [o.name.split(".")[-1] for o in rec.ops]
+
+
+def _jit_program(devs):
+    """jax.jit functions made and called inside the recording: Python scalars, NumPy data, a
+    keyword, a static argument, arrays on two devices, a jitted method, a failing call."""
+    import functools
+
+    def scale(x, s, *, bias=0.0):
+        return x * s + bias
+
+    f = jax.jit(scale)
+    g = jax.jit(lambda x, n: x ** n, static_argnums=1)
+    h = jax.jit(lambda a, b: a + b)
+
+    class Model:
+        @functools.partial(jax.jit, static_argnums=0)
+        def step(self, x):
+            return x + 1
+
+    outs = [f(jnp.arange(3.0), 2.0), f(np.ones(3, np.float32), 3.0, bias=1.0), g(jnp.arange(3.0), 2),
+            f(jax.device_put(jnp.ones(3), devs[1]), 2.0),
+            h(jnp.ones(3), jax.device_put(jnp.ones(3), devs[2])),  # the uncommitted one moves
+            Model().step(jnp.ones(2))]
+    try:
+        f(jnp.ones(3), "text")
+    except TypeError:
+        pass
+    return [type(f).__module__, type(h).__module__] + [np.asarray(o).tolist() for o in outs]
+
+
+def _jit_rows(rec):
+    where = {s.id: (s.file.rsplit("/", 1)[-1], s.line) for s in rec.sites}
+    ops = [(o.kind, o.name, o.devices, o.error[:40], where[o.site]) for o in rec.ops]
+    transfers = [(t.kind, t.src, t.dst, t.bytes, t.api, t.implicit, t.blocking, where.get(t.site))
+                 for t in rec.transfers]
+    return ops, transfers
+
+
+@needs_wrap
+def test_a_jit_call_in_c_records_the_rows_the_python_jit_function_records(monkeypatch):
+    """``jax.jit`` under the hooks returns capture/_wrap.c's JitFunction (no Python frame a call:
+    bench/README.md round 16): the same ops and legs, at the same lines, as the Python class."""
+    devs = jax.devices()
+    with recorded() as c_rec:
+        c_out = _jit_program(devs)
+    with recorded() as py_rec:
+        monkeypatch.setattr(dispatch, "c_jit_function", None)
+        py_out = _jit_program(devs)
+    assert c_out[:2] == ["jaxplace_cli.capture._wrap"] * 2, c_out[:2]
+    assert py_out[:2] == ["jaxplace_cli.capture.jaxhooks.jit"] * 2, py_out[:2]
+    assert c_out[2:] == py_out[2:]
+    c_ops, c_transfers = _jit_rows(c_rec)
+    assert (c_ops, c_transfers) == _jit_rows(py_rec)
+    jit_ops = [o for o in c_ops if o[0] == "jit"]  # 7 calls by hand: 6 that ran, 1 that raised
+    assert len(jit_ops) == 7 and all(o[4][0] == "test_perf_wrap.py" for o in jit_ops), jit_ops
+    assert sum(1 for o in jit_ops if o[3].startswith("TypeError")) == 1
+    scalars = [t for t in c_transfers if t[4] == "jit(scale) (Python scalar)"]
+    assert [t[3] for t in scalars] == [4, 4, 4, 4], c_transfers  # s of 3 calls that ran, and bias=1.0
+
+
+@needs_wrap
+def test_a_jit_function_in_c_looks_copies_and_pickles_as_the_jitted_function():
+    def scale(x, s=2.0):
+        """Scaled."""
+        return x * s
+
+    with recorded():
+        jf = jax.jit(scale)
+        donating = jax.jit(scale, donate_argnums=0)
+        with pytest.raises(TypeError) as info:
+            jf(jnp.ones(2), "text")
+    frames = [f.filename for f in traceback.extract_tb(info.value.__traceback__)]
+    assert not [f for f in frames if f"/{OWN}/" in f], frames
+    assert (type(jf).__name__, type(jf).__module__) == ("JitFunction", "jaxplace_cli.capture._wrap")
+    assert type(donating).__module__ == "jaxplace_cli.capture.jaxhooks.jit"  # its frees are recorded around it
+    assert (jf.__wrapped__, jf.__name__, jf.__doc__) == (scale, "scale", "Scaled.")
+    assert inspect.signature(jf) == inspect.signature(scale)
+    rebuild, (jitted,) = jf.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    assert type(jitted).__name__ == "PjitFunction" and jitted.__wrapped__ is scale and rebuild(jitted) is jitted
+    assert jf.__reduce__() == (rebuild, (jitted,)) and repr(jf) == repr(jitted)
+    assert copy.copy(jf) is jitted and jf.__getstate__().keys() == jitted.__getstate__().keys()
+    with pytest.raises(AttributeError):  # as pickle.dumps(jax.jit(scale)) fails under python
+        pickle.dumps(jf)
+    assert jf.lower(jnp.ones(2)).as_text() == jax.jit(scale).lower(jnp.ones(2)).as_text()
+    assert jf(jnp.ones(2)).tolist() == [2.0, 2.0]  # not recording: a plain forward
+    assert jf._cache_size() == jitted._cache_size() == 1  # the rest of its API is the jitted function's
+
+    class Holder:
+        method = jf
+
+    assert Holder.method(jnp.ones(2)).tolist() == [2.0, 2.0]  # looked up on the class: itself
+    bound = Holder().method
+    assert bound.__func__ is jf and inspect.ismethod(bound)
+    assert weakref.ref(jf)() is jf

@@ -26,6 +26,13 @@
    `PlainWrapper` -- the same without the binding -- around callables that do not bind
    (jax.nn.relu, a custom_jvp: kept as a class attribute it is called as it is).
 
+   `JitFunction` is the same callable for what `jax.jit` returns under the hooks (jit.py
+   `jit_function`, for a function that donates nothing): the Python class's `__call__` cost
+   ~17,500 instructions a call before the native record_call ran (callgrind, P6's 33-argument
+   jit call; bench/README.md round 16). It differs from `Wrapper` only where a jitted function
+   is not a jax entry point: it pickles, copies and `__getstate__`s as the jitted function does
+   (common.JitProxy: `_unwrapped(fn)`), and its type is named `JitFunction`.
+
    Optional like the other extensions: without it dispatch.py keeps the Python wrapper.
 */
 #define PY_SSIZE_T_CLEAN
@@ -34,10 +41,11 @@
 
 static struct {
     PyObject *active, *tls, *trace_now, *eval_trace, *inner_call, *drop_own;
+    PyObject *unwrapped; /* common._unwrapped: a JitFunction pickles as the jitted function */
     int ready;
 } G;
 
-static PyObject *S_rec, *S_value, *S_depth, *S_qualname;
+static PyObject *S_rec, *S_value, *S_depth, *S_qualname, *S_getstate;
 
 typedef struct {
     PyObject_HEAD
@@ -214,6 +222,27 @@ static PyGetSetDef wrapper_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* A JitFunction pickles (and copies) as common.JitProxy does: `_unwrapped(fn)`, the jitted function
+   itself, which pickles or fails to exactly as under python. */
+static PyObject *jit_reduce(Wrapper *w, PyObject *unused) {
+    if (!G.unwrapped) {
+        PyErr_SetString(PyExc_TypeError, "cannot pickle a JitFunction before _wrap.configure()");
+        return NULL;
+    }
+    return Py_BuildValue("(O(O))", G.unwrapped, w->fn);
+}
+
+static PyObject *jit_reduce_ex(Wrapper *w, PyObject *protocol) { return jit_reduce(w, NULL); }
+
+static PyObject *jit_getstate(Wrapper *w, PyObject *unused) { return PyObject_CallMethodNoArgs(w->fn, S_getstate); }
+
+static PyMethodDef jit_methods[] = {
+    {"__reduce__", (PyCFunction)jit_reduce, METH_NOARGS, "pickled as the jitted function it wraps"},
+    {"__reduce_ex__", (PyCFunction)jit_reduce_ex, METH_O, "pickled as the jitted function it wraps"},
+    {"__getstate__", (PyCFunction)jit_getstate, METH_NOARGS, "the jitted function's own state"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject WrapperType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "jaxplace_cli.capture._wrap.Wrapper",
     .tp_basicsize = sizeof(Wrapper),
@@ -241,10 +270,14 @@ static PyTypeObject WrapperType = {
    attribute lookup through a class returns it as it is, as it returns the original. */
 static PyTypeObject PlainWrapperType;
 
+/* What jax.jit returns under the hooks (the header): WrapperType's slots, its own pickling. */
+static PyTypeObject JitType;
+
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", NULL};
-    PyObject *v[6];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]))
+    static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", "unwrapped", NULL};
+    PyObject *v[6], *unwrapped = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|O", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                                     &unwrapped))
         return NULL;
     if (!PyType_Check(v[3])) {
         PyErr_SetString(PyExc_TypeError, "configure(): eval_trace must be a type");
@@ -252,13 +285,15 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     }
     PyObject **slots[] = {&G.active, &G.tls, &G.trace_now, &G.eval_trace, &G.inner_call, &G.drop_own};
     for (int i = 0; i < 6; i++) Py_XSETREF(*slots[i], Py_NewRef(v[i]));
+    if (unwrapped) Py_XSETREF(G.unwrapped, Py_NewRef(unwrapped));
     G.ready = 1;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(active, tls, trace_now, eval_trace, inner_call, drop_own): what every Wrapper reads"},
+     "configure(active, tls, trace_now, eval_trace, inner_call, drop_own, unwrapped=None): what every Wrapper "
+     "reads"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -268,7 +303,8 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_wrap",
 PyMODINIT_FUNC PyInit__wrap(void) {
     if (!(S_rec = PyUnicode_InternFromString("rec")) || !(S_value = PyUnicode_InternFromString("value")) ||
         !(S_depth = PyUnicode_InternFromString("depth")) ||
-        !(S_qualname = PyUnicode_InternFromString("__qualname__")))
+        !(S_qualname = PyUnicode_InternFromString("__qualname__")) ||
+        !(S_getstate = PyUnicode_InternFromString("__getstate__")))
         return NULL;
     if (!(WrapperType.tp_flags & Py_TPFLAGS_READY)) { /* the copy is of the static slots only */
         PlainWrapperType = WrapperType;
@@ -276,12 +312,19 @@ PyMODINIT_FUNC PyInit__wrap(void) {
         PlainWrapperType.tp_doc = "A recording hook around a jax entry point that does not bind (capture/_wrap.c).";
         PlainWrapperType.tp_flags &= ~Py_TPFLAGS_METHOD_DESCRIPTOR;
         PlainWrapperType.tp_descr_get = NULL;
+        JitType = WrapperType;
+        JitType.tp_name = "jaxplace_cli.capture._wrap.JitFunction";
+        JitType.tp_doc = "What jax.jit returns while jaxplace records: records each call, forwards the rest "
+                         "(capture/_wrap.c).";
+        JitType.tp_methods = jit_methods;
     }
-    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0) return NULL;
+    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0 || PyType_Ready(&JitType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Wrapper", (PyObject *)&WrapperType) < 0 ||
-        PyModule_AddObjectRef(m, "PlainWrapper", (PyObject *)&PlainWrapperType) < 0) {
+        PyModule_AddObjectRef(m, "PlainWrapper", (PyObject *)&PlainWrapperType) < 0 ||
+        PyModule_AddObjectRef(m, "JitFunction", (PyObject *)&JitType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -42,13 +42,13 @@ def is_unhooked_jit(obj) -> bool:
 def adopt(obj):
     """``obj`` (a PjitFunction) as the JitFunction ``jax.jit`` returns under the hooks."""
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec
-    from jaxplace_cli.capture.jaxhooks.jit import JitFunction, jit_name
+    from jaxplace_cli.capture.jaxhooks.jit import jit_function, jit_name
 
     info = obj._jit_info
     spec = CallSpec(jit_name(getattr(obj, "__wrapped__", obj)), OP_JIT, scalar_operands=True, flatten=True,
                     static_argnums=tuple(info.static_argnums or ()),
                     static_argnames=tuple(info.static_argnames or ()))
-    return JitFunction(obj, spec)
+    return jit_function(obj, spec)
 
 
 def _caller_frame():

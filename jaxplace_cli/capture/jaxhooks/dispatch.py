@@ -29,6 +29,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     _EvalTrace,
     _trace_now,
     _Unbound,
+    _unwrapped,
     _x64_now,
     array_nbytes,
     pass_on,
@@ -345,10 +346,9 @@ _C_WRAPPED = ("PjitFunction", "custom_jvp", "custom_vjp")
 
 
 def fast_hook(original, hook):
-    """``hook`` (a Python hook around the method ``original``, e.g. ``ufunc.__call__``) behind
-    a ``capture/_wrap.c`` ``Wrapper`` that calls ``original`` itself where the hook would only
-    forward (not recording, tracing, inside an op at ``tls.depth`` 2: every ``x * y`` passes
-    there); ``hook`` when the extension is not loaded."""
+    """``hook`` (a Python hook around the method ``original``, e.g. ``ufunc.__call__``) behind a
+    ``capture/_wrap.c`` ``Wrapper`` that calls ``original`` itself where the hook would only forward
+    (not recording, tracing, inside an op at ``tls.depth`` 2: every ``x * y``); else ``hook``."""
     if _c_wrapper is None:
         return hook
     wrapper = _c_wrapper(original, None, python_record_call, None, hook)
@@ -385,16 +385,16 @@ record_call = _native_record_call() or python_record_call
 
 
 def _wrapper_type():
-    """``capture/_wrap.c``'s ``Wrapper`` configured with this module's objects, or None (no compiler
-    at install, a broken build, ``JAXPLACE_CAPTURE=python``): the Python ``wrapper``."""
+    """``capture/_wrap.c``'s ``Wrapper``, ``PlainWrapper``, ``JitFunction`` with this module's objects,
+    or None (no compiler, a broken build, ``JAXPLACE_CAPTURE=python``): the Python ones then."""
     from jaxplace_cli.capture import native
 
     mod = native.wrap_module()
     if mod is None:
         return None
     mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,
-                  inner_call=legs.inner_call, drop_own=frames.drop_own)
-    return mod.Wrapper, mod.PlainWrapper
+                  inner_call=legs.inner_call, drop_own=frames.drop_own, unwrapped=_unwrapped)
+    return mod.Wrapper, mod.PlainWrapper, mod.JitFunction
 
 
-_c_wrapper, _c_plain_wrapper = _wrapper_type() or (None, None)
+_c_wrapper, _c_plain_wrapper, c_jit_function = _wrapper_type() or (None, None, None)

@@ -13,6 +13,7 @@ import sys
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture import frames
+from jaxplace_cli.capture.jaxhooks import dispatch
 from jaxplace_cli.capture.jaxhooks.common import JitProxy
 from jaxplace_cli.capture.jaxhooks.dispatch import (
     CallSpec,
@@ -26,8 +27,27 @@ from jaxplace_cli.capture.jaxhooks.state import active, tls
 from jaxplace_cli.model.events import OP_JIT
 
 
+def jit_function(jitted, spec: CallSpec):
+    """What ``jax.jit`` returns while hooks are installed: ``capture/_wrap.c``'s ``JitFunction``
+    (the same decisions as the class below, without its Python frame: ~17,500 instructions a call
+    of P6's 33-argument jit), or the class below for a function that donates (its frees are
+    recorded around the call) and where the extension is not loaded."""
+    if dispatch.c_jit_function is None or donates(jitted):
+        return JitFunction(jitted, spec)
+    wrapper = dispatch.c_jit_function(jitted, spec, record_call, (spec.static_argnums, spec.static_argnames))
+    try:
+        functools.update_wrapper(wrapper, jitted)
+    except Exception:
+        pass
+    inner = getattr(jitted, "__wrapped__", None)
+    if inner is not None:
+        wrapper.__wrapped__ = inner
+    return wrapper
+
+
 class JitFunction(JitProxy):
-    """What ``jax.jit`` returns while hooks are installed: records each call, forwards the rest.
+    """What ``jax.jit`` returns while hooks are installed (``jit_function``): records each call,
+    forwards the rest.
 
     Transparent where JAX code and tests look: attributes (``lower``, ``trace``,
     ``eval_shape``, ``clear_cache``...) come from the real jitted function, ``__wrapped__`` is
@@ -202,7 +222,7 @@ def make_jit(original_jit):
         nums, names = _static_names(fun, kwargs.get("static_argnums"), kwargs.get("static_argnames"))
         spec = CallSpec(jit_name(fun), OP_JIT, scalar_operands=True, flatten=True,
                         static_argnums=nums, static_argnames=names)
-        return JitFunction(jitted, spec)
+        return jit_function(jitted, spec)
 
     jit.__jaxplace_original__ = original_jit
     return jit
