@@ -628,3 +628,46 @@ def test_committed_is_read_as_jax_stores_it():
     for arr, expected in ((jax.device_put(np.ones(3)), False), (jax.device_put(np.ones(3), jax.devices()[0]), True)):
         assert arr.committed is expected
         assert getattr(arr, attr) is expected
+
+
+def test_the_thread_state_is_the_python_twins_per_thread_and_goes_with_its_thread():
+    """capture/_native.c's ThreadState (state.tls on the native path; record_call writes it
+    twice an op) against state.py's threading.local twin: the same attributes and defaults, a
+    value per thread, and what a thread left there freed when the thread ends."""
+    import gc
+    import weakref
+
+    from jaxplace_cli.capture.jaxhooks.state import _TLS, tls
+
+    assert type(tls) is type(_native.thread_state()) and tls is _native.thread_state()
+    names = ("depth", "op", "placer", "collect", "in_device_get", "host_side", "inner")
+    twin = _TLS()
+
+    class Held:
+        pass
+
+    seen, refs = {}, []
+
+    def thread(state):
+        seen[id(state)] = tuple(getattr(state, n) for n in names)  # this thread's: the defaults
+        held = Held()
+        refs.append(weakref.ref(held))
+        state.op, state.placer, state.collect, state.depth, state.inner = (held,), held, [held], 2, True
+
+    for state in (tls, twin):
+        state.depth, state.op, state.host_side = 1, ("mine",), True
+        t = threading.Thread(target=thread, args=(state,))
+        t.start()
+        t.join()
+        assert seen[id(state)] == (0, None, None, None, False, False, False), type(state)
+        assert (state.depth, state.op, state.host_side, state.inner, state.placer) == (1, ("mine",), True, False, None)
+        state.depth, state.op, state.host_side = 0, None, False
+    del t
+    gc.collect()
+    assert [r() for r in refs] == [None, None]  # freed with their thread, on both
+    with pytest.raises(AttributeError):
+        tls.not_a_field = 1
+    tls.inner = 1  # a flag stores its truth, as the twin's readers take it
+    assert tls.inner is True
+    del tls.inner
+    assert tls.inner is False

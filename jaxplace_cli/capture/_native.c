@@ -910,7 +910,151 @@ static int emit_row(PyObject *table, const char *fmt, ...) {
     return append_steal(table, row_(row));
 }
 
+/* ---- the hooks' per-thread state (jaxhooks/state.py `tls`) ----------------------------------
+   One C struct a thread, kept in the thread's own state dict (PyThreadState_GetDict, emptied by
+   CPython when the thread ends: the capsule's destructor frees it and what it holds), exposed as
+   the attributes of one `ThreadState` object. record_call writes `depth` and `op` twice an op;
+   through threading.local (a Python subclass) the four stores cost ~2,800 instructions an op
+   (callgrind, bench/README.md round 15), here ~n (round 16). Same names and defaults as
+   state.py's `_TLS`, the pure-Python path's. */
+typedef struct {
+    PyObject *op, *placer, *collect; /* None by default */
+    long depth;
+    int in_device_get, host_side, inner;
+} TState;
+
+static PyObject *S_tstate_key;
+#define TSTATE_CAPSULE "jaxplace_cli.capture._native.TState"
+/* The main thread's struct, for main_depth() from another thread (distributed.py's heartbeat:
+   a main thread blocked in a recorded JAX call shows no Python frame of JAX or jaxplace, the
+   hooks being C). Set where the main thread makes its struct, unset where it is freed. */
+static unsigned long MAIN_IDENT;
+static TState *MAIN_TS;
+
+static void tstate_release(TState *t) {
+    if (t == MAIN_TS) MAIN_TS = NULL;
+    Py_XDECREF(t->op);
+    Py_XDECREF(t->placer);
+    Py_XDECREF(t->collect);
+    PyMem_RawFree(t);
+}
+
+static void tstate_destroy(PyObject *capsule) {
+    TState *t = PyCapsule_GetPointer(capsule, TSTATE_CAPSULE);
+    if (t) tstate_release(t);
+    else PyErr_Clear();
+}
+
+/* This thread's struct, made on first use; NULL with an error. */
+static TState *tstate(void) {
+    PyObject *d = PyThreadState_GetDict(); /* borrowed */
+    if (!d) {
+        PyErr_SetString(PyExc_RuntimeError, "jaxplace: no Python thread state");
+        return NULL;
+    }
+    PyObject *c = PyDict_GetItemWithError(d, S_tstate_key); /* borrowed */
+    if (c) return PyCapsule_GetPointer(c, TSTATE_CAPSULE);
+    if (PyErr_Occurred()) return NULL;
+    TState *t = PyMem_RawCalloc(1, sizeof(TState));
+    if (!t) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    t->op = Py_NewRef(Py_None);
+    t->placer = Py_NewRef(Py_None);
+    t->collect = Py_NewRef(Py_None);
+    c = PyCapsule_New(t, TSTATE_CAPSULE, tstate_destroy);
+    if (!c) {
+        tstate_release(t);
+        return NULL;
+    }
+    int r = PyDict_SetItem(d, S_tstate_key, c);
+    Py_DECREF(c); /* the dict holds it (or the failed insert freed it) */
+    if (r < 0) return NULL;
+    if (PyThread_get_thread_ident() == MAIN_IDENT) MAIN_TS = t;
+    return t;
+}
+
+typedef struct {
+    PyObject_HEAD
+} ThreadState;
+
+/* closure: the field's offset in TState; objects and flags by separate accessors */
+static PyObject *ts_get_obj(PyObject *self, void *off) {
+    TState *t = tstate();
+    return t ? Py_NewRef(*(PyObject **)((char *)t + (size_t)off)) : NULL;
+}
+
+static int ts_set_obj(PyObject *self, PyObject *v, void *off) {
+    TState *t = tstate();
+    if (!t) return -1;
+    Py_XSETREF(*(PyObject **)((char *)t + (size_t)off), Py_NewRef(v ? v : Py_None)); /* del: the default */
+    return 0;
+}
+
+static PyObject *ts_get_flag(PyObject *self, void *off) {
+    TState *t = tstate();
+    return t ? PyBool_FromLong(*(int *)((char *)t + (size_t)off)) : NULL;
+}
+
+static int ts_set_flag(PyObject *self, PyObject *v, void *off) {
+    TState *t = tstate();
+    int b = v ? PyObject_IsTrue(v) : 0;
+    if (!t || b < 0) return -1;
+    *(int *)((char *)t + (size_t)off) = b;
+    return 0;
+}
+
+static PyObject *ts_get_depth(PyObject *self, void *unused) {
+    TState *t = tstate();
+    return t ? PyLong_FromLong(t->depth) : NULL;
+}
+
+static int ts_set_depth(PyObject *self, PyObject *v, void *unused) {
+    TState *t = tstate();
+    long d = v ? PyLong_AsLong(v) : 0;
+    if (!t || (d == -1 && PyErr_Occurred())) return -1;
+    t->depth = d;
+    return 0;
+}
+
+#define TS_OFF(f) ((void *)offsetof(TState, f))
+static PyGetSetDef ts_getset[] = {
+    {"depth", ts_get_depth, ts_set_depth, "1 or 2 inside a recorded op on this thread, else 0", NULL},
+    {"op", ts_get_obj, ts_set_obj, "the hooked call in flight on this thread, or None", TS_OFF(op)},
+    {"placer", ts_get_obj, ts_set_obj, "innermost device_placement() on this thread, or None", TS_OFF(placer)},
+    {"collect", ts_get_obj, ts_set_obj, "the list an explicit placement API's legs go to, or None",
+     TS_OFF(collect)},
+    {"in_device_get", ts_get_flag, ts_set_flag, "inside jax.device_get", TS_OFF(in_device_get)},
+    {"host_side", ts_get_flag, ts_set_flag, "inside a host callback's body", TS_OFF(host_side)},
+    {"inner", ts_get_flag, ts_set_flag, "inside an inner dispatch that counted its host arguments", TS_OFF(inner)},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ThreadStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "jaxplace_cli.capture._native.ThreadState",
+    .tp_basicsize = sizeof(ThreadState),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .tp_doc = "The hooks' per-thread state (jaxhooks/state.py tls): one object, a value a thread.",
+    .tp_getset = ts_getset,
+};
+
+static PyObject *THREAD_STATE; /* the one instance (thread_state()) */
+
+static PyObject *thread_state(PyObject *mod, PyObject *unused) { return Py_NewRef(THREAD_STATE); }
+
+/* main_depth(): the main thread's `depth` (0 before it made its state), read from any thread. */
+static PyObject *main_depth(PyObject *mod, PyObject *unused) { return PyLong_FromLong(MAIN_TS ? MAIN_TS->depth : 0); }
+
 static int set_tls(PyObject *depth, PyObject *op) {
+    if (G.tls == THREAD_STATE) { /* the C struct itself: no attribute lookup */
+        TState *t = tstate();
+        long d = PyLong_AsLong(depth);
+        if (!t || (d == -1 && PyErr_Occurred())) return -1;
+        t->depth = d;
+        Py_XSETREF(t->op, Py_NewRef(op));
+        return 0;
+    }
     if (PyObject_SetAttr(G.tls, S_depth, depth) < 0) return -1;
     return PyObject_SetAttr(G.tls, S_op, op);
 }
@@ -1801,6 +1945,8 @@ static PyObject *print_at_exit(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"peek_seq", peek_seq, METH_O, "peek_seq(count): the value next(count) would give, not drawn"},
+    {"thread_state", thread_state, METH_NOARGS, "thread_state(): the hooks' per-thread state (state.py tls)"},
+    {"main_depth", main_depth, METH_NOARGS, "main_depth(): the main thread's tls.depth, from any thread"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**objects): the Python objects record_call reads (dispatch.py calls it once)."},
     {"record_call", (PyCFunction)(void (*)(void))record_call, METH_FASTCALL | METH_KEYWORDS,
@@ -1858,11 +2004,23 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_backlog_wait, "wait_for_writer");
     INTERN(S_limit, "backlog_limit");
     INTERN(S_recording_failed, "recording_failed");
+    INTERN(S_tstate_key, TSTATE_CAPSULE);
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
     if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;
     if (!(G.uncommitted = PyUnicode_InternFromString(" (uncommitted input)"))) return NULL;
-    if (PyType_Ready(&SiteCacheType) < 0 || PyType_Ready(&WatchType) < 0 || PyType_Ready(&WatchCoreType) < 0)
+    if (PyType_Ready(&SiteCacheType) < 0 || PyType_Ready(&WatchType) < 0 || PyType_Ready(&WatchCoreType) < 0 ||
+        PyType_Ready(&ThreadStateType) < 0)
         return NULL;
+    if (!THREAD_STATE && !(THREAD_STATE = PyType_GenericAlloc(&ThreadStateType, 0))) return NULL;
+    PyObject *threading = PyImport_ImportModule("threading"); /* the main thread's ident, wherever we are imported */
+    PyObject *mt = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = mt ? PyObject_GetAttrString(mt, "ident") : NULL;
+    Py_XDECREF(threading);
+    Py_XDECREF(mt);
+    if (!ident) return NULL;
+    MAIN_IDENT = PyLong_AsUnsignedLong(ident);
+    Py_DECREF(ident);
+    if (PyErr_Occurred()) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "SiteCache", (PyObject *)&SiteCacheType) < 0 ||
