@@ -15,12 +15,14 @@ what fails when the job is not stopped at all.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 import time
 
-from conftest import audit_json, child_env
+import pytest
+from conftest import REPO, audit_json, child_env
 
 STEP_SCRIPT = """\
 import sys, time
@@ -103,3 +105,41 @@ def test_a_process_that_hangs_is_named_after_the_timeout(tmp_path):
     assert r["distributed"]["first_failure"] == 1
     died = [f for f in r["findings"] if f["rule"] == "process-died"]
     assert len(died) == 1 and died[0]["message"].startswith("process 1 died first: hung: no event recorded for ")
+
+
+IN_JAX_SCRIPT = """\
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import conftest  # the simulated devices
+import jax.numpy as jnp
+from inprocess import recorded
+from jaxplace_cli.capture import distributed
+
+assert threading.current_thread() is threading.main_thread()
+seen = []
+
+class Lazy:  # read by JAX inside the op, on the main thread: the script's own frame is innermost
+    def __jax_array__(self):
+        seen.append(("in an op", distributed._in_jax(sys._getframe())))
+        return jnp.ones(3)
+
+with recorded():
+    x = jnp.ones(3) + Lazy()
+    seen.append(("between ops", distributed._in_jax(sys._getframe())))
+print(seen)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jaxplace_cli.capture._native") is None,
+                    reason="the C extensions are not built here: the frame alone says it")
+def test_a_main_thread_inside_a_recorded_call_is_in_jax_though_its_frame_is_the_scripts(tmp_path):
+    """What launch's heartbeat says of the main thread (distributed._in_jax) when the innermost
+    Python frame is the script's: inside a recorded JAX call (the C hooks leave no frame of their
+    own) it is in JAX; between calls it is in the script. Without the thread state's depth, the
+    first was 'script' too and launch named the wrong process of the hang test above hung."""
+    script = tmp_path / "in_jax.py"
+    script.write_text(IN_JAX_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(REPO / "tests")], env=child_env(JAXPLACE_CAPTURE="native"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[('in an op', True), ('between ops', False)]", proc.stdout

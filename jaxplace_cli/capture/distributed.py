@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jaxplace_cli.capture import native
 from jaxplace_cli.store.layout import MANIFEST, RunDirError, default_run_dir, process_run_dir
 from jaxplace_cli.store.writer import ServiceThread
 
@@ -197,7 +198,14 @@ def _heartbeat(session) -> None:
 def _in_jax(frame) -> bool:
     """Whether the main thread is inside a call into JAX (waiting for a device or a collective)
     rather than in the script's own code: when every process stops, the one that hangs is the
-    one whose script stopped, not its peers waiting in a collective for it."""
+    one whose script stopped, not its peers waiting in a collective for it. A recorded call is
+    told by the main thread's ``tls.depth`` (``_native.main_depth``): its hooks are C, so the
+    innermost Python frame of a process blocked in ``step(x)`` is the script's own line (launch
+    then named either process hung, by when their counts last moved; tests/test_launch_faults.py
+    failed 3 runs in 6). Else, and on the pure-Python path, by that frame's file."""
+    depth = getattr(native.module(), "main_depth", None)
+    if depth is not None and depth():  # in a recorded op: its C hooks put no frame above the script's
+        return True
     if frame is None:
         return False
     name = frame.f_code.co_filename
