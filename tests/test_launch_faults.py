@@ -108,38 +108,60 @@ def test_a_process_that_hangs_is_named_after_the_timeout(tmp_path):
 
 
 IN_JAX_SCRIPT = """\
-import sys, threading
+import _thread, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import conftest  # the simulated devices
 import jax.numpy as jnp
 from inprocess import recorded
-from jaxplace_cli.capture import distributed
+from jaxplace_cli.capture import distributed, native
+from jaxplace_cli.capture.jaxhooks import dispatch
+from jaxplace_cli.capture.jaxhooks.state import CallSpec
+from jaxplace_cli.model.events import OP_JIT
 
-assert threading.current_thread() is threading.main_thread()
+main = threading.main_thread()
+assert threading.current_thread() is main
 seen = []
+gate = _thread.allocate_lock()
+gate.acquire()
 
-class Lazy:  # read by JAX inside the op, on the main thread: the script's own frame is innermost
+def watch():  # as launch's heartbeat reads the main thread, once it is inside the call
+    deadline = time.monotonic() + 60
+    while not native.module().main_depth() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    seen.append(("blocked in a call", distributed._in_jax(sys._current_frames()[main.ident])))
+    gate.release()
+
+class Lazy:  # read by JAX inside the op: the script's own code runs inside the call
     def __jax_array__(self):
-        seen.append(("in an op", distributed._in_jax(sys._getframe())))
+        seen.append(("called back", distributed._in_jax(sys._getframe())))
         return jnp.ones(3)
 
 with recorded():
+    # a recorded call that blocks in C (as a jit call blocks in a collective): no Python frame
+    # between the script's line and the wait
+    blocked = dispatch.c_jit_function(gate.acquire, CallSpec("jit(wait)", OP_JIT), dispatch.record_call, ((), ()))
+    threading.Thread(target=watch).start()
+    blocked()
     x = jnp.ones(3) + Lazy()
     seen.append(("between ops", distributed._in_jax(sys._getframe())))
 print(seen)
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jaxplace_cli.capture._native") is None,
+@pytest.mark.skipif(not all(importlib.util.find_spec(f"jaxplace_cli.{m}") for m in ("capture._native", "model._packed",
+                                                                                 "capture._wrap")),
                     reason="the C extensions are not built here: the frame alone says it")
-def test_a_main_thread_inside_a_recorded_call_is_in_jax_though_its_frame_is_the_scripts(tmp_path):
-    """What launch's heartbeat says of the main thread (distributed._in_jax) when the innermost
-    Python frame is the script's: inside a recorded JAX call (the C hooks leave no frame of their
-    own) it is in JAX; between calls it is in the script. Without the thread state's depth, the
-    first was 'script' too and launch named the wrong process of the hang test above hung."""
+def test_the_heartbeat_tells_a_main_thread_blocked_in_a_recorded_call_from_the_scripts_own_code(tmp_path):
+    """What launch's heartbeat says of the main thread (distributed._in_jax): blocked in a
+    recorded call whose hooks are C, the innermost Python frame is the script's line, and it is
+    in JAX (read from another thread, as the heartbeat reads it); the script's code called back
+    from inside a call (``__jax_array__``), or between calls, is the script's. Without the
+    thread state's depth the first was 'script' too, and launch named the wrong process of the
+    hang test above hung."""
     script = tmp_path / "in_jax.py"
     script.write_text(IN_JAX_SCRIPT)
     proc = subprocess.run([sys.executable, str(script), str(REPO / "tests")], env=child_env(JAXPLACE_CAPTURE="native"),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "[('in an op', True), ('between ops', False)]", proc.stdout
+    assert proc.stdout.strip() == ("[('blocked in a call', True), ('called back', False), ('between ops', False)]"), \
+        proc.stdout

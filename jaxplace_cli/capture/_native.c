@@ -914,9 +914,12 @@ static int emit_row(PyObject *table, const char *fmt, ...) {
    One C struct a thread, kept in the thread's own state dict (PyThreadState_GetDict, emptied by
    CPython when the thread ends: the capsule's destructor frees it and what it holds), exposed as
    the attributes of one `ThreadState` object. record_call writes `depth` and `op` twice an op;
-   through threading.local (a Python subclass) the four stores cost ~2,800 instructions an op
-   (callgrind, bench/README.md round 15), here ~n (round 16). Same names and defaults as
-   state.py's `_TLS`, the pure-Python path's. */
+   through threading.local (a Python subclass) the four stores cost ~2,500 instructions an op,
+   here ~540 (callgrind, bench/README.md round 16). Same names and defaults as state.py's
+   `_TLS`, the pure-Python path's. Corners, as threading.local's: a finalizer run by the
+   struct's release that touches `tls` makes a new struct the ended thread never frees; one
+   MAIN_TS per process (a sub-interpreter on the main thread, or a fork from another thread,
+   leaves main_depth() at 0: distributed.py then decides by the frame alone). */
 typedef struct {
     PyObject *op, *placer, *collect; /* None by default */
     long depth;
@@ -999,8 +1002,9 @@ static PyObject *ts_get_flag(PyObject *self, void *off) {
 
 static int ts_set_flag(PyObject *self, PyObject *v, void *off) {
     TState *t = tstate();
+    if (!t) return -1;
     int b = v ? PyObject_IsTrue(v) : 0;
-    if (!t || b < 0) return -1;
+    if (b < 0) return -1;
     *(int *)((char *)t + (size_t)off) = b;
     return 0;
 }
@@ -1012,8 +1016,9 @@ static PyObject *ts_get_depth(PyObject *self, void *unused) {
 
 static int ts_set_depth(PyObject *self, PyObject *v, void *unused) {
     TState *t = tstate();
+    if (!t) return -1;
     long d = v ? PyLong_AsLong(v) : 0;
-    if (!t || (d == -1 && PyErr_Occurred())) return -1;
+    if (d == -1 && PyErr_Occurred()) return -1;
     t->depth = d;
     return 0;
 }

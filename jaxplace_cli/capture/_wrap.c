@@ -225,6 +225,10 @@ static PyGetSetDef wrapper_getset[] = {
 /* A JitFunction pickles (and copies) as common.JitProxy does: `_unwrapped(fn)`, the jitted function
    itself, which pickles or fails to exactly as under python. */
 static PyObject *jit_reduce(Wrapper *w, PyObject *unused) {
+    if (!w->fn) { /* cleared by the cyclic GC, seen again from a finalizer */
+        PyErr_SetString(PyExc_TypeError, "a cleared JitFunction");
+        return NULL;
+    }
     if (!G.unwrapped) {
         PyErr_SetString(PyExc_TypeError, "cannot pickle a JitFunction before _wrap.configure()");
         return NULL;
@@ -234,7 +238,10 @@ static PyObject *jit_reduce(Wrapper *w, PyObject *unused) {
 
 static PyObject *jit_reduce_ex(Wrapper *w, PyObject *protocol) { return jit_reduce(w, NULL); }
 
-static PyObject *jit_getstate(Wrapper *w, PyObject *unused) { return PyObject_CallMethodNoArgs(w->fn, S_getstate); }
+static PyObject *jit_getstate(Wrapper *w, PyObject *unused) {
+    if (!w->fn) return jit_reduce(w, NULL); /* its error */
+    return PyObject_CallMethodNoArgs(w->fn, S_getstate);
+}
 
 static PyMethodDef jit_methods[] = {
     {"__reduce__", (PyCFunction)jit_reduce, METH_NOARGS, "pickled as the jitted function it wraps"},

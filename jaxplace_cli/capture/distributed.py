@@ -198,19 +198,30 @@ def _heartbeat(session) -> None:
 def _in_jax(frame) -> bool:
     """Whether the main thread is inside a call into JAX (waiting for a device or a collective)
     rather than in the script's own code: when every process stops, the one that hangs is the
-    one whose script stopped, not its peers waiting in a collective for it. A recorded call is
-    told by the main thread's ``tls.depth`` (``_native.main_depth``): its hooks are C, so the
-    innermost Python frame of a process blocked in ``step(x)`` is the script's own line (launch
-    then named either process hung, by when their counts last moved; tests/test_launch_faults.py
-    failed 3 runs in 6). Else, and on the pure-Python path, by that frame's file."""
-    depth = getattr(native.module(), "main_depth", None)
-    if depth is not None and depth():  # in a recorded op: its C hooks put no frame above the script's
-        return True
+    one whose script stopped, not its peers waiting in a collective for it. By the innermost
+    Python frame's file, and, where that is the script's, by the main thread's ``tls.depth``
+    (``_native.main_depth``): the hooks are C, so a process blocked in a recorded ``step(x)``
+    shows the script's own line innermost (launch then named either process of
+    tests/test_launch_faults.py's hang hung, 3 runs in 6) — unless the script's code is itself
+    running inside the call (a trace, ``__jax_array__``, a callback: JAX's or the hooks' frames
+    further out), which is the script's."""
     if frame is None:
         return False
-    name = frame.f_code.co_filename
-    return any(part in name for part in (f"{os.sep}jax{os.sep}", f"{os.sep}jaxlib{os.sep}",
-                                         f"{os.sep}jaxplace_cli{os.sep}"))
+    if _jax_file(frame.f_code.co_filename, f"{os.sep}jaxplace_cli{os.sep}"):
+        return True
+    depth = getattr(native.module(), "main_depth", None)
+    if depth is None or not depth():
+        return False
+    f = frame.f_back
+    while f is not None:
+        if _jax_file(f.f_code.co_filename, f"{os.sep}jaxhooks{os.sep}"):
+            return False
+        f = f.f_back
+    return True
+
+
+def _jax_file(name: str, own: str) -> bool:
+    return any(part in name for part in (f"{os.sep}jax{os.sep}", f"{os.sep}jaxlib{os.sep}", own))
 
 
 def script_ended(exit_code: int, error: str) -> None:
