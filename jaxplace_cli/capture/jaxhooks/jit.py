@@ -34,7 +34,13 @@ def jit_function(jitted, spec: CallSpec):
     recorded around the call) and where the extension is not loaded."""
     if dispatch.c_jit_function is None or donates(jitted):
         return JitFunction(jitted, spec)
-    wrapper = dispatch.c_jit_function(jitted, spec, record_call, (spec.static_argnums, spec.static_argnames))
+    return _looks_like(dispatch.c_jit_function(jitted, spec, record_call, (spec.static_argnums, spec.static_argnames)),
+                       jitted)
+
+
+def _looks_like(wrapper, jitted):
+    """``wrapper`` with the jitted function's name, doc and attributes, and its ``__wrapped__``
+    the user's function (as on a plain ``jax.jit``)."""
     try:
         functools.update_wrapper(wrapper, jitted)
     except Exception:
@@ -64,13 +70,7 @@ class JitFunction(JitProxy):
         self._jitted = jitted
         self._spec = spec
         self._donates = donates(jitted)  # its donated arguments are freed by a call
-        try:
-            functools.update_wrapper(self, jitted)
-        except Exception:
-            pass
-        inner = getattr(jitted, "__wrapped__", None)
-        if inner is not None:
-            self.__wrapped__ = inner
+        _looks_like(self, jitted)
 
     def __call__(self, *args, **kwargs):
         try:
