@@ -202,7 +202,7 @@ def _in_jax(frame) -> bool:
     Python frame's file, and, where that is the script's, by the main thread's ``tls.depth``
     (``_native.main_depth``): the hooks are C, so a process blocked in a recorded ``step(x)``
     shows the script's own line innermost (launch then named either process of
-    tests/test_launch_faults.py's hang hung, 3 runs in 6) — unless the script's code is itself
+    tests/test_launch_faults.py's hang hung: bench/README.md round 16) — unless the script's code is itself
     running inside the call (a trace, ``__jax_array__``, a callback: JAX's or the hooks' frames
     further out), which is the script's."""
     if frame is None:

@@ -29,9 +29,9 @@ from jaxplace_cli.model.events import OP_JIT
 
 def jit_function(jitted, spec: CallSpec):
     """What ``jax.jit`` returns while hooks are installed: ``capture/_wrap.c``'s ``JitFunction``
-    (the same decisions as the class below, without its Python frame: ~17,500 instructions a call
-    of P6's 33-argument jit), or the class below for a function that donates (its frees are
-    recorded around the call) and where the extension is not loaded."""
+    (the same decisions as the class below, without its Python frame; the measured cost is in
+    that file's header), or the class below for a function that donates (its frees are recorded
+    around the call) and where the extension is not loaded."""
     if dispatch.c_jit_function is None or donates(jitted):
         return JitFunction(jitted, spec)
     return _looks_like(dispatch.c_jit_function(jitted, spec, record_call, (spec.static_argnums, spec.static_argnames)),
