@@ -50,7 +50,8 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
         res["python"].append(measure([sys.executable, str(script)], dict(os.environ)))
         for root in roots:
-            env = dict(os.environ, PYTHONPATH=root)
+            # the checkout first; what PYTHONPATH already holds (where JAX may be) after it
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
             res[root].append(measure([sys.executable, "-m", "jaxplace_cli", "run", "--out", str(tmp / f"r{i}-{roots.index(root)}"),
                                       str(script)], env))
     print(f"rounds={rounds} load {min(loads):.2f}-{max(loads):.2f}")
