@@ -306,25 +306,22 @@ def summarize_config(runs: list[dict]) -> dict:
     }
 
 
-def pair_ratios(a: list[dict], b: list[dict], key) -> list[float]:
-    out = []
-    for ra, rb in zip(a, b):
-        if ra in ok_runs([ra]) and rb in ok_runs([rb]):
-            va, vb = key(ra), key(rb)
-            if va and vb is not None:
-                out.append(vb / va)
-    return out
-
-
-def pair_diffs(a: list[dict], b: list[dict], key) -> list[float]:
-    """``key(b) - key(a)`` per pair where both ran: seconds jaxplace adds, round by round."""
-    out = []
+def _pair_values(a: list[dict], b: list[dict], key):
+    """``(key(a), key(b))`` per pair where both runs succeeded and both values exist."""
     for ra, rb in zip(a, b):
         if ra in ok_runs([ra]) and rb in ok_runs([rb]):
             va, vb = key(ra), key(rb)
             if va is not None and vb is not None:
-                out.append(vb - va)
-    return out
+                yield va, vb
+
+
+def pair_ratios(a: list[dict], b: list[dict], key) -> list[float]:
+    return [vb / va for va, vb in _pair_values(a, b, key) if va]
+
+
+def pair_diffs(a: list[dict], b: list[dict], key) -> list[float]:
+    """``key(b) - key(a)`` per pair: seconds jaxplace adds, round by round."""
+    return [vb - va for va, vb in _pair_values(a, b, key)]
 
 
 def _outside_loop(r: dict):
