@@ -324,9 +324,14 @@ def pair_diffs(a: list[dict], b: list[dict], key) -> list[float]:
     return [vb - va for va, vb in _pair_values(a, b, key)]
 
 
+def _loop_s(r: dict):
+    """A run's measured loop, in seconds (None where the workload said none)."""
+    return (r.get("result") or {}).get("loop_s")
+
+
 def _outside_loop(r: dict):
     """A run's seconds outside its measured loop: start, imports, compiles, the run's end."""
-    loop = (r.get("result") or {}).get("loop_s")
+    loop = _loop_s(r)
     return None if loop is None else r["wall_s"] - loop
 
 
@@ -356,10 +361,10 @@ def loop_group(bench: Bench, workload: str, args: list[str], extras: tuple, extr
                 runs[c].append(bench.run_config(c, workload, args))
     configs = {c: summarize_config(r) for c, r in runs.items()}
     wall = pair_ratios(runs["plain"], runs["jaxplace"], lambda r: r["wall_s"])
-    loop = pair_ratios(runs["plain"], runs["jaxplace"], lambda r: r["result"]["loop_s"])
+    loop = pair_ratios(runs["plain"], runs["jaxplace"], _loop_s)
     # where the wall ratio's excess lies: in the loop (per op) or outside it (fixed per run)
     outside = pair_diffs(runs["plain"], runs["jaxplace"], _outside_loop)
-    inside = pair_diffs(runs["plain"], runs["jaxplace"], lambda r: (r.get("result") or {}).get("loop_s"))
+    inside = pair_diffs(runs["plain"], runs["jaxplace"], _loop_s)
     base = configs["plain"]
     settings = []
     for c in ("jaxplace", *extras):
@@ -368,7 +373,7 @@ def loop_group(bench: Bench, workload: str, args: list[str], extras: tuple, extr
         settings.append({
             "config": c, "runs": cs["ok"],
             "wall_ratio": median(pair_ratios(runs["plain"], runs[c], lambda r: r["wall_s"])),
-            "loop_ratio": median(pair_ratios(runs["plain"], runs[c], lambda r: r["result"]["loop_s"])),
+            "loop_ratio": median(pair_ratios(runs["plain"], runs[c], _loop_s)),
             "median_wall_s": cs["median_wall_s"], "median_rss_mb": cs["median_rss_mb"],
             "rss_delta_mb": _sub(cs["median_rss_mb"], base["median_rss_mb"]),
             "trace_state": _trace_state(runs[c]),
@@ -436,7 +441,7 @@ def p3_group(bench: Bench) -> dict:
             "overhead_mb_long": over_long, "overhead_mb_short": over_short,
             "overhead_mb_long_trace_off": over_off, "overhead_mb_short_trace_off": over_off_short,
             "growth_mb_trace_off": _sub(over_off, over_off_short), "growth_mb": _sub(over_long, over_short),
-            "pair_loop_ratios": pair_ratios(runs["plain"], runs["jaxplace"], lambda r: r["result"]["loop_s"]),
+            "pair_loop_ratios": pair_ratios(runs["plain"], runs["jaxplace"], _loop_s),
             "pair_wall_ratios": pair_ratios(runs["plain"], runs["jaxplace"], lambda r: r["wall_s"]),
             "checks": checks, "plain_events_per_s": plain_rate, "kept_run_dir": kept}
 

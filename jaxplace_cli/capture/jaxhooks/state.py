@@ -31,7 +31,6 @@ class _TLS(threading.local):
     inner = False
 
 
-
 def _thread_state():
     """``capture/_native.c``'s ``ThreadState`` where the native path runs (a C struct a thread in
     the thread's own state: record_call's stores of ``depth`` and ``op`` cost a fifth of what they
