@@ -93,6 +93,21 @@ def test_terminal_tree_has_the_hand_counted_bytes(run):
     assert _tree_lines(proc.stdout) == _expected()
 
 
+def test_a_stack_of_one_frame_is_stored_as_its_site_alone(run):
+    """The module's own upload is made in one user frame, its site: it gets no stack row (the
+    writer inserts a third fewer rows in a loop at module level), and the tree above still
+    holds it; every transfer made deeper down names its stack."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{Path(run) / 'events.sqlite'}?mode=ro", uri=True) as c:
+        transfers = c.execute("SELECT COUNT(*) FROM transfers").fetchone()[0]
+        named = c.execute("SELECT COUNT(*) FROM transfer_stacks").fetchone()[0]
+        roots = c.execute("SELECT COUNT(*) FROM transfer_stacks s JOIN stacks n ON n.node = s.node "
+                          "WHERE n.parent = 0").fetchone()[0]
+    assert transfers == 3 * N + 1 + 1  # _expected(): the loop's, init's, the module's upload
+    assert (named, roots) == (transfers - 1, 0)
+
+
 def test_speedscope_export_agrees(run, tmp_path):
     out = tmp_path / "stacks.speedscope.json"
     proc = cli("export", run, "--speedscope", out)

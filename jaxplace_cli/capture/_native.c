@@ -230,12 +230,12 @@ static long site_lookup(SiteCache *c, PyFrameObject *frame) {
 
 #define MAX_STACK 128 /* user frames kept per stack, the innermost (deep recursion is cut) */
 
-/* Stack node id of the user frames at or above `frame` (the first library frame if there is no
-   user frame, as site_lookup): 0 for none, -1 on error. Its leaf is the frame site_lookup picks,
-   so the node's site is the row's site. */
+/* Stack node id of the user frames at or above `frame`: 0 for none and for a stack of one
+   frame (that frame is the row's site, all a transfer without a node has: Recorder.stack_of),
+   -1 on error. Its leaf is the frame site_lookup picks, so the node's site is the row's site. */
 static long stack_lookup(SiteCache *c, PyFrameObject *frame) {
     if (!cache_ready(c)) return -1;
-    PyFrameObject *user[MAX_STACK], *fallback = NULL, *f = frame;
+    PyFrameObject *user[MAX_STACK], *f = frame;
     int n = 0;
     long node = 0;
     Py_XINCREF(f);
@@ -252,18 +252,12 @@ static long stack_lookup(SiteCache *c, PyFrameObject *frame) {
         if (tier == USER && n < MAX_STACK) {
             user[n++] = f;
             Py_INCREF(f);
-        } else if (tier == LIBRARY && !fallback) {
-            fallback = f;
-            Py_INCREF(f);
         }
         PyFrameObject *back = PyFrame_GetBack(f);
         Py_DECREF(f);
         f = back;
     }
-    if (!n && fallback) {
-        user[n++] = fallback;
-        fallback = NULL;
-    }
+    if (n < 2) goto done; /* none, or one frame: the site alone (a library frame's where none is the user's) */
     for (int i = n - 1; i >= 0 && node >= 0; i--) {
         PyCodeObject *code = PyFrame_GetCode(user[i]);
         int64_t key = ((int64_t)node << 32) | (int64_t)(uint32_t)PyFrame_GetLasti(user[i]);
@@ -283,7 +277,6 @@ static long stack_lookup(SiteCache *c, PyFrameObject *frame) {
     }
 done:
     for (int i = 0; i < n; i++) Py_DECREF(user[i]);
-    Py_XDECREF(fallback);
     return node;
 }
 
