@@ -112,7 +112,8 @@ class StackNode(NamedTuple):
 class TransferStack(NamedTuple):
     """The call stack (a ``StackNode``) a transfer was made under, by the transfer's ``seq``.
     A table of its own so that ``TransferEvent`` and the stores written before it stay as they
-    are; a transfer without a row here has only its ``site``."""
+    are; a transfer without a row here has only its ``site`` (so one made in a single user
+    frame, that site, gets none: capture/stacks.py)."""
 
     seq: int
     node: int
