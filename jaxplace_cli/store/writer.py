@@ -82,8 +82,13 @@ class StoreWriter:
         self.path = Path(path)
         self.conn = connect(self.path, native)
         self.native = not isinstance(self.conn, sqlite3.Connection)  # store/_sqlite.c is in use
+        # synchronous=OFF: SIGKILL-safe (the OS has the pages); only an OS crash can lose the
+        # tail. Set first and the schema made in one transaction: the switch to WAL then syncs
+        # nothing (4 fdatasyncs before) and the schema is one commit, not 12 (4.4 -> 2.1 ms a
+        # store here, before the script starts; more where a sync or a write is slow)
+        self.conn.execute("PRAGMA synchronous=OFF")
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=OFF")  # SIGKILL-safe (the OS has the pages); only an OS crash can lose the tail
+        self.conn.execute("BEGIN")
         for name, cls in _ALL_TABLES.items():
             self.conn.execute(create_sql(name, cls))
         self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -92,6 +97,7 @@ class StoreWriter:
             [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION))],
         )
         self.conn.execute(PROGRESS_SQL)
+        self.conn.execute("COMMIT")
         self._inserts = {name: insert_sql(name, cls) for name, cls in _ALL_TABLES.items()}
         self.rows_written = 0
         self.committed = dict.fromkeys(COUNTED, 0)
