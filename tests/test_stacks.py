@@ -95,7 +95,7 @@ def test_terminal_tree_has_the_hand_counted_bytes(run):
 
 def test_a_stack_of_one_frame_is_stored_as_its_site_alone(run):
     """The module's own upload is made in one user frame, its site: it gets no stack row (the
-    writer inserts a third fewer rows in a loop at module level), and the tree above still
+    writer inserts a quarter fewer rows in a loop at module level), and the tree above still
     holds it; every transfer made deeper down names its stack."""
     import sqlite3
 
