@@ -9,7 +9,9 @@ line: interpreter, jaxplace's imports and set-up), import jax (with the hooks' i
 (3 ops) and end (the script's last line to the process's exit: teardown, the verdict).
 With BENCH_IMPORTTIME=1 both sides run under `-X importtime` and it also prints, per module
 imported on both sides, the median self time under each checkout minus python's, the largest
-first, and the sum over the modules only jaxplace imports: where a slower `import jax` goes.
+first, and the sum over the modules only jaxplace imports. Read that sum: the per-module
+differences can mislead (bench/README.md, round 18: +72 ms in one numpy module on a host where
+timing `import numpy` inside the script showed it faster under jaxplace).
 Usage: [BENCH_IMPORTTIME=1] python bench/bench_fixed.py ROUNDS ROOT [ROOT...]
 """
 from __future__ import annotations
