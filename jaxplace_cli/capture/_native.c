@@ -1941,6 +1941,120 @@ static PyObject *print_at_exit(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* fresh_stack_call(fn, *args): fn(*args) with this thread's frame stack starting where python
+   starts a script's, so that the script's calls cross CPython's stack chunks where they would
+   under python (issue 29).
+
+   CPython 3.11 keeps a thread's Python frames in 16 KiB chunks and, when the first frame of a
+   chunk returns, unmaps that chunk: a call made right at a chunk's end maps a chunk and unmaps
+   it again each time. Where that falls depends on the byte depth of the stack below. `python
+   script.py` runs the script's frame in the second slot of the thread's first chunk; under
+   `jaxplace run` it ran ~12 frames higher, and `import jax` mapped and unmapped a chunk 1,321
+   times against python's 327 (strace, this box: invisible here; on a TPU VM's host, where
+   munmap is costly, JAX's own import took 0.05-0.08 s longer, bench/README.md round 18).
+   Here fn runs on a chunk of its own whose first slot is skipped, as CPython does for a
+   thread's first chunk: the script's frames sit where python puts them, and CPython never
+   frees this chunk (its first frame starts in slot 1); it is freed here once fn returns, if
+   the stack came back to it (a stack left elsewhere keeps it: 16 KiB, never expected).
+   CPython 3.11 only (the layout is read from its headers, checked on it); other versions
+   call fn(*args) as it is. */
+/* call_around(fn, before, after, failed, *args): before(), then fn(*args), then after() or,
+   if fn raised, failed() and fn's exception again. capture/import_hook.py runs its callback
+   after a module's body with it (through functools.partial, also C): no Python frame stands
+   between importlib and the body, so the body's frames sit where they would without the hook
+   (a Python wrapper put JAX's whole import one frame higher: ~250 more stack chunks mapped
+   and unmapped, see fresh_stack_call). What failed() raises is dropped: fn's error is the one. */
+static PyObject *call_around(PyObject *self, PyObject *args) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n < 4) {
+        PyErr_SetString(PyExc_TypeError, "call_around(fn, before, after, failed, *args)");
+        return NULL;
+    }
+    PyObject *rest = PyTuple_GetSlice(args, 4, n);
+    if (!rest) return NULL;
+    PyObject *r = PyObject_CallNoArgs(PyTuple_GET_ITEM(args, 1));
+    if (!r) {
+        Py_DECREF(rest);
+        return NULL;
+    }
+    Py_DECREF(r);
+    PyObject *res = PyObject_Call(PyTuple_GET_ITEM(args, 0), rest, NULL);
+    Py_DECREF(rest);
+    if (!res) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        r = PyObject_CallNoArgs(PyTuple_GET_ITEM(args, 3));
+        if (r) Py_DECREF(r); else PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    r = PyObject_CallNoArgs(PyTuple_GET_ITEM(args, 2));
+    if (!r) {
+        Py_DECREF(res);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return res;
+}
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define FRESH_STACK_CHUNK (16 * 1024) /* pystate.c's DATA_STACK_CHUNK_SIZE */
+static PyObject *fresh_stack_call(PyObject *self, PyObject *args) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n < 1) {
+        PyErr_SetString(PyExc_TypeError, "fresh_stack_call(fn, *args) needs fn");
+        return NULL;
+    }
+    PyObject *fn = PyTuple_GET_ITEM(args, 0);
+    PyObject *rest = PyTuple_GetSlice(args, 1, n);
+    if (!rest) return NULL;
+    PyThreadState *ts = PyThreadState_Get();
+    _PyStackChunk *old = ts->datastack_chunk;
+    PyObjectArenaAllocator arena;
+    PyObject_GetArenaAllocator(&arena);
+    _PyStackChunk *fresh = (old && ts->datastack_top && arena.alloc) ? arena.alloc(arena.ctx, FRESH_STACK_CHUNK) : NULL;
+    if (!fresh) { /* nothing to stand on (or no memory): the call as it is */
+        PyObject *r = PyObject_Call(fn, rest, NULL);
+        Py_DECREF(rest);
+        return r;
+    }
+    PyObject **top = ts->datastack_top, **limit = ts->datastack_limit;
+    old->top = (size_t)(top - &old->data[0]); /* as push_chunk records it */
+    fresh->previous = old;
+    fresh->size = FRESH_STACK_CHUNK;
+    fresh->top = 0;
+    ts->datastack_chunk = fresh;
+    ts->datastack_top = &fresh->data[1];
+    ts->datastack_limit = (PyObject **)((char *)fresh + FRESH_STACK_CHUNK);
+    PyObject *r = PyObject_Call(fn, rest, NULL);
+    Py_DECREF(rest);
+    if (ts == PyThreadState_Get() && ts->datastack_chunk == fresh && ts->datastack_top == &fresh->data[1]) {
+        ts->datastack_chunk = old;
+        ts->datastack_top = top;
+        ts->datastack_limit = limit;
+        arena.free(arena.ctx, fresh, FRESH_STACK_CHUNK);
+    }
+    return r;
+}
+
+/* stack_position(): (chunks, slot) of this thread's frame stack: how many chunks it spans and
+   the slot of its top in the last one. A test's reading of where the calling frame sits. */
+static PyObject *stack_position(PyObject *self, PyObject *unused) {
+    PyThreadState *ts = PyThreadState_Get();
+    Py_ssize_t chunks = 0;
+    for (_PyStackChunk *c = ts->datastack_chunk; c; c = c->previous) chunks++;
+    Py_ssize_t slot = ts->datastack_chunk ? (Py_ssize_t)(ts->datastack_top - &ts->datastack_chunk->data[0]) : -1;
+    return Py_BuildValue("nn", chunks, slot);
+}
+#define FRESH_STACK_METHODS                                                                        \
+    {"fresh_stack_call", fresh_stack_call, METH_VARARGS,                                            \
+     "fresh_stack_call(fn, *args): fn(*args) with the frames where python starts a script's"},     \
+    {"stack_position", stack_position, METH_NOARGS,                                                 \
+     "stack_position(): (chunks, slot) of this thread's frame stack (CPython 3.11)"},
+#else
+#define FRESH_STACK_METHODS
+#endif
+
 static PyMethodDef methods[] = {
     {"peek_seq", peek_seq, METH_O, "peek_seq(count): the value next(count) would give, not drawn"},
     {"thread_state", thread_state, METH_NOARGS, "thread_state(): the hooks' per-thread state (state.py tls)"},
@@ -1951,6 +2065,9 @@ static PyMethodDef methods[] = {
      "record_call(spec, fn, args, kwargs, backward=False): dispatch.record_call in C."},
     {"print_at_exit", print_at_exit, METH_VARARGS,
      "print_at_exit(fd, timeout, fallback, keep): the writer's lines on fd 2 after the interpreter's teardown"},
+    {"call_around", call_around, METH_VARARGS,
+     "call_around(fn, before, after, failed, *args): fn(*args) between callbacks, no Python frame around it"},
+    FRESH_STACK_METHODS
     {NULL, NULL, 0, NULL},
 };
 
