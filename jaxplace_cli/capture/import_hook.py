@@ -60,7 +60,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         # would each call find_spec here) and, where the extension is built, with no Python
         # frame of ours around it (capture/_native.c call_around): its frames then sit where
         # they would without the hook, and cross CPython's stack chunks as they would
-        # (capture/runner.py _on_python_stack; `import jax` behind two hooks: 578 -> 336 chunks
+        # (capture/runner.py _on_python_stack; `import jax` behind two hooks: 612 -> 336 chunks
         # unmapped, python's 334)
         around = getattr(native.module(), "call_around", None)
         if around is not None:
