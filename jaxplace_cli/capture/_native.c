@@ -1941,29 +1941,13 @@ static PyObject *print_at_exit(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* fresh_stack_call(fn, *args): fn(*args) with this thread's frame stack starting where python
-   starts a script's, so that the script's calls cross CPython's stack chunks where they would
-   under python (issue 29).
-
-   CPython 3.11 keeps a thread's Python frames in 16 KiB chunks and, when the first frame of a
-   chunk returns, unmaps that chunk: a call made right at a chunk's end maps a chunk and unmaps
-   it again each time. Where that falls depends on the byte depth of the stack below. `python
-   script.py` runs the script's frame in the second slot of the thread's first chunk; under
-   `jaxplace run` it ran ~12 frames higher, and `import jax` mapped and unmapped a chunk 1,321
-   times against python's 327 (strace, this box: invisible here; on a TPU VM's host, where
-   munmap is costly, JAX's own import took 0.05-0.08 s longer, bench/README.md round 18).
-   Here fn runs on a chunk of its own whose first slot is skipped, as CPython does for a
-   thread's first chunk: the script's frames sit where python puts them, and CPython never
-   frees this chunk (its first frame starts in slot 1); it is freed here once fn returns, if
-   the stack came back to it (a stack left elsewhere keeps it: 16 KiB, never expected).
-   CPython 3.11 only (the layout is read from its headers, checked on it); other versions
-   call fn(*args) as it is. */
 /* call_around(fn, before, after, failed, *args): before(), then fn(*args), then after() or,
    if fn raised, failed() and fn's exception again. capture/import_hook.py runs its callback
    after a module's body with it (through functools.partial, also C): no Python frame stands
    between importlib and the body, so the body's frames sit where they would without the hook
-   (a Python wrapper put JAX's whole import one frame higher: ~250 more stack chunks mapped
-   and unmapped, see fresh_stack_call). What failed() raises is dropped: fn's error is the one. */
+   (a Python wrapper put JAX's whole import one frame higher: capture/import_hook.py gives the
+   counts, fresh_stack_call below the mechanism). What failed() raises is dropped: fn's error
+   is the one. */
 static PyObject *call_around(PyObject *self, PyObject *args) {
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (n < 4) {
@@ -1997,6 +1981,23 @@ static PyObject *call_around(PyObject *self, PyObject *args) {
     return res;
 }
 
+/* fresh_stack_call(fn, *args): fn(*args) with this thread's frame stack starting where python
+   starts a script's, so that the script's calls cross CPython's stack chunks where they would
+   under python (issue 29).
+
+   CPython 3.11 keeps a thread's Python frames in 16 KiB chunks and, when the first frame of a
+   chunk returns, unmaps that chunk: a call made right at a chunk's end maps a chunk and unmaps
+   it again each time. Where that falls depends on the byte depth of the stack below. `python
+   script.py` runs the script's frame in the second slot of the thread's first chunk; under
+   `jaxplace run` it ran ~12 frames higher, and `import jax` mapped and unmapped a chunk 1,321
+   times against python's 327 (strace, this box: invisible here; on a TPU VM's host, where
+   munmap is costly, JAX's own import took 0.05-0.08 s longer, bench/README.md round 18).
+   Here fn runs on a chunk of its own whose first slot is skipped, as CPython does for a
+   thread's first chunk: the script's frames sit where python puts them, and CPython never
+   frees this chunk (its first frame starts in slot 1); it is freed here once fn returns, if
+   the stack came back to it (a stack left elsewhere keeps it: 16 KiB, never expected).
+   CPython 3.11 only (the layout is read from its headers, checked on it); other versions
+   call fn(*args) as it is. */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define FRESH_STACK_CHUNK (16 * 1024) /* pystate.c's DATA_STACK_CHUNK_SIZE */
 static PyObject *fresh_stack_call(PyObject *self, PyObject *args) {

@@ -295,8 +295,8 @@ def _exec_source(source: bytes, filename: str, loader) -> None:
 def _on_python_stack(fn, *args):
     """``fn(*args)`` with the script's frames where python puts them: CPython 3.11 maps and
     unmaps a 16 KiB chunk of frames each time a call crosses one's end, and where that happens
-    depends on the stack below the script (``import jax`` crossed 1,321 times here, 327 under
-    python; capture/_native.c ``fresh_stack_call``). A plain call without the extension."""
+    depends on the stack below the script (capture/_native.c ``fresh_stack_call``, with the
+    measured counts). A plain call without the extension."""
     mod = native.module()
     call = getattr(mod, "fresh_stack_call", None) if mod is not None else None
     return call(fn, *args) if call is not None else fn(*args)
