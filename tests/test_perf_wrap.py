@@ -335,3 +335,51 @@ def test_a_jit_function_in_c_looks_copies_and_pickles_as_the_jitted_function():
     bound = Holder().method
     assert bound.__func__ is jf and inspect.ismethod(bound)
     assert weakref.ref(jf)() is jf
+
+
+def _direct_ufuncs(x, y, z):
+    """jax.numpy's ufuncs called directly (not through an operator), by hand: 5 ops; legs:
+    add's 1.0 (h2d, 4 bytes), add's float32[4] from NumPy (h2d, 16), subtract's 3.0 (h2d, 4)
+    and the uncommitted z moved to y's device (d2d, 16)."""
+    outs = [jnp.add(x, 1.0), jnp.multiply(x, x), jnp.add(x, np.ones(4, np.float32)),
+            jnp.subtract(3.0, x), jnp.add(z, y)]
+    return outs
+
+
+@pytest.mark.skipif(dispatch.record_call is dispatch.python_record_call, reason="the C hot path is not built")
+def test_a_direct_ufunc_call_is_recorded_in_c(monkeypatch):
+    """``jnp.add(x, y)`` passes the ufunc hook, which hands record_call the bound ufunc and the
+    operands alone: the C code records it. With the ufunc itself among the arguments every such
+    call went to the Python rows (dispatch._after_call: +13 us an op against +5.6 for ``x + y``
+    on the TPU host, bench/README.md round 19)."""
+    from jaxplace_cli.capture import native
+    from jaxplace_cli.capture.jaxhooks.state import active
+
+    monkeypatch.setattr(active, "placing", False)  # a policy of an earlier test: all in Python
+    handed = []
+    original = dispatch._after_call
+
+    def counted(*args):
+        handed.append(args[1].name)
+        return original(*args)
+
+    x = jnp.arange(4.0)
+    y = jax.device_put(jnp.ones(4), jax.devices()[1])
+    z = jax.device_put(jnp.ones(4))
+    monkeypatch.setattr(dispatch, "_after_call", counted)
+    dispatch.configure_native(native.module())
+    try:
+        with recorded() as rec:
+            out = _direct_ufuncs(x, y, z)
+    finally:
+        monkeypatch.undo()
+        dispatch.configure_native(native.module())
+    assert [np.asarray(o).tolist() for o in out] == [[1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 4.0, 9.0], [1.0, 2.0, 3.0, 4.0],
+                   [3.0, 2.0, 1.0, 0.0], [2.0, 2.0, 2.0, 2.0]]
+    assert handed == []  # every call recorded in C
+    ops = [(o.name, o.devices) for o in rec.ops if o.name in ("add", "multiply", "subtract")]
+    assert ops == [("add", "cpu:0"), ("multiply", "cpu:0"), ("add", "cpu:0"), ("subtract", "cpu:0"),
+                   ("add", "cpu:1")], ops
+    legs = [(t.kind, t.src, t.dst, t.bytes) for t in rec.transfers]
+    assert legs == [("h2d", "host", "cpu:0", 4), ("h2d", "host", "cpu:0", 16), ("h2d", "host", "cpu:0", 4),
+                    ("d2d", "cpu:0", "cpu:1", 16)], legs
