@@ -287,6 +287,45 @@ def test_the_generated_calls_reach_every_branch():
         assert (len(rows["ops"]), len(rows["transfers"]), len(rows["buffers"])) == (n_ops, n_transfers, n_buffers), call
 
 
+def test_keyword_and_sequence_operands_are_recorded_in_c():
+    """A call without scalar operands whose arguments hold keywords (``jnp.sum(x, axis=0)``), a
+    list (``jnp.stack([a, b])``) or inert values is recorded by the C code (inert_leaves), not
+    handed to dispatch._after_call, with the Python twin's rows; a jit call with a keyword still
+    is (issue 29: these took about twice the C path's time). Rows counted by hand."""
+    committed = ("committed", ((4,), "float32", 1))
+    uncommitted = ("uncommitted", ((4,), "float32", 0))
+    numpy = ("numpy", ((4,), "float32", 0))
+    cases = [  # (call, (ops, transfers, buffers), handed to Python)
+        (("kwargs", "sum", [committed], {"axis": 0, "keepdims": True}, False), (1, 0, 1), False),
+        (("kwargs", "sum", [uncommitted], {"axis": None, "keepdims": False}, False), (1, 0, 1), False),
+        # the uncommitted input moves to the committed one's device: a d2d leg
+        (("stack", "stack", [committed, uncommitted], {}, False), (1, 1, 2), False),
+        # NumPy data and a scalar in the list: no leg of the op's own (its inner dispatches count theirs)
+        (("stack", "stack", [committed, numpy, ("scalar", 2)], {}, False), (1, 0, 1), False),
+        (("jit", "scaled", [committed, ("scalar", 2)], {"b": committed}, False), (1, 1, 2), True),
+    ]
+    for call, counts, to_python in cases:
+        handed = []
+        original = dispatch._after_call
+
+        def counted(*args, handed=handed, original=original):
+            handed.append(args[1].name)
+            return original(*args)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(dispatch, "_after_call", counted)
+            counting = dispatch.configure_native(_native)
+            try:
+                rows, out = run_path(counting, call, False)
+            finally:
+                mp.undo()
+                dispatch.configure_native(_native)
+        assert bool(handed) == to_python, (call, handed)
+        (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed=True)
+        assert native_out == python_out and native_rows == python_rows, call
+        assert (len(rows["ops"]), len(rows["transfers"]), len(rows["buffers"])) == counts, (call, rows)
+
+
 def _caller_a(call, packed):  # two callers of one helper: two stacks, one site (_invoke's)
     return _helper(call, packed)
 

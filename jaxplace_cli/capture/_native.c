@@ -13,8 +13,9 @@
 
    record_call: capture/jaxhooks/dispatch.py's python_record_call for the common eager cases,
    the same rows in the same order (tests/test_native_twin.py compares them call by call).
-   Every case it does not know (a placement policy active, keyword arguments, containers or
-   numpy data among the operands, a pytree result that is not a flat tuple or list of arrays,
+   Every case it does not know (a placement policy active, static arguments, an index, keyword
+   arguments of a jit call or of a call with scalar operands, operands it cannot tell by type
+   alone (c_records, inert_leaves), a pytree result that is not a flat tuple or list of arrays,
    a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
    `after_call`, `record_failure`) before anything is recorded, so the Python path stays the
    one definition of what a row means. A failure of the recording itself never reaches the
@@ -1158,9 +1159,58 @@ static PyObject *pytree_leaves(PyObject *tree, int operands) {
    Python, which must not pull an item out from under a borrowed pointer), and c->leaves the
    operands: the arguments, or a jit call's pytree leaves (a params dict: every training step;
    issue 29, measured 25 us a step in the Python code for a 4-array dict and a loss). */
+/* A leaf that a call without scalar operands skips (record_fast's `!scalars`), as Python's
+   _after_call does, and that is surely no jax.Array (which Python records as an input): a
+   Python scalar, None, a str, a class (x.astype(jnp.bfloat16)), NumPy data. By type alone:
+   no isinstance, so no user code runs. */
+static inline int inert(PyObject *o) {
+    return is_scalar(o) || o == Py_None || PyUnicode_CheckExact(o) || PyType_Check(o) ||
+           Py_TYPE(o) == (PyTypeObject *)PyTuple_GET_ITEM(G.host_types, 0) ||
+           PyObject_TypeCheck(o, (PyTypeObject *)PyTuple_GET_ITEM(G.host_types, 1));
+}
+
+/* The operand leaves of a call whose arguments are not all plain operands, for a spec without
+   scalar operands, index or flattening (jnp.max(x, axis=0), x.reshape((2, 8)), jnp.zeros((3,)),
+   jnp.concatenate([x, y]), x.astype(t)): dispatch._operand_leaves' order -- the positional
+   arguments, then the keyword values, an exact list or tuple opened one level -- where every
+   leaf is an array (exact type) or inert. A new tuple; None where the Python code must read
+   them (issue 29: these calls took the Python rows, about twice the C path's time); NULL with
+   an error set. */
+static PyObject *inert_leaves(Call *c) {
+    int t = field_true(c->spec, K_SPEC, P_SCALARS);
+    if (!t) t = field_true(c->spec, K_SPEC, P_INDEX);
+    if (t) return t < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(c->args), pos = 0;
+    PyObject *key, *a;
+    for (Py_ssize_t i = 0;; i++) {
+        if (i < n) {
+            a = PyTuple_GET_ITEM(c->args, i);
+        } else if (!c->kwargs || !PyDict_Next(c->kwargs, &pos, &key, &a)) {
+            break;
+        }
+        int seq = PyTuple_CheckExact(a) || PyList_CheckExact(a);
+        Py_ssize_t m = seq ? PySequence_Fast_GET_SIZE(a) : 1;
+        for (Py_ssize_t j = 0; j < m; j++) { /* by index: a list is read item by item, as extend() */
+            PyObject *leaf = seq ? PySequence_Fast_GET_ITEM(a, j) : a;
+            if (Py_TYPE(leaf) != (PyTypeObject *)G.array_type && !inert(leaf)) {
+                Py_DECREF(out);
+                return Py_NewRef(Py_None);
+            }
+            if (PyList_Append(out, leaf) < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+    }
+    PyObject *r = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return r;
+}
+
 static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *nouts) {
     *held = NULL;
-    if (c->kwargs) return 0; /* keyword arguments: the Python code reads them */
     int t = field_true(c->spec, K_SPEC, P_HOST_DATA);
     if (t) return t < 0 ? -1 : 0;
     /* static arguments (a jit's, a jitted jnp function's) are never uploaded: Python skips them */
@@ -1168,7 +1218,7 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     if ((t = field_true(c->spec, K_SPEC, P_STATIC_ARGNAMES))) return t < 0 ? -1 : 0;
     int flatten = -2; /* read when needed */
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
-    int plain = 1, host = 0;
+    int plain = c->kwargs == NULL, host = 0; /* keyword arguments: inert_leaves, or Python */
     for (Py_ssize_t i = 0; i < n && plain > 0; i++) {
         PyObject *a = PyTuple_GET_ITEM(c->args, i);
         /* anything else (a list, a dict, a pytree): flattened by the Python code, or for a jit
@@ -1182,8 +1232,9 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     if (plain) {
         c->leaves = Py_NewRef(c->args);
     } else {
-        if ((flatten = field_true(c->spec, K_SPEC, P_FLATTEN)) <= 0) return flatten;
-        PyObject *leaves = pytree_leaves(c->args, 1); /* tree_leaves((args, {})): the same leaves */
+        if ((flatten = field_true(c->spec, K_SPEC, P_FLATTEN)) < 0) return -1;
+        PyObject *leaves = !flatten ? inert_leaves(c) : c->kwargs ? Py_NewRef(Py_None)
+                           : pytree_leaves(c->args, 1); /* tree_leaves((args, {})): the same leaves */
         if (!leaves || leaves == Py_None) {
             Py_XDECREF(leaves);
             return leaves ? 0 : -1;
