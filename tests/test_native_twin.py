@@ -255,6 +255,19 @@ def both_paths(call, packed: bool):
     return [run_path(path, call, packed) for path in (NATIVE, dispatch.python_record_call)]
 
 
+def patched_run(attr: str, replacement, call, packed: bool):
+    """run_path of the C code with dispatch.<attr> replaced (a counting _after_call or
+    tree_leaves), which configure_native hands to it; put back after."""
+    with pytest.MonkeyPatch.context() as mp:  # not `monkeypatch`: its undo would end _no_placement's
+        mp.setattr(dispatch, attr, replacement)
+        counting = dispatch.configure_native(_native)
+        try:
+            return run_path(counting, call, packed)
+        finally:
+            mp.undo()
+            dispatch.configure_native(_native)
+
+
 @SETTINGS
 @given(call=calls(), packed=st.booleans())
 def test_native_and_python_record_call_append_the_same_rows(call, packed):
@@ -312,14 +325,7 @@ def test_keyword_and_sequence_operands_are_recorded_in_c():
             handed.append(args[1].name)
             return original(*args)
 
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(dispatch, "_after_call", counted)
-            counting = dispatch.configure_native(_native)
-            try:
-                rows, out = run_path(counting, call, False)
-            finally:
-                mp.undo()
-                dispatch.configure_native(_native)
+        rows, _ = patched_run("_after_call", counted, call, False)
         assert bool(handed) == to_python, (call, handed)
         (native_rows, native_out), (python_rows, python_out) = both_paths(call, packed=True)
         assert native_out == python_out and native_rows == python_rows, call
@@ -539,14 +545,7 @@ def test_jit_pytrees_are_recorded_in_c_as_in_python(packed):
 
     for call in PYTREE_CALLS:
         handed.clear()
-        with pytest.MonkeyPatch.context() as mp:  # not `monkeypatch`: its undo would end _no_placement's
-            mp.setattr(dispatch, "_after_call", counted)
-            counting = dispatch.configure_native(_native)  # calls `counted` for what it hands over
-            try:
-                run_path(counting, call, packed)
-            finally:
-                mp.undo()
-                dispatch.configure_native(_native)
+        patched_run("_after_call", counted, call, packed)  # C calls `counted` for what it hands over
         assert handed == [], call  # recorded in C
         flattened = []
 
@@ -554,14 +553,7 @@ def test_jit_pytrees_are_recorded_in_c_as_in_python(packed):
             flattened.append(tree)
             return jax.tree_util.tree_leaves(tree, *args, **kwargs)
 
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(dispatch, "tree_leaves", counted_leaves)
-            counting = dispatch.configure_native(_native)
-            try:
-                _, outcome = run_path(counting, call, packed)
-            finally:
-                mp.undo()
-                dispatch.configure_native(_native)
+        _, outcome = patched_run("tree_leaves", counted_leaves, call, packed)
         # the C code flattens tuples, lists, str-keyed dicts and None itself (issue 29); a
         # namedtuple (any other registered container) goes to jax.tree_util.tree_leaves, and so
         # does a call that raised (dispatch._record_failure)
