@@ -300,11 +300,12 @@ def test_the_generated_calls_reach_every_branch():
         assert (len(rows["ops"]), len(rows["transfers"]), len(rows["buffers"])) == (n_ops, n_transfers, n_buffers), call
 
 
-def test_keyword_and_sequence_operands_are_recorded_in_c():
+def test_keyword_sequence_and_static_operands_are_recorded_in_c():
     """A call without scalar operands whose arguments hold keywords (``jnp.sum(x, axis=0)``), a
-    list (``jnp.stack([a, b])``) or inert values is recorded by the C code (inert_leaves), not
-    handed to dispatch._after_call, with the Python twin's rows; a jit call with a keyword still
-    is (issue 29: these took about twice the C path's time). Rows counted by hand."""
+    list (``jnp.stack([a, b])``) or inert values (inert_leaves), and a jit call with a static
+    positional argument (operand_args: a training step with a static config) are recorded by the
+    C code, not handed to dispatch._after_call, with the Python twin's rows; a jit call with a
+    keyword still is (issue 29: these took about twice the C path's time). Rows counted by hand."""
     committed = ("committed", ((4,), "float32", 1))
     uncommitted = ("uncommitted", ((4,), "float32", 0))
     numpy = ("numpy", ((4,), "float32", 0))
@@ -316,6 +317,9 @@ def test_keyword_and_sequence_operands_are_recorded_in_c():
         # NumPy data and a scalar in the list: no leg of the op's own (its inner dispatches count theirs)
         (("stack", "stack", [committed, numpy, ("scalar", 2)], {}, False), (1, 0, 1), False),
         (("jit", "scaled", [committed, ("scalar", 2)], {"b": committed}, False), (1, 1, 2), True),
+        # n static: compiled in, never uploaded (no leg); the input's buffer row, the result in the op's
+        (("jit", "scaled_static", [committed, ("scalar", 2)], {}, False), (1, 0, 1), False),
+        (("jit", "scaled_static", [uncommitted, ("scalar", 3)], {}, False), (1, 0, 1), False),
     ]
     for call, counts, to_python in cases:
         handed = []

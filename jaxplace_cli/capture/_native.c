@@ -13,9 +13,9 @@
 
    record_call: capture/jaxhooks/dispatch.py's python_record_call for the common eager cases,
    the same rows in the same order (tests/test_native_twin.py compares them call by call).
-   Every case it does not know (a placement policy active, static arguments, an index, keyword
-   arguments of a jit call or of a call with scalar operands, operands it cannot tell by type
-   alone (c_records, inert_leaves), a pytree result that is not a flat tuple or list of arrays,
+   Every case it does not know (a placement policy active, an index, keyword arguments of a
+   jit call or of a call with scalar operands or static argument names, operands it cannot
+   tell by type alone (c_records, inert_leaves), a pytree result that is not a flat tuple or list of arrays,
    a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
    `after_call`, `record_failure`) before anything is recorded, so the Python path stays the
    one definition of what a row means. A failure of the recording itself never reaches the
@@ -1061,6 +1061,7 @@ static int set_tls(PyObject *depth, PyObject *op) {
 typedef struct {
     PyObject *rec, *spec, *fn, *args, *kwargs, *out, *site, *seq, *placed, *backward;
     PyObject *leaves; /* the operands record_fast reads: a new reference (args, or a jit's pytree leaves) */
+    PyObject *operands; /* args less its static positions (operand_args): a new reference */
     int64_t t0, t1, base;
 } Call;
 
@@ -1159,6 +1160,52 @@ static PyObject *pytree_leaves(PyObject *tree, int operands) {
    Python, which must not pull an item out from under a borrowed pointer), and c->leaves the
    operands: the arguments, or a jit call's pytree leaves (a params dict: every training step;
    issue 29, measured 25 us a step in the Python code for a 4-array dict and a loss). */
+/* c->args less the positions the spec's static_argnums names among them, as
+   state.static_positions reads them (-2: the second from the end; out of range: none), the
+   operands dispatch._operand_leaves keeps: a jitted training step with a static config
+   argument is recorded here, not by the Python code. A new reference; NULL with an error. */
+static PyObject *operand_args(Call *c) {
+    Py_ssize_t n = PyTuple_GET_SIZE(c->args);
+    int t = n ? field_true(c->spec, K_SPEC, P_STATIC_ARGNUMS) : 0;
+    if (t <= 0) return t < 0 ? NULL : Py_NewRef(c->args);
+    PyObject *nums = field(c->spec, K_SPEC, P_STATIC_ARGNUMS);
+    PyObject *it = nums ? PyObject_GetIter(nums) : NULL, *num;
+    Py_XDECREF(nums);
+    if (!it) return NULL;
+    char small[64] = {0}, *drop = n <= 64 ? small : PyMem_Calloc((size_t)n, 1);
+    int any = 0;
+    if (!drop) PyErr_NoMemory();
+    while (drop && (num = PyIter_Next(it))) {
+        int overflow = 0;
+        long long i = PyLong_Check(num) ? PyLong_AsLongLongAndOverflow(num, &overflow) : -1;
+        int bad = !PyLong_Check(num);
+        Py_DECREF(num);
+        if (bad || (i == -1 && PyErr_Occurred())) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "static_argnums holds a non-int");
+            break;
+        }
+        if (!overflow && -n <= i && i < n) { /* out of range names none */
+            drop[i < 0 ? i + n : i] = 1;
+            any = 1;
+        }
+    }
+    Py_DECREF(it);
+    PyObject *r = NULL;
+    if (drop && !PyErr_Occurred()) {
+        if (!any) {
+            r = Py_NewRef(c->args);
+        } else if ((r = PyList_New(0))) { /* the kept positions, in order */
+            for (Py_ssize_t i = 0; r && i < n; i++)
+                if (!drop[i] && PyList_Append(r, PyTuple_GET_ITEM(c->args, i)) < 0) Py_CLEAR(r);
+            PyObject *kept = r ? PyList_AsTuple(r) : NULL;
+            Py_XDECREF(r);
+            r = kept;
+        }
+    }
+    if (drop && drop != small) PyMem_Free(drop);
+    return r;
+}
+
 /* A leaf that a call without scalar operands skips (record_fast's `!scalars`), as Python's
    _after_call does, and that is surely no jax.Array (which Python records as an input): a
    Python scalar, None, a str, a class (x.astype(jnp.bfloat16)), NumPy data. By type alone:
@@ -1182,11 +1229,11 @@ static PyObject *inert_leaves(Call *c) {
     if (t) return t < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(c->args), pos = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(c->operands), pos = 0;
     PyObject *key, *a;
     for (Py_ssize_t i = 0;; i++) {
         if (i < n) {
-            a = PyTuple_GET_ITEM(c->args, i);
+            a = PyTuple_GET_ITEM(c->operands, i);
         } else if (!c->kwargs || !PyDict_Next(c->kwargs, &pos, &key, &a)) {
             break;
         }
@@ -1213,14 +1260,16 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     *held = NULL;
     int t = field_true(c->spec, K_SPEC, P_HOST_DATA);
     if (t) return t < 0 ? -1 : 0;
-    /* static arguments (a jit's, a jitted jnp function's) are never uploaded: Python skips them */
-    if ((t = field_true(c->spec, K_SPEC, P_STATIC_ARGNUMS))) return t < 0 ? -1 : 0;
-    if ((t = field_true(c->spec, K_SPEC, P_STATIC_ARGNAMES))) return t < 0 ? -1 : 0;
+    /* static arguments (a jit's, a jitted jnp function's) are never uploaded: Python skips the
+       keywords static_argnames names (here: the Python code reads them) and the positions
+       static_argnums names (operand_args) */
+    if (c->kwargs && (t = field_true(c->spec, K_SPEC, P_STATIC_ARGNAMES))) return t < 0 ? -1 : 0;
+    if (!(c->operands = operand_args(c))) return -1;
     int flatten = -2; /* read when needed */
-    Py_ssize_t n = PyTuple_GET_SIZE(c->args);
+    Py_ssize_t n = PyTuple_GET_SIZE(c->operands);
     int plain = c->kwargs == NULL, host = 0; /* keyword arguments: inert_leaves, or Python */
     for (Py_ssize_t i = 0; i < n && plain > 0; i++) {
-        PyObject *a = PyTuple_GET_ITEM(c->args, i);
+        PyObject *a = PyTuple_GET_ITEM(c->operands, i);
         /* anything else (a list, a dict, a pytree): flattened by the Python code, or for a jit
            by tree_leaves below */
         plain = known_operand(a);
@@ -1230,11 +1279,11 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
     /* x[idx]: the index's uploads follow from the index (dispatch.index_uploads, Python) */
     if (plain && host && (t = field_true(c->spec, K_SPEC, P_INDEX))) return t < 0 ? -1 : 0;
     if (plain) {
-        c->leaves = Py_NewRef(c->args);
+        c->leaves = Py_NewRef(c->operands);
     } else {
         if ((flatten = field_true(c->spec, K_SPEC, P_FLATTEN)) < 0) return -1;
         PyObject *leaves = !flatten ? inert_leaves(c) : c->kwargs ? Py_NewRef(Py_None)
-                           : pytree_leaves(c->args, 1); /* tree_leaves((args, {})): the same leaves */
+                           : pytree_leaves(c->operands, 1); /* tree_leaves((args, {})): the same leaves */
         if (!leaves || leaves == Py_None) {
             Py_XDECREF(leaves);
             return leaves ? 0 : -1;
@@ -1605,6 +1654,7 @@ static int recording_failed(PyObject *rec) {
 
 static void call_clear(Call *c) {
     Py_CLEAR(c->leaves);
+    Py_CLEAR(c->operands);
     Py_CLEAR(c->rec);
     Py_CLEAR(c->site);
     Py_CLEAR(c->seq);
