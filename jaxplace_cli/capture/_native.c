@@ -15,8 +15,8 @@
    the same rows in the same order (tests/test_native_twin.py compares them call by call).
    Every case it does not know (a placement policy active, an index, keyword arguments of a
    jit call or of a call with scalar operands or static argument names, operands it cannot
-   tell by type alone (c_records, inert_leaves), a pytree result that is not a flat tuple or list of arrays,
-   a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
+   tell by type alone (c_records, inert_leaves), a pytree result that is not a flat tuple or
+   list of arrays, a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
    `after_call`, `record_failure`) before anything is recorded, so the Python path stays the
    one definition of what a row means. A failure of the recording itself never reaches the
    user's program: the call's result is returned and the failure counted on the recorder
@@ -1153,13 +1153,6 @@ static PyObject *pytree_leaves(PyObject *tree, int operands) {
     return t;
 }
 
-/* Can the C post-processing record this call exactly as dispatch._after_call would? 0: no
-   (the Python code does it), 1: yes, -1: error. Reads only; records nothing. On 1, *items and
-   *nouts are the result arrays: c->out itself (kept alive by the Call), or the items of *held,
-   a new reference to a tuple (the result, or a list's items copied: recording calls into
-   Python, which must not pull an item out from under a borrowed pointer), and c->leaves the
-   operands: the arguments, or a jit call's pytree leaves (a params dict: every training step;
-   issue 29, measured 25 us a step in the Python code for a 4-array dict and a loss). */
 /* c->args less the positions the spec's static_argnums names among them, as
    state.static_positions reads them (-2: the second from the end; out of range: none), the
    operands dispatch._operand_leaves keeps: a jitted training step with a static config
@@ -1256,6 +1249,13 @@ static PyObject *inert_leaves(Call *c) {
     return r;
 }
 
+/* Can the C post-processing record this call exactly as dispatch._after_call would? 0: no
+   (the Python code does it), 1: yes, -1: error. Reads only; records nothing. On 1, *items and
+   *nouts are the result arrays: c->out itself (kept alive by the Call), or the items of *held,
+   a new reference to a tuple (the result, or a list's items copied: recording calls into
+   Python, which must not pull an item out from under a borrowed pointer), and c->leaves the
+   operands: the arguments (less static positions), or a jit call's pytree leaves (a params dict: every training step;
+   issue 29, measured 25 us a step in the Python code for a 4-array dict and a loss). */
 static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *nouts) {
     *held = NULL;
     int t = field_true(c->spec, K_SPEC, P_HOST_DATA);
