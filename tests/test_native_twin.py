@@ -116,17 +116,22 @@ def _jit_fns():
     def pair_in(p, c):  # a namedtuple operand: not a container the C code flattens itself
         return p.first * c + p.second
 
+    def static_first(n, x, unused):  # a static argument before a leaf the program drops
+        return x * n
+
     def fails(a, b):
         raise ValueError("a jitted function that raises")
 
     return {f.__name__: f for f in (add, pair, as_list, as_dict, first, nested, dict_in, scaled, deep, pair_in,
-                                    fails)}
+                                    static_first, fails)}
 
 
 Pair = collections.namedtuple("Pair", "first second")
 JIT_FNS = _jit_fns()
 JITTED = {name: jax.jit(f) for name, f in JIT_FNS.items()}
 JITTED["scaled_static"] = jax.jit(JIT_FNS["scaled"], static_argnums=(1,))
+JITTED["static_first"] = jax.jit(JIT_FNS["static_first"], static_argnums=(0,))
+STATICS = {"scaled_static": (1,), "static_first": (0,)}
 
 EAGER = {  # name -> (function, number of operands, scalar_operands)
     "add": (jnp.add, 2, True),
@@ -201,7 +206,7 @@ def materialise(call):
         prim = {"sin": lax.sin_p, "neg": lax.neg_p}[name]
         return (CallSpec(name, OP_PRIM, scalar_operands=True), lambda *a: prim.bind(*a), args, kwargs,
                 backward)
-    statics = (1,) if name == "scaled_static" else ()
+    statics = STATICS.get(name, ())
     spec = CallSpec(jit_name(JIT_FNS.get(name, JIT_FNS["scaled"])), OP_JIT, scalar_operands=True,
                     flatten=True, static_argnums=statics)
     return spec, JITTED[name], args, kwargs, backward
@@ -320,6 +325,9 @@ def test_keyword_sequence_and_static_operands_are_recorded_in_c():
         # n static: compiled in, never uploaded (no leg); the input's buffer row, the result in the op's
         (("jit", "scaled_static", [committed, ("scalar", 2)], {}, False), (1, 0, 1), False),
         (("jit", "scaled_static", [uncommitted, ("scalar", 3)], {}, False), (1, 0, 1), False),
+        # after the static n, `unused` (NumPy data) is the second dynamic leaf and the one the
+        # program drops: no leg (legs.dropped_leaves counts without the static positions)
+        (("jit", "static_first", [("scalar", 2), committed, numpy], {}, False), (1, 0, 1), False),
     ]
     for call, counts, to_python in cases:
         handed = []
