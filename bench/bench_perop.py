@@ -5,7 +5,8 @@ plain (no hooks), recorded with the C operator/method hooks (capture/_wrap.c) an
 with the Python wrappers they replaced (dispatch.wrap's closure, same spec and function).
 Rows go into packed sinks, as in a run (``Recorder.attach_writer``; before round 19 they went
 to the deques, ~0.3 us an op either way on the TPU host). ``jnp.add(x, y)`` is a ufunc called
-directly: its hook is Python on both sides (bench/README.md, round 19).
+directly: its hook is Python on both sides; ``jnp.sum(w, axis=0)`` (a keyword), ``jnp.dot`` and
+a jitted step with a static argument took the Python rows before round 19 (bench/README.md).
 Prints each side's median per-op time with its spread, and the load.
 Usage: python bench/bench_perop.py [pairs] [ops_per_block]
 """
@@ -47,13 +48,19 @@ def main() -> None:
 
     x = jnp.ones((8,), jnp.float32)
     y = jnp.ones((8,), jnp.float32)
+    w = jnp.ones((8, 8), jnp.float32)
     cases = {"x + 1.0": lambda: x + 1.0, "x + y": lambda: x + y, "jnp.add(x, y)": lambda: jnp.add(x, y),
-             "x.sum()": lambda: x.sum(), "jnp.sin(x)": lambda: jnp.sin(x)}
-    for f in cases.values():  # compile outside the timing
-        f().block_until_ready()
+             "x.sum()": lambda: x.sum(), "jnp.sin(x)": lambda: jnp.sin(x),
+             "jnp.sum(w, axis=0)": lambda: jnp.sum(w, axis=0), "jnp.dot(x, w)": lambda: jnp.dot(x, w)}
     rec = Recorder()
     recording = Recording(rec, "all")
     recording.start()
+    # a training step with a static argument: jax.jit under the hooks, so the jit hook's function
+    step = jax.jit(lambda p, v, k: {"w": p["w"] * k, "b": p["b"] + v.sum()}, static_argnums=(2,))
+    params = {"w": w, "b": x}
+    cases["step(params, x, 3)"] = lambda: step(params, x, 3)["w"]
+    for f in cases.values():  # compile outside the timing
+        f().block_until_ready()
     c_hooks = {a: o for a, o in ArrayImpl.__dict__.items() if type(o).__name__ == "Wrapper"}
     py_hooks = {a: dispatch.wrap(o.__jaxplace_fn__, o.__jaxplace_spec__) for a, o in c_hooks.items()}
     c_ufunc = ufunc.__dict__["__call__"]
@@ -83,7 +90,7 @@ def main() -> None:
     for k, by in res.items():
         cells = "  ".join(f"{s} {statistics.median(v):6.2f} µs [{min(v):.2f}-{max(v):.2f}]" for s, v in by.items())
         gain = [p - c for c, p in zip(by["C hooks"], by["Python hooks"])]
-        print(f"{k:13s} {cells}  Python-C {statistics.median(gain):+.2f} µs [{min(gain):+.2f}..{max(gain):+.2f}]")
+        print(f"{k:18s} {cells}  Python-C {statistics.median(gain):+.2f} µs [{min(gain):+.2f}..{max(gain):+.2f}]")
 
 
 if __name__ == "__main__":
