@@ -131,7 +131,8 @@ JIT_FNS = _jit_fns()
 JITTED = {name: jax.jit(f) for name, f in JIT_FNS.items()}
 JITTED["scaled_static"] = jax.jit(JIT_FNS["scaled"], static_argnums=(1,))
 JITTED["static_first"] = jax.jit(JIT_FNS["static_first"], static_argnums=(0,))
-STATICS = {"scaled_static": (1,), "static_first": (0,)}
+JITTED["scaled_static_np"] = jax.jit(JIT_FNS["scaled"], static_argnums=(np.int64(1),))  # kept as given
+STATICS = {"scaled_static": (1,), "static_first": (0,), "scaled_static_np": (np.int64(1),)}
 
 EAGER = {  # name -> (function, number of operands, scalar_operands)
     "add": (jnp.add, 2, True),
@@ -170,7 +171,7 @@ def calls(draw):
         args = [(form_, [draw(operands()), draw(operands())]), draw(operands())]
     elif name == "deep":
         args = [("deep", [draw(operands()), draw(operands()), draw(operands())]), draw(operands())]
-    elif name in ("scaled", "scaled_static"):
+    elif name in ("scaled", "scaled_static", "scaled_static_np"):
         args = [draw(operands()), ("scalar", draw(st.sampled_from([2, 3])))]
     else:
         args = [draw(operands()), draw(operands())]
@@ -328,6 +329,9 @@ def test_keyword_sequence_and_static_operands_are_recorded_in_c():
         # after the static n, `unused` (NumPy data) is the second dynamic leaf and the one the
         # program drops: no leg (legs.dropped_leaves counts without the static positions)
         (("jit", "static_first", [("scalar", 2), committed, numpy], {}, False), (1, 0, 1), False),
+        # a static number that is not a Python int (jax.jit keeps np.int64 as given): the
+        # Python code reads it, as static_positions does (operand_args raised here, losing the row)
+        (("jit", "scaled_static_np", [committed, ("scalar", 2)], {}, False), (1, 0, 1), True),
     ]
     for call, counts, to_python in cases:
         handed = []

@@ -1156,7 +1156,9 @@ static PyObject *pytree_leaves(PyObject *tree, int operands) {
 /* c->args less the positions the spec's static_argnums names among them, as
    state.static_positions reads them (-2: the second from the end; out of range: none), the
    operands dispatch._operand_leaves keeps: a jitted training step with a static config
-   argument is recorded here, not by the Python code. A new reference; NULL with an error. */
+   argument is recorded here, not by the Python code. A new reference; None where a number is
+   not a Python int (jax.jit keeps static_argnums=(np.int64(1),) as given: the Python code
+   reads it); NULL with an error. */
 static PyObject *operand_args(Call *c) {
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
     int t = n ? field_true(c->spec, K_SPEC, P_STATIC_ARGNUMS) : 0;
@@ -1168,16 +1170,14 @@ static PyObject *operand_args(Call *c) {
     char small[64] = {0}, *drop = n <= 64 ? small : PyMem_Calloc((size_t)n, 1);
     int any = 0;
     if (!drop) PyErr_NoMemory();
-    while (drop && (num = PyIter_Next(it))) {
+    int other = 0; /* a number that is not a Python int: the Python code reads them all */
+    while (drop && !other && (num = PyIter_Next(it))) {
         int overflow = 0;
-        long long i = PyLong_Check(num) ? PyLong_AsLongLongAndOverflow(num, &overflow) : -1;
-        int bad = !PyLong_Check(num);
+        other = !PyLong_Check(num);
+        long long i = other ? 0 : PyLong_AsLongLongAndOverflow(num, &overflow);
         Py_DECREF(num);
-        if (bad || (i == -1 && PyErr_Occurred())) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "static_argnums holds a non-int");
-            break;
-        }
-        if (!overflow && -n <= i && i < n) { /* out of range names none */
+        if (i == -1 && PyErr_Occurred()) break;
+        if (!other && !overflow && -n <= i && i < n) { /* out of range names none */
             drop[i < 0 ? i + n : i] = 1;
             any = 1;
         }
@@ -1185,7 +1185,9 @@ static PyObject *operand_args(Call *c) {
     Py_DECREF(it);
     PyObject *r = NULL;
     if (drop && !PyErr_Occurred()) {
-        if (!any) {
+        if (other) {
+            r = Py_NewRef(Py_None);
+        } else if (!any) {
             r = Py_NewRef(c->args);
         } else if ((r = PyList_New(0))) { /* the kept positions, in order */
             for (Py_ssize_t i = 0; r && i < n; i++)
@@ -1265,6 +1267,7 @@ static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *no
        static_argnums names (operand_args) */
     if (c->kwargs && (t = field_true(c->spec, K_SPEC, P_STATIC_ARGNAMES))) return t < 0 ? -1 : 0;
     if (!(c->operands = operand_args(c))) return -1;
+    if (c->operands == Py_None) return 0;
     int flatten = -2; /* read when needed */
     Py_ssize_t n = PyTuple_GET_SIZE(c->operands);
     int plain = c->kwargs == NULL, host = 0; /* keyword arguments: inert_leaves, or Python */
