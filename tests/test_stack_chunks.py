@@ -106,3 +106,33 @@ def test_a_failed_import_is_watched_again(tmp_path, capture):
         "finder in meta_path during the body: False",
         "callback calls: 1 | finder left: False",
     ]
+
+
+def test_the_hook_finds_itself_in_meta_path_by_identity(tmp_path, monkeypatch):
+    """Stepping aside for the body, the hook's finder looks for itself by identity: a finder of
+    the user's ahead of it whose ``__eq__`` raises (list.index would call it) must not fail the
+    import it waits for."""
+    import importlib.abc
+
+    from jaxplace_cli.capture.import_hook import after_import
+
+    class Touchy(importlib.abc.MetaPathFinder):
+        def find_spec(self, *args):
+            return None
+
+        def __eq__(self, other):
+            raise RuntimeError("compared")
+
+        __hash__ = object.__hash__
+
+    (tmp_path / "touchy_target.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, "touchy_target", raising=False)
+    calls = []
+    after_import("touchy_target", lambda: calls.append(1))
+    sys.meta_path.insert(0, Touchy())  # ahead of the hook's finder
+    import touchy_target
+
+    assert (touchy_target.X, calls) == (1, [1])
+    monkeypatch.delitem(sys.modules, "touchy_target")

@@ -85,16 +85,19 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
     def _body_failed(self) -> None:
         """The body raised: watched again, where it was (the import may be tried again)."""
-        if self._at is not None and not self._ran and self not in sys.meta_path:
+        if self._at is not None and not self._ran and self._where() is None:
             sys.meta_path.insert(min(self._at, len(sys.meta_path)), self)
+
+    def _where(self) -> int | None:
+        """This finder's index in ``sys.meta_path`` by identity: ``list.index`` and ``in`` would
+        call the other finders' ``__eq__`` (user code) as the script's import runs."""
+        return next((i for i, f in enumerate(sys.meta_path) if f is self), None)
 
     def _step_aside(self) -> int | None:
         """Leave ``sys.meta_path``; where it was, or None (a tool rebuilt it meanwhile)."""
-        try:
-            at = sys.meta_path.index(self)
-        except ValueError:
-            return None
-        del sys.meta_path[at]
+        at = self._where()
+        if at is not None:
+            del sys.meta_path[at]
         return at
 
     def _after_body(self) -> None:
