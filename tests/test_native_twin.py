@@ -311,7 +311,7 @@ def test_keyword_sequence_and_static_operands_are_recorded_in_c():
     list (``jnp.stack([a, b])``) or inert values (inert_leaves), and a jit call with a static
     positional argument (operand_args: a training step with a static config) are recorded by the
     C code, not handed to dispatch._after_call, with the Python twin's rows; a jit call with a
-    keyword still is (issue 29: these took about twice the C path's time). Rows counted by hand."""
+    keyword still is (issue 29; the cost: bench/README.md round 19). Rows counted by hand."""
     committed = ("committed", ((4,), "float32", 1))
     uncommitted = ("uncommitted", ((4,), "float32", 0))
     numpy = ("numpy", ((4,), "float32", 0))

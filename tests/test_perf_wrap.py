@@ -350,8 +350,7 @@ def _direct_ufuncs(x, y, z):
 def test_a_direct_ufunc_call_is_recorded_in_c(monkeypatch):
     """``jnp.add(x, y)`` passes the ufunc hook, which hands record_call the bound ufunc and the
     operands alone: the C code records it. With the ufunc itself among the arguments every such
-    call went to the Python rows (dispatch._after_call: +13 us an op against +5.6 for ``x + y``
-    on the TPU host, bench/README.md round 19)."""
+    call went to the Python rows (dispatch._after_call; the cost: bench/README.md round 19)."""
     from jaxplace_cli.capture import native
     from jaxplace_cli.capture.jaxhooks.state import active
 

@@ -16,9 +16,9 @@
    Every case it does not know (a placement policy active, an index, keyword arguments of a
    jit call or of a call with scalar operands or static argument names, operands it cannot
    tell by type alone (c_records, inert_leaves), a pytree result that is not a flat tuple or
-   list of arrays, a multi-device result, a failing call) is handed to the Python code (`python_record_call`,
-   `after_call`, `record_failure`) before anything is recorded, so the Python path stays the
-   one definition of what a row means. A failure of the recording itself never reaches the
+   list of arrays, a multi-device result, a failing call) is handed to the Python code
+   (`python_record_call`, `after_call`, `record_failure`) before anything is recorded, so the
+   Python path stays the one definition of what a row means. A failure of the recording itself never reaches the
    user's program: the call's result is returned and the failure counted on the recorder
    (Recorder.recording_failed), as on the Python path.
 
@@ -1161,11 +1161,11 @@ static PyObject *pytree_leaves(PyObject *tree, int operands) {
    reads it); NULL with an error. */
 static PyObject *operand_args(Call *c) {
     Py_ssize_t n = PyTuple_GET_SIZE(c->args);
-    int t = n ? field_true(c->spec, K_SPEC, P_STATIC_ARGNUMS) : 0;
-    if (t <= 0) return t < 0 ? NULL : Py_NewRef(c->args);
-    PyObject *nums = field(c->spec, K_SPEC, P_STATIC_ARGNUMS);
-    PyObject *it = nums ? PyObject_GetIter(nums) : NULL, *num;
+    PyObject *nums = n ? field(c->spec, K_SPEC, P_STATIC_ARGNUMS) : Py_NewRef(Py_None);
+    int t = nums ? PyObject_IsTrue(nums) : -1;
+    PyObject *it = t > 0 ? PyObject_GetIter(nums) : NULL, *num;
     Py_XDECREF(nums);
+    if (t <= 0) return t < 0 ? NULL : Py_NewRef(c->args);
     if (!it) return NULL;
     char small[64] = {0}, *drop = n <= 64 ? small : PyMem_Calloc((size_t)n, 1);
     int any = 0;
@@ -1216,8 +1216,8 @@ static inline int inert(PyObject *o) {
    jnp.concatenate([x, y]), x.astype(t)): dispatch._operand_leaves' order -- the positional
    arguments, then the keyword values, an exact list or tuple opened one level -- where every
    leaf is an array (exact type) or inert. A new tuple; None where the Python code must read
-   them (issue 29: these calls took the Python rows, about twice the C path's time); NULL with
-   an error set. */
+   them (issue 29: these calls took the Python rows, bench/README.md round 19); NULL with an
+   error set. */
 static PyObject *inert_leaves(Call *c) {
     int t = field_true(c->spec, K_SPEC, P_SCALARS);
     if (!t) t = field_true(c->spec, K_SPEC, P_INDEX);
@@ -1256,8 +1256,9 @@ static PyObject *inert_leaves(Call *c) {
    *nouts are the result arrays: c->out itself (kept alive by the Call), or the items of *held,
    a new reference to a tuple (the result, or a list's items copied: recording calls into
    Python, which must not pull an item out from under a borrowed pointer), and c->leaves the
-   operands: the arguments (less static positions), or a jit call's pytree leaves (a params dict: every training step;
-   issue 29, measured 25 us a step in the Python code for a 4-array dict and a loss). */
+   operands: the arguments (less static positions), or a jit call's pytree leaves (a params
+   dict: every training step; issue 29, measured 25 us a step in the Python code for a
+   4-array dict and a loss). */
 static int c_records(Call *c, PyObject **held, PyObject ***items, Py_ssize_t *nouts) {
     *held = NULL;
     int t = field_true(c->spec, K_SPEC, P_HOST_DATA);

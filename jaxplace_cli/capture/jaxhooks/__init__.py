@@ -74,8 +74,8 @@ def _install_ufunc(report: HookReport) -> None:
         if spec is None:
             spec = specs[name] = CallSpec(name, OP_JNP, scalar_operands=True)
         # bound: the operands alone are the call's arguments. With the ufunc among them the C
-        # hot path handed every direct call (jnp.add(x, y)) to the Python rows (+13 us an op
-        # against +5.6 for x + y on the TPU host, bench/README.md round 19); rows unchanged
+        # hot path handed every direct call (jnp.add(x, y)) to the Python rows (bench/README.md
+        # round 19 has the cost); rows unchanged
         return record_call(spec, bind(original, self), args, kwargs)
 
     _patch(ufunc, "__call__", fast_hook(original, __call__))  # the forwarding cases in C
