@@ -2101,10 +2101,45 @@ static PyObject *call_around(PyObject *self, PyObject *args) {
    thread's first chunk: the script's frames sit where python puts them, and CPython never
    frees this chunk (its first frame starts in slot 1); it is freed here once fn returns, if
    the stack came back to it (a stack left elsewhere keeps it: 16 KiB, never expected).
+   The script's bottom frame has no frame under it either, as under python: fn runs with the
+   thread's current frame cleared, so its first frame's f_back is None and the runner's frames
+   are out of every walk of the stack. A warning whose stacklevel reaches past the script is
+   python's `sys:1` (it named jaxplace's runner.py), `traceback.print_stack()` and
+   `inspect.stack()` at the top of the script print what python prints, and every stack the
+   recorder walks ends at the script.
+
+   And a `sys.exit((5,))` ends as under python: CPython 3.11's sys.exit sets the tuple as the
+   exception's raw value, which python's exit reads as the code itself (it prints "(5,)" and
+   exits 1) while `except SystemExit` would first make it SystemExit(5), code 5: here a tuple
+   value becomes a SystemExit whose code is that tuple before anything catches it.
    CPython 3.11 only (the layout is read from its headers, checked on it); other versions
    call fn(*args) as it is. */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define FRESH_STACK_CHUNK (16 * 1024) /* pystate.c's DATA_STACK_CHUNK_SIZE */
+
+/* fn(*rest) as the bottom of the thread's frames (f_back None), and python's code for a
+   sys.exit(tuple) (see above) */
+static PyObject *bottom_call(PyThreadState *ts, PyObject *fn, PyObject *rest) {
+    _PyCFrame *cf = ts->cframe;
+    struct _PyInterpreterFrame *below = cf->current_frame;
+    cf->current_frame = NULL;
+    PyObject *r = PyObject_Call(fn, rest, NULL);
+    cf->current_frame = below;
+    if (!r && PyErr_Occurred() == PyExc_SystemExit) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (ev && PyTuple_Check(ev)) { /* raw, as sys.exit left it: python's code is the tuple */
+            PyObject *exc = PyObject_CallOneArg(PyExc_SystemExit, ev);
+            if (exc) {
+                Py_SETREF(ev, exc);
+            } else {
+                PyErr_Clear();
+            }
+        }
+        PyErr_Restore(et, ev, tb);
+    }
+    return r;
+}
 static PyObject *fresh_stack_call(PyObject *self, PyObject *args) {
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (n < 1) {
@@ -2120,7 +2155,7 @@ static PyObject *fresh_stack_call(PyObject *self, PyObject *args) {
     PyObject_GetArenaAllocator(&arena);
     _PyStackChunk *fresh = (old && ts->datastack_top && arena.alloc) ? arena.alloc(arena.ctx, FRESH_STACK_CHUNK) : NULL;
     if (!fresh) { /* nothing to stand on (or no memory): the call as it is */
-        PyObject *r = PyObject_Call(fn, rest, NULL);
+        PyObject *r = bottom_call(ts, fn, rest);
         Py_DECREF(rest);
         return r;
     }
@@ -2132,7 +2167,7 @@ static PyObject *fresh_stack_call(PyObject *self, PyObject *args) {
     ts->datastack_chunk = fresh;
     ts->datastack_top = &fresh->data[1];
     ts->datastack_limit = (PyObject **)((char *)fresh + FRESH_STACK_CHUNK);
-    PyObject *r = PyObject_Call(fn, rest, NULL);
+    PyObject *r = bottom_call(ts, fn, rest);
     Py_DECREF(rest);
     if (ts == PyThreadState_Get() && ts->datastack_chunk == fresh && ts->datastack_top == &fresh->data[1]) {
         ts->datastack_chunk = old;

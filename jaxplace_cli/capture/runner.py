@@ -286,7 +286,15 @@ def _exec_script(target: str) -> None:
 
 
 def _exec_source(source: bytes, filename: str, loader) -> None:
-    code = compile(source, filename, "exec", dont_inherit=True)  # a coding cookie or BOM is honoured
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)  # a coding cookie or BOM is honoured
+    except (SyntaxError, ValueError):
+        from jaxplace_cli.capture.script_errors import file_tokenizer_error  # on this path only
+
+        python_says = file_tokenizer_error(source, filename)
+        if python_says is None:
+            raise
+        raise python_says from None
     main = _fresh_main()
     main.__dict__.update(__file__=filename, __cached__=None, __loader__=loader)
     _on_python_stack(exec, code, main.__dict__)
