@@ -7,8 +7,8 @@ sat below it (a warning named ``jaxplace_cli/capture/runner.py``). CPython 3.11 
 tuple of ``sys.exit((5,))`` raw, and python's exit prints it and exits 1, where a caught
 SystemExit has code 5. A file that is not UTF-8 and declares no encoding fails in python's
 tokenizer with its own message, not compile's "(unicode error)", and so does one with a NUL
-byte. The reference is python itself, run on the same file beside `jaxplace run` (no JAX:
-the runner's edges)."""
+byte. And the runner's frames took 16 levels of the script's recursion limit. The reference
+is python itself, run on the same file beside `jaxplace run` (no JAX: the runner's edges)."""
 from __future__ import annotations
 
 import importlib.util
@@ -36,6 +36,14 @@ def f():
 f()
 logging.basicConfig(format="%(filename)s:%(lineno)d %(funcName)s %(message)s")
 logging.warning("logged")
+def deeper(n):
+    try:
+        return deeper(n + 1)
+    except RecursionError:
+        return n
+print("depth", deeper(0))
+sys.setrecursionlimit(60)
+print("depth at 60", deeper(0))
 """
 
 # name -> (source, extra arguments of the run); both run from the file's folder
@@ -88,7 +96,7 @@ def test_the_scripts_bottom_and_start_are_pythons(tmp_path, name):
     plain, jp = _both(tmp_path, name, source, extra)
     assert (jp.returncode, jp.stdout, jp.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     if name == "frames":  # what the comparison stands on, by hand
-        assert "f_back None\nstack ['<module>']\n" in plain.stdout
+        assert "f_back None\nstack ['<module>']\n" in plain.stdout and "depth at 60 5" in plain.stdout
         assert "sys:1: UserWarning: top 2" in plain.stderr and "sys:1: UserWarning: top 9" in plain.stderr
         assert "sys:1: UserWarning: in f 3" in plain.stderr and "runner.py" not in jp.stderr
     if name.startswith("exit_") and name != "exit_tuple_caught":

@@ -2106,7 +2106,8 @@ static PyObject *call_around(PyObject *self, PyObject *args) {
    are out of every walk of the stack. A warning whose stacklevel reaches past the script is
    python's `sys:1` (it named jaxplace's runner.py), `traceback.print_stack()` and
    `inspect.stack()` at the top of the script print what python prints, and every stack the
-   recorder walks ends at the script.
+   recorder walks ends at the script. The levels of recursion the runner's frames use are
+   given back too: a recursive function goes as deep as under python.
 
    And a `sys.exit((5,))` ends as under python: CPython 3.11's sys.exit sets the tuple as the
    exception's raw value, which python's exit reads as the code itself (it prints "(5,)" and
@@ -2117,13 +2118,22 @@ static PyObject *call_around(PyObject *self, PyObject *args) {
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define FRESH_STACK_CHUNK (16 * 1024) /* pystate.c's DATA_STACK_CHUNK_SIZE */
 
-/* fn(*rest) as the bottom of the thread's frames (f_back None), and python's code for a
-   sys.exit(tuple) (see above) */
+/* fn(*rest) as the bottom of the thread's frames (f_back None), with python's recursion
+   budget, and python's code for a sys.exit(tuple) (see above) */
 static PyObject *bottom_call(PyThreadState *ts, PyObject *fn, PyObject *rest) {
     _PyCFrame *cf = ts->cframe;
     struct _PyInterpreterFrame *below = cf->current_frame;
+    /* the levels the frames under the script use, given back: python starts a script's code
+       with none used (its module frame at limit - 1), and runs it with no call around it where
+       the runner calls exec, one level more (a recursive function stopped 16 calls early) */
+    PyObject *builtins = PyEval_GetBuiltins();
+    PyObject *exec = builtins ? PyDict_GetItemString(builtins, "exec") : NULL;
+    int boost = ts->recursion_limit - ts->recursion_remaining + (fn == exec ? 1 : 0);
+    if (boost < 0) boost = 0;
     cf->current_frame = NULL;
+    ts->recursion_remaining += boost;
     PyObject *r = PyObject_Call(fn, rest, NULL);
+    ts->recursion_remaining -= boost;
     cf->current_frame = below;
     if (!r && PyErr_Occurred() == PyExc_SystemExit) {
         PyObject *et, *ev, *tb;
