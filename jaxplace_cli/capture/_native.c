@@ -2124,15 +2124,20 @@ static PyObject *bottom_call(PyThreadState *ts, PyObject *fn, PyObject *rest) {
     _PyCFrame *cf = ts->cframe;
     struct _PyInterpreterFrame *below = cf->current_frame;
     /* the levels the frames under the script use, given back: python starts a script's code
-       with none used (its module frame at limit - 1), and runs it with no call around it where
-       the runner calls exec, one level more (a recursive function stopped 16 calls early) */
+       with none used, its module frame at limit - 1 (a recursive function stopped 16 calls
+       early) */
+    int boost = ts->recursion_limit - ts->recursion_remaining;
+    if (boost < 0) boost = 0;
+    /* exec(code, globals) evaluated as python runs a script's code: no call level of its own
+       and no "exec" audit event */
     PyObject *builtins = PyEval_GetBuiltins();
     PyObject *exec = builtins ? PyDict_GetItemString(builtins, "exec") : NULL;
-    int boost = ts->recursion_limit - ts->recursion_remaining + (fn == exec ? 1 : 0);
-    if (boost < 0) boost = 0;
+    int direct = fn == exec && PyTuple_GET_SIZE(rest) == 2 && PyCode_Check(PyTuple_GET_ITEM(rest, 0)) &&
+                 PyDict_Check(PyTuple_GET_ITEM(rest, 1));
     cf->current_frame = NULL;
     ts->recursion_remaining += boost;
-    PyObject *r = PyObject_Call(fn, rest, NULL);
+    PyObject *r = direct ? PyEval_EvalCode(PyTuple_GET_ITEM(rest, 0), PyTuple_GET_ITEM(rest, 1), PyTuple_GET_ITEM(rest, 1))
+                         : PyObject_Call(fn, rest, NULL);
     ts->recursion_remaining -= boost;
     cf->current_frame = below;
     if (!r && PyErr_Occurred() == PyExc_SystemExit) {
