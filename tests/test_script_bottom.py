@@ -12,6 +12,7 @@ is python itself, run on the same file beside `jaxplace run` (no JAX: the runner
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -67,12 +68,19 @@ CASES = {
     "nul_mid_line": (b"x = 1\ny = 2 \x00 + 3\n", []),
     "nul_below_syntax_error": (b"x = = 1\n\x00\n", []),
     "nul_with_cookie": (b'# coding: latin-1\nx = "\xe9"\ny = 1\x00\n', []),
+    "nul_before_bad_byte": (b"x = '\x00\xff'\n", []),
+    "bad_byte_in_comment": (b"# \xff comment\nprint(1)\n", []),
+    "cr_line_endings": (b"print(1)\rprint(2)\rx = '\xff'\r", []),
+    # a limit below the runner's own depth: the script runs (and fails) as under python, and
+    # the runner still saves its run after it (it died of RecursionError, the run `running`)
+    "tiny_recursion_limit": (b"import sys\nsys.setrecursionlimit(10)\nprint('set')\n", []),
+    "tiny_recursion_limit_raises": (b"import sys\nsys.setrecursionlimit(10)\nraise ValueError('x')\n", []),
 }
 
 
 def _both(tmp_path, name, source, extra, stdin=False):
     """(python, jaxplace run) on the file, or on the same bytes through stdin (``-``)."""
-    if not NATIVE and not name.startswith(("latin1", "syntax", "bad_utf8", "cookie", "utf8", "bom", "nul")):
+    if not NATIVE and not name.startswith(("latin1", "syntax", "bad_", "cookie", "utf8", "bom", "nul", "cr_")):
         pytest.skip("capture/_native.c is not built here (the runner's frames stay below the script)")
     script = tmp_path / f"{name}.py"
     script.write_bytes(source)
@@ -95,6 +103,8 @@ def test_the_scripts_bottom_and_start_are_pythons(tmp_path, name):
     source, extra = CASES[name]
     plain, jp = _both(tmp_path, name, source, extra)
     assert (jp.returncode, jp.stdout, jp.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    status = json.loads((tmp_path / "run" / "run.json").read_text())["status"]
+    assert status == ("complete" if plain.returncode == 0 else "failed")
     if name == "frames":  # what the comparison stands on, by hand
         assert "f_back None\nstack ['<module>']\n" in plain.stdout and "depth at 60 5" in plain.stdout
         assert "sys:1: UserWarning: top 2" in plain.stderr and "sys:1: UserWarning: top 9" in plain.stderr
@@ -103,8 +113,10 @@ def test_the_scripts_bottom_and_start_are_pythons(tmp_path, name):
         assert plain.returncode == 1 and plain.stderr.strip() in ("(5,)", "()", "(1, 2)")
     if name == "exit_tuple_caught":
         assert plain.returncode == 5 and plain.stdout == "5\n"
-    if name in ("latin1_undeclared", "syntax_error_then_latin1"):
-        assert plain.stderr.startswith("SyntaxError: Non-UTF-8 code starting with '\\xe9'") and "on line 3" in plain.stderr
+    if name == "bad_byte_in_comment":  # compile() passes it; python's tokenizer does not
+        assert plain.returncode == 1 and "Non-UTF-8 code starting with '\\xff'" in plain.stderr
+    if name in ("latin1_undeclared", "syntax_error_then_latin1", "cr_line_endings"):
+        assert plain.stderr.startswith("SyntaxError: Non-UTF-8 code starting with '\\x") and "on line 3" in plain.stderr
     if name == "nul_mid_line":
         assert plain.stderr.endswith('line 2\n    y = 2 \nSyntaxError: source code cannot contain null bytes\n')
 

@@ -2117,6 +2117,7 @@ static PyObject *call_around(PyObject *self, PyObject *args) {
    call fn(*args) as it is. */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 #define FRESH_STACK_CHUNK (16 * 1024) /* pystate.c's DATA_STACK_CHUNK_SIZE */
+#define RUNNER_ROOM 200 /* levels of recursion the runner may need once the script returned */
 
 /* fn(*rest) as the bottom of the thread's frames (f_back None), with python's recursion
    budget, and python's code for a sys.exit(tuple) (see above) */
@@ -2139,6 +2140,15 @@ static PyObject *bottom_call(PyThreadState *ts, PyObject *fn, PyObject *rest) {
     PyObject *r = direct ? PyEval_EvalCode(PyTuple_GET_ITEM(rest, 0), PyTuple_GET_ITEM(rest, 1), PyTuple_GET_ITEM(rest, 1))
                          : PyObject_Call(fn, rest, NULL);
     ts->recursion_remaining -= boost;
+    /* a limit the script set below what the runner needs after it (sys.setrecursionlimit(10))
+       is raised for this thread alone, the depth kept: the runner saves the run and reports the
+       script's ending as it would have (it died of RecursionError, the run left `running`);
+       sys.getrecursionlimit() still says the script's limit */
+    if (ts->recursion_remaining < RUNNER_ROOM) {
+        int add = RUNNER_ROOM - ts->recursion_remaining;
+        ts->recursion_remaining += add;
+        ts->recursion_limit += add;
+    }
     cf->current_frame = below;
     if (!r && PyErr_Occurred() == PyExc_SystemExit) {
         PyObject *et, *ev, *tb;

@@ -286,18 +286,24 @@ def _exec_script(target: str) -> None:
 
 
 def _exec_source(source: bytes, filename: str, loader) -> None:
-    try:
-        code = compile(source, filename, "exec", dont_inherit=True)  # a coding cookie or BOM is honoured
-    except (SyntaxError, ValueError):
-        from jaxplace_cli.capture.script_errors import file_tokenizer_error  # on this path only
+    if b"\0" in source or not _utf8(source):  # python's tokenizer may refuse it: its words
+        from jaxplace_cli.capture.script_errors import file_tokenizer_error
 
         python_says = file_tokenizer_error(source, filename)
-        if python_says is None:
-            raise
-        raise python_says from None
+        if python_says is not None:
+            raise python_says
+    code = compile(source, filename, "exec", dont_inherit=True)  # a coding cookie or BOM is honoured
     main = _fresh_main()
     main.__dict__.update(__file__=filename, __cached__=None, __loader__=loader)
     _on_python_stack(exec, code, main.__dict__)
+
+
+def _utf8(source: bytes) -> bool:
+    try:
+        source.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _on_python_stack(fn, *args):

@@ -6,9 +6,10 @@ from __future__ import annotations
 def file_tokenizer_error(source: bytes, filename: str) -> SyntaxError | None:
     """The SyntaxError python gives a script it cannot read, or None. python reads a script
     through its file tokenizer, which stops at the first line that is not UTF-8 when no
-    encoding is declared (no BOM, no coding line) or that holds a NUL byte, whatever syntax
-    error comes before it; ``compile`` of the bytes words both differently ("(unicode error)
-    'utf-8' codec can't decode ...", "source code string cannot contain null bytes")."""
+    encoding is declared (no BOM, no coding line; a comment too) or that holds a NUL byte,
+    whatever syntax error comes before it; ``compile`` of the bytes words both differently
+    ("(unicode error) 'utf-8' codec can't decode ...", "source code string cannot contain null
+    bytes") and passes a bad byte in a comment."""
     try:
         return _tokenizer_error(source, filename)
     except Exception:  # noqa: BLE001 - never in the way of the error compile gave
@@ -27,16 +28,17 @@ def _tokenizer_error(source: bytes, filename: str) -> SyntaxError | None:
         if i == 0 and not tokenize.blank_re.match(line):  # a bytes pattern
             break  # a coding line counts on line 2 only below a blank or comment line
     encoding = tokenize.detect_encoding(io.BytesIO(source).readline)[0] if declared else "utf-8"
-    for lineno, line in enumerate(source.split(b"\n"), 1):
+    for lineno, line in enumerate(source.splitlines(), 1):  # \n, \r\n and \r, as python's
+        nul = line.find(b"\0")
+        text = line[:nul] if nul >= 0 else line  # python checks a line's bytes as far as a NUL
         if not declared:
             try:
-                line.decode("utf-8")
+                text.decode("utf-8")
             except UnicodeDecodeError as exc:
-                return SyntaxError(f"Non-UTF-8 code starting with '\\x{line[exc.start]:02x}' in file {filename} "
+                return SyntaxError(f"Non-UTF-8 code starting with '\\x{text[exc.start]:02x}' in file {filename} "
                                    f"on line {lineno}, but no encoding declared; "
                                    f"see https://peps.python.org/pep-0263/ for details")
-        nul = line.find(b"\0")
         if nul >= 0:  # the line as far as the NUL, no column
             return SyntaxError("source code cannot contain null bytes",
-                               (filename, lineno, None, line[:nul].decode(encoding, "replace")))
+                               (filename, lineno, None, text.decode(encoding, "replace")))
     return None
