@@ -344,9 +344,8 @@ def chromium():
 
 def pytest_terminal_summary(terminalreporter):
     """The box's speed beside the suite's time: the CPU of one `import jax` in a child. The
-    suite's CPU is mostly such children (~600 Pythons, most import JAX), so its time follows it
-    (2026-12-06 evening: 0.50-0.62 s and a fresh clone's `make test` in 335-365 s; 2026-12-07:
-    1.1-1.6 s on the same machine and pytest 545-777 s, the tests nearly unchanged)."""
+    suite's CPU is mostly such children, so its time follows it (README, Development, has the
+    measured pairs)."""
     if os.environ.get("PYTEST_XDIST_WORKER") or terminalreporter.config.option.collectonly:
         return
     import resource

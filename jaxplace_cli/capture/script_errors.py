@@ -17,21 +17,21 @@ def file_tokenizer_error(source: bytes, filename: str) -> SyntaxError | None:
 
 
 def _tokenizer_error(source: bytes, filename: str) -> SyntaxError | None:
-    import io
     import tokenize
 
-    declared = source.startswith(b"\xef\xbb\xbf")
-    for i, line in enumerate(source.split(b"\n", 2)[:2]):
-        if declared or tokenize.cookie_re.match(line.decode("latin-1")):
-            declared = True
+    lines = source.splitlines()  # \n, \r\n and \r, as python's tokenizer reads them
+    encoding = "utf-8-sig" if source.startswith(b"\xef\xbb\xbf") else None
+    for i, line in enumerate(lines[:2] if encoding is None else ()):
+        cookie = tokenize.cookie_re.match(line.decode("latin-1"))
+        if cookie:
+            encoding = cookie.group(1)  # one python does not know: LookupError, compile's words
             break
         if i == 0 and not tokenize.blank_re.match(line):  # a bytes pattern
             break  # a coding line counts on line 2 only below a blank or comment line
-    encoding = tokenize.detect_encoding(io.BytesIO(source).readline)[0] if declared else "utf-8"
-    for lineno, line in enumerate(source.splitlines(), 1):  # \n, \r\n and \r, as python's
+    for lineno, line in enumerate(lines, 1):
         nul = line.find(b"\0")
         text = line[:nul] if nul >= 0 else line  # python checks a line's bytes as far as a NUL
-        if not declared:
+        if encoding is None:  # undeclared: UTF-8 or python's error
             try:
                 text.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -40,5 +40,5 @@ def _tokenizer_error(source: bytes, filename: str) -> SyntaxError | None:
                                    f"see https://peps.python.org/pep-0263/ for details")
         if nul >= 0:  # the line as far as the NUL, no column
             return SyntaxError("source code cannot contain null bytes",
-                               (filename, lineno, None, text.decode(encoding, "replace")))
+                               (filename, lineno, None, text.decode(encoding or "utf-8", "replace")))
     return None
