@@ -382,3 +382,40 @@ def test_a_direct_ufunc_call_is_recorded_in_c(monkeypatch):
     legs = [(t.kind, t.src, t.dst, t.bytes) for t in rec.transfers]
     assert legs == [("h2d", "host", "cpu:0", 4), ("h2d", "host", "cpu:0", 16), ("h2d", "host", "cpu:0", 4),
                     ("d2d", "cpu:0", "cpu:1", 16)], legs
+
+
+@needs_wrap
+def test_jaxs_inner_jitted_helpers_decide_in_c_and_count_the_legs_the_guard_logs():
+    """``jax._src``'s jitted helpers are ``capture/_wrap.c``'s ``InnerJit`` while recording: a
+    call with no host value among its arguments (``x.sum()``'s ``_reduce_sum``: keywords, all
+    static or None) goes straight to JAX; only one that may hold one enters ``legs.inner_call``
+    (the cost of entering it on every ``x.sum()``: bench/README.md round 20). Legs by hand, as
+    ``JAX_TRANSFER_GUARD=log`` logs them: ``x > 1.0``'s 1.0 (4 bytes), ``jnp.where``'s 0.0 (4)
+    and ``jnp.sum``'s float32[3] from NumPy (12)."""
+    from jax._src.numpy import reductions, util
+
+    from jaxplace_cli.capture import native
+    from jaxplace_cli.capture.jaxhooks import legs
+
+    entered = []
+
+    def counted(fn, *args):
+        entered.append(fn.__name__)
+        return legs.inner_call(fn, *args)
+
+    x = jnp.arange(4.0)
+    dispatch.configure_wrap(native.wrap_module(), counted)
+    try:
+        with recorded() as rec:
+            assert type(util._where).__name__ == type(reductions._reduce_sum).__name__ == "InnerJit"
+            quiet = [x.sum(), jnp.mean(x), x.max(), jnp.argmax(x), jnp.cumsum(x), jnp.sum(x, axis=0)]
+            assert entered == []
+            loud = [jnp.where(x > 1.0, x, 0.0), jnp.sum(np.ones(3, np.float32))]
+    finally:
+        dispatch.configure_wrap(native.wrap_module())
+    assert entered == ["_where", "_reduce_sum"]
+    assert [np.asarray(o).tolist() for o in quiet + loud] == [6.0, 1.5, 3.0, 3, [0.0, 1.0, 3.0, 6.0], 6.0,
+                                                              [0.0, 0.0, 2.0, 3.0], 3.0]
+    legs_ = [(t.kind, t.dst, t.bytes, t.api) for t in rec.transfers]
+    assert legs_ == [("h2d", "cpu:0", 4, "x > y (Python scalar)"), ("h2d", "cpu:0", 4, "jnp.where (Python scalar)"),
+                     ("h2d", "cpu:0", 12, "jnp.sum (numpy argument)")], legs_

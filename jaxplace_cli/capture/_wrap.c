@@ -42,10 +42,11 @@
 static struct {
     PyObject *active, *tls, *trace_now, *eval_trace, *inner_call, *drop_own;
     PyObject *unwrapped; /* common._unwrapped: a JitFunction pickles as the jitted function */
+    PyTypeObject *array, *ndarray, *generic; /* ArrayImpl, np.ndarray, np.generic: host_leaves */
     int ready;
 } G;
 
-static PyObject *S_rec, *S_value, *S_depth, *S_qualname, *S_getstate;
+static PyObject *S_rec, *S_value, *S_depth, *S_op, *S_qualname, *S_getstate;
 
 typedef struct {
     PyObject_HEAD
@@ -91,6 +92,62 @@ static PyObject *kwargs_dict(PyObject *const *args, Py_ssize_t n, PyObject *kwna
     return d;
 }
 
+/* Whether an inner dispatch's arguments may hold a host value: 0 when legs.host_args would
+   surely find none (then legs.inner_call only forwards, and the call needs no Python frame),
+   1 when it may (the Python decides). Mirrors host_args: a static position or name, an
+   ArrayImpl and None hold none; a Python scalar or NumPy data is one; an exact list, tuple or
+   dict is walked by the Python; any other positional value is not walked (host_args does not
+   either), any other keyword value is, unless inert by its type (a str, a class). jnp.sum's
+   inner _reduce_sum (keywords, all static or None) went through legs.inner_call on every
+   x.sum(): ~+13 us an op (bench/README.md, round 20). */
+static int is_host(PyObject *a) {
+    return PyLong_Check(a) || PyFloat_Check(a) || PyComplex_Check(a) ||
+           (G.ndarray && (PyObject_TypeCheck(a, G.ndarray) || PyObject_TypeCheck(a, G.generic)));
+}
+
+static int static_pos(PyObject *nums, Py_ssize_t i, Py_ssize_t n) { /* -1: cannot tell */
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(nums); k++) {
+        Py_ssize_t v = PyNumber_AsSsize_t(PyTuple_GET_ITEM(nums, k), NULL);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (v == i || (v < 0 && v + n == i)) return 1; /* state.static_positions: -2, second from the end */
+    }
+    return 0;
+}
+
+static int host_leaves(PyObject *static_, PyObject *const *args, Py_ssize_t n, PyObject *kwnames) {
+    if (!G.array || !PyTuple_Check(static_) || !PyTuple_Check(PyTuple_GET_ITEM(static_, 0)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(static_, 1)))
+        return 1;
+    PyObject *nums = PyTuple_GET_ITEM(static_, 0), *names = PyTuple_GET_ITEM(static_, 1);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = args[i];
+        PyTypeObject *t = Py_TYPE(a);
+        if (t == G.array || a == Py_None) continue;
+        int st = static_pos(nums, i, n);
+        if (st) {
+            if (st < 0) return 1;
+            continue;
+        }
+        if (t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type || is_host(a)) return 1;
+    }
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nk; k++) {
+        PyObject *v = args[n + k];
+        if (v == Py_None || Py_TYPE(v) == G.array) continue;
+        int st = PySequence_Contains(names, PyTuple_GET_ITEM(kwnames, k));
+        if (st < 0) {
+            PyErr_Clear();
+            return 1;
+        }
+        if (st) continue;
+        if (!PyUnicode_CheckExact(v) && !PyType_Check(v)) return 1; /* a scalar, NumPy data or a pytree */
+    }
+    return 0;
+}
+
 /* -1 error, 0 pass straight through, 1 inside an op that counts its inner dispatches' host
    arguments (tls.depth 1), 2 inside one that counted them itself (tls.depth 2: legs.inner_call
    would only forward), 3 record */
@@ -117,7 +174,8 @@ static PyObject *wrapper_vectorcall(Wrapper *w, PyObject *const *args, size_t na
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     int m = G.ready ? mode() : 0;
     PyObject *res = NULL;
-    if (m == 0 || m == 2 || (m == 1 && w->static_ == Py_None && w->hook == Py_None)) {
+    if (m == 0 || m == 2 ||
+        (m == 1 && w->hook == Py_None && (w->static_ == Py_None || !host_leaves(w->static_, args, n, kwnames)))) {
         res = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     } else if (m > 0 && w->hook != Py_None) {
         res = PyObject_Vectorcall(w->hook, args, nargsf, kwnames);
@@ -139,6 +197,48 @@ static PyObject *wrapper_vectorcall(Wrapper *w, PyObject *const *args, size_t na
     return res;
 }
 
+/* InnerJit: legs.InnerPjit in C, a jitted function of jax._src (reductions._reduce_sum,
+   util._where...) seen from inside a recorded eager op. Its Python __call__ ran on every inner
+   dispatch: `if tls.depth and tls.op is not None and active.rec is not None:
+   inner_call(fn, args, kwargs, *static)` else fn(*args, **kwargs). The same decisions here,
+   and inner_call only where host_leaves says a host value may be among the arguments. */
+static PyTypeObject InnerType;
+
+static PyObject *inner_vectorcall(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    int go = 0;
+    if (G.ready) {
+        PyObject *rec = PyObject_GetAttr(G.active, S_rec);
+        if (!rec) return NULL;
+        int on = rec != Py_None;
+        Py_DECREF(rec);
+        if (on) {
+            PyObject *depth = PyObject_GetAttr(G.tls, S_depth);
+            if (!depth) return NULL;
+            long d = PyLong_Check(depth) ? PyLong_AsLong(depth) : PyObject_IsTrue(depth);
+            Py_DECREF(depth);
+            if (d == -1 && PyErr_Occurred()) return NULL;
+            if (d != 0 && d != 2) { /* 2: the op counted its own host operands (inner_call forwards) */
+                PyObject *op = PyObject_GetAttr(G.tls, S_op);
+                if (!op) return NULL;
+                go = op != Py_None && host_leaves(w->static_, args, n, kwnames);
+                Py_DECREF(op);
+            }
+        }
+    }
+    if (!go) return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
+    PyObject *res = NULL, *t = args_tuple(args, n);
+    PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
+    if (kw) {
+        PyObject *argv[5] = {w->fn, t, kw, PyTuple_GET_ITEM(w->static_, 0), PyTuple_GET_ITEM(w->static_, 1)};
+        res = PyObject_Vectorcall(G.inner_call, argv, 5, NULL);
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(kw);
+    if (!res) drop_own();
+    return res;
+}
+
 static PyObject *wrapper_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"fn", "spec", "record_call", "static", "hook", NULL};
     PyObject *fn, *spec, *call, *st = Py_None, *hook = Py_None;
@@ -155,7 +255,13 @@ static PyObject *wrapper_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     w->call = Py_NewRef(call);
     w->static_ = Py_NewRef(st);
     w->hook = Py_NewRef(hook);
-    w->vectorcall = (vectorcallfunc)wrapper_vectorcall;
+    if (type == &InnerType && !(PyTuple_Check(st) && PyTuple_Check(PyTuple_GET_ITEM(st, 0)) &&
+                                PyTuple_Check(PyTuple_GET_ITEM(st, 1)))) {
+        Py_DECREF(w);
+        PyErr_SetString(PyExc_TypeError, "InnerJit(fn, spec, inner_call, static=(nums: tuple, names: tuple))");
+        return NULL;
+    }
+    w->vectorcall = (vectorcallfunc)(type == &InnerType ? inner_vectorcall : wrapper_vectorcall);
     return (PyObject *)w;
 }
 
@@ -281,14 +387,22 @@ static PyTypeObject PlainWrapperType;
 static PyTypeObject JitType;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", "unwrapped", NULL};
-    PyObject *v[6], *unwrapped = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|O", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                                     &unwrapped))
+    static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", "unwrapped",
+                            "array_type", "host_types", NULL};
+    PyObject *v[6], *unwrapped = NULL, *array = NULL, *host = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|OOO", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                                     &unwrapped, &array, &host))
         return NULL;
-    if (!PyType_Check(v[3])) {
-        PyErr_SetString(PyExc_TypeError, "configure(): eval_trace must be a type");
+    if (!PyType_Check(v[3]) || (array && !PyType_Check(array)) ||
+        (host && !(PyTuple_Check(host) && PyTuple_GET_SIZE(host) == 2 && PyType_Check(PyTuple_GET_ITEM(host, 0)) &&
+                   PyType_Check(PyTuple_GET_ITEM(host, 1))))) {
+        PyErr_SetString(PyExc_TypeError, "configure(): eval_trace and array_type must be types, host_types two types");
         return NULL;
+    }
+    if (array && host) { /* host_leaves decides only with all three (else: the Python decides) */
+        PyObject **types[] = {(PyObject **)&G.array, (PyObject **)&G.ndarray, (PyObject **)&G.generic};
+        PyObject *vals[] = {array, PyTuple_GET_ITEM(host, 0), PyTuple_GET_ITEM(host, 1)};
+        for (int i = 0; i < 3; i++) Py_XSETREF(*types[i], Py_NewRef(vals[i]));
     }
     PyObject **slots[] = {&G.active, &G.tls, &G.trace_now, &G.eval_trace, &G.inner_call, &G.drop_own};
     for (int i = 0; i < 6; i++) Py_XSETREF(*slots[i], Py_NewRef(v[i]));
@@ -299,8 +413,8 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(active, tls, trace_now, eval_trace, inner_call, drop_own, unwrapped=None): what every Wrapper "
-     "reads"},
+     "configure(active, tls, trace_now, eval_trace, inner_call, drop_own, unwrapped=None, array_type=None, "
+     "host_types=None): what every Wrapper reads"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -309,7 +423,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_wrap",
 
 PyMODINIT_FUNC PyInit__wrap(void) {
     if (!(S_rec = PyUnicode_InternFromString("rec")) || !(S_value = PyUnicode_InternFromString("value")) ||
-        !(S_depth = PyUnicode_InternFromString("depth")) ||
+        !(S_depth = PyUnicode_InternFromString("depth")) || !(S_op = PyUnicode_InternFromString("op")) ||
         !(S_qualname = PyUnicode_InternFromString("__qualname__")) ||
         !(S_getstate = PyUnicode_InternFromString("__getstate__")))
         return NULL;
@@ -324,14 +438,20 @@ PyMODINIT_FUNC PyInit__wrap(void) {
         JitType.tp_doc = "What jax.jit returns while jaxplace records: records each call, forwards the rest "
                          "(capture/_wrap.c).";
         JitType.tp_methods = jit_methods;
+        InnerType = JitType;
+        InnerType.tp_name = "jaxplace_cli.capture._wrap.InnerJit";
+        InnerType.tp_doc = "A jitted function of jax._src while jaxplace records: adds its host arguments' legs to "
+                           "the op in flight (capture/_wrap.c).";
     }
-    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0 || PyType_Ready(&JitType) < 0)
+    if (PyType_Ready(&WrapperType) < 0 || PyType_Ready(&PlainWrapperType) < 0 || PyType_Ready(&JitType) < 0 ||
+        PyType_Ready(&InnerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Wrapper", (PyObject *)&WrapperType) < 0 ||
         PyModule_AddObjectRef(m, "PlainWrapper", (PyObject *)&PlainWrapperType) < 0 ||
-        PyModule_AddObjectRef(m, "JitFunction", (PyObject *)&JitType) < 0) {
+        PyModule_AddObjectRef(m, "JitFunction", (PyObject *)&JitType) < 0 ||
+        PyModule_AddObjectRef(m, "InnerJit", (PyObject *)&InnerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -392,9 +392,15 @@ def _wrapper_type():
     mod = native.wrap_module()
     if mod is None:
         return None
+    configure_wrap(mod)
+    return mod.Wrapper, mod.PlainWrapper, mod.JitFunction, mod.InnerJit
+
+
+def configure_wrap(mod, inner_call=legs.inner_call) -> None:
+    """``capture/_wrap.c`` wired to this module's objects (a test hands a counting ``inner_call``)."""
     mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,
-                  inner_call=legs.inner_call, drop_own=frames.drop_own, unwrapped=_unwrapped)
-    return mod.Wrapper, mod.PlainWrapper, mod.JitFunction
+                  inner_call=inner_call, drop_own=frames.drop_own, unwrapped=_unwrapped,
+                  array_type=ArrayImpl, host_types=(np.ndarray, np.generic))
 
 
-_c_wrapper, _c_plain_wrapper, c_jit_function = _wrapper_type() or (None, None, None)
+_c_wrapper, _c_plain_wrapper, c_jit_function, c_inner_jit = _wrapper_type() or (None, None, None, None)

@@ -34,7 +34,8 @@ def jit_function(jitted, spec: CallSpec):
     around the call) and where the extension is not loaded."""
     if dispatch.c_jit_function is None or donates(jitted):
         return JitFunction(jitted, spec)
-    return _looks_like(dispatch.c_jit_function(jitted, spec, record_call, (spec.static_argnums, spec.static_argnames)),
+    return _looks_like(dispatch.c_jit_function(jitted, spec, record_call,
+                                                (tuple(spec.static_argnums), tuple(spec.static_argnames))),
                        jitted)
 
 

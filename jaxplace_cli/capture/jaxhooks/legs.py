@@ -214,20 +214,17 @@ def inner_call(fn, args, kwargs, static_nums=(), static_names=()):
 class InnerPjit(JitProxy):
     """A jitted function of ``jax._src`` (``ufuncs.greater``, ``util._where``,
     ``array_creation._linspace``...) as seen from inside a recorded eager op: its host
-    arguments are uploads of that op. Outside an op (or while tracing) a plain forward."""
+    arguments are uploads of that op. Outside an op (or while tracing) a plain forward.
+    Where ``capture/_wrap.c`` loaded, ``inner_jit`` makes its ``InnerJit`` instead: the same
+    decisions without this ``__call__``'s frame, which every ``x.sum()`` entered (its inner
+    ``_reduce_sum``): +13 µs an op here (bench/README.md, round 20)."""
 
     __slots__ = ("_jitted", "_static", "__dict__", "__weakref__")
 
     def __init__(self, jitted):
         self._jitted = jitted
-        info = getattr(jitted, "_jit_info", None)
-        self._static = (frozenset(getattr(info, "static_argnums", ()) or ()),
-                        frozenset(getattr(info, "static_argnames", ()) or ()))
-        for attr in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
-            try:
-                setattr(self, attr, getattr(jitted, attr))
-            except (AttributeError, TypeError):
-                pass
+        self._static = _static_of(jitted)
+        _copy_names(self, jitted)
 
     def __call__(self, *args, **kwargs):
         if tls.depth and tls.op is not None and active.rec is not None:
@@ -241,9 +238,23 @@ _INNER_MODULES = ("jax._src.numpy.", "jax._src.nn.", "jax._src.random", "jax._sr
                   "jax._src.lax.")
 
 
-def install_inner(patch) -> int:
+def _static_of(jitted) -> tuple:
+    info = getattr(jitted, "_jit_info", None)
+    return (tuple(getattr(info, "static_argnums", ()) or ()), tuple(getattr(info, "static_argnames", ()) or ()))
+
+
+def _copy_names(proxy, jitted) -> None:
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
+        try:
+            setattr(proxy, attr, getattr(jitted, attr))
+        except (AttributeError, TypeError):
+            pass
+
+
+def install_inner(patch, c_type=None) -> int:
     """Wrap the module-level ``PjitFunction`` helpers of ``jax._src``'s numpy/nn/random/scipy/
-    lax modules (already imported) in ``InnerPjit``; ``patch`` records each original."""
+    lax modules (already imported) in ``InnerPjit`` (``c_type``: ``capture/_wrap.c``'s
+    ``InnerJit``, where it loaded); ``patch`` records each original."""
 
     n = 0
     for modname, mod in list(sys.modules.items()):
@@ -251,7 +262,12 @@ def install_inner(patch) -> int:
             continue
         for attr, obj in list(vars(mod).items()):
             if type(obj).__name__ == "PjitFunction":
-                patch(mod, attr, InnerPjit(obj))
+                if c_type is None:
+                    proxy = InnerPjit(obj)
+                else:
+                    proxy = c_type(obj, None, inner_call, _static_of(obj))
+                    _copy_names(proxy, obj)
+                patch(mod, attr, proxy)
                 n += 1
     return n
 

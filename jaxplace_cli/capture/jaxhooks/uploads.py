@@ -330,9 +330,10 @@ def install(patch, report) -> None:
     from jax._src.lib import xla_client
 
     patch(xla_client, "batched_device_put", make_batched_device_put(xla_client.batched_device_put))
-    from jaxplace_cli.capture.jaxhooks import legs
+    from jaxplace_cli.capture.jaxhooks import dispatch, legs
 
-    report.installed.append(f"jax._src jitted helpers ({legs.install_inner(patch)}, host legs)")
+    n = legs.install_inner(patch, dispatch.c_inner_jit)
+    report.installed.append(f"jax._src jitted helpers ({n}, host legs)")
     patch(xla_client, "batched_copy_array_to_devices_with_sharding",
           make_batched_copy(xla_client.batched_copy_array_to_devices_with_sharding))
     names = []
