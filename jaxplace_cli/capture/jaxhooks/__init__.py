@@ -100,6 +100,7 @@ def in_backward_pass() -> bool:
 
 def _install_process_primitive(report: HookReport) -> None:
     from jax._src import core
+    from jax._src.array import ArrayImpl
 
     from jaxplace_cli.capture.jaxhooks import legs
     from jaxplace_cli.capture.jaxhooks.dispatch import CallSpec, record_call
@@ -121,8 +122,13 @@ def _install_process_primitive(report: HookReport) -> None:
             args = (*args, *legs.python_ints(params.get("start_indices", ())))
         if state.tls.depth:  # bound inside a recorded op: its host operands are that op's legs
             op = state.tls.op
-            if op is None:
+            if op is None or state.tls.depth == 2:
                 return original(self, primitive, real, params)
+            for a in args:
+                if type(a) is not ArrayImpl:
+                    break
+            else:  # arrays only, no leg to add: what legs.inner_call decides, without its closure
+                return original(self, primitive, real, params)  # and walk (x.reshape(16); round 20)
             if len(args) > n and op[6].index:  # x[1:3]: its op counted the start indices
                 args = args[:n]
             return legs.inner_call(lambda *a: original(self, primitive, _real(a[:n], real, dropped), params),
