@@ -33,6 +33,10 @@
    is not a jax entry point: it pickles, copies and `__getstate__`s as the jitted function does
    (common.JitProxy: `_unwrapped(fn)`), and its type is named `JitFunction`.
 
+   `InnerJit` is legs.InnerPjit in C: a jitted helper of jax._src (reductions._reduce_sum,
+   util._where...) that adds its host arguments' legs to the op in flight. It differs from
+   `JitFunction` only in its call (inner_vectorcall, below).
+
    Optional like the other extensions: without it dispatch.py keeps the Python wrapper.
 */
 #define PY_SSIZE_T_CLEAN
