@@ -394,7 +394,6 @@ def test_jaxs_inner_jitted_helpers_decide_in_c_and_count_the_legs_the_guard_logs
     and ``jnp.sum``'s float32[3] from NumPy (12)."""
     from jax._src.numpy import reductions, util
 
-    from jaxplace_cli.capture import native
     from jaxplace_cli.capture.jaxhooks import legs
 
     entered = []
@@ -404,7 +403,7 @@ def test_jaxs_inner_jitted_helpers_decide_in_c_and_count_the_legs_the_guard_logs
         return legs.inner_call(fn, *args)
 
     x = jnp.arange(4.0)
-    dispatch.configure_wrap(native.wrap_module(), counted)
+    dispatch.configure_wrap(counted)
     try:
         with recorded() as rec:
             assert type(util._where).__name__ == type(reductions._reduce_sum).__name__ == "InnerJit"
@@ -412,7 +411,7 @@ def test_jaxs_inner_jitted_helpers_decide_in_c_and_count_the_legs_the_guard_logs
             assert entered == []
             loud = [jnp.where(x > 1.0, x, 0.0), jnp.sum(np.ones(3, np.float32))]
     finally:
-        dispatch.configure_wrap(native.wrap_module())
+        dispatch.configure_wrap()
     assert entered == ["_where", "_reduce_sum"]
     assert [np.asarray(o).tolist() for o in quiet + loud] == [6.0, 1.5, 3.0, 3, [0.0, 1.0, 3.0, 6.0], 6.0,
                                                               [0.0, 0.0, 2.0, 3.0], 3.0]

@@ -351,8 +351,7 @@ def fast_hook(original, hook):
     (not recording, tracing, inside an op at ``tls.depth`` 2: every ``x * y``); else ``hook``."""
     if _c_wrapper is None:
         return hook
-    wrapper = _c_wrapper(original, None, python_record_call, None, hook)
-    functools.update_wrapper(wrapper, hook)
+    wrapper = functools.update_wrapper(_c_wrapper(original, None, python_record_call, None, hook), hook)
     wrapper.__jaxplace_original__ = original
     return wrapper
 
@@ -384,23 +383,18 @@ def _native_record_call():
 record_call = _native_record_call() or python_record_call
 
 
-def _wrapper_type():
-    """``capture/_wrap.c``'s ``Wrapper``, ``PlainWrapper``, ``JitFunction`` with this module's objects,
-    or None (no compiler, a broken build, ``JAXPLACE_CAPTURE=python``): the Python ones then."""
+def configure_wrap(inner_call=legs.inner_call):
+    """``capture/_wrap.c``'s ``Wrapper``, ``PlainWrapper``, ``JitFunction``, ``InnerJit`` wired to
+    this module's objects (a test hands a counting ``inner_call``), or None (no compiler, a broken
+    build, ``JAXPLACE_CAPTURE=python``): the Python ones then."""
     from jaxplace_cli.capture import native
 
-    mod = native.wrap_module()
-    if mod is None:
+    if (mod := native.wrap_module()) is None:
         return None
-    configure_wrap(mod)
-    return mod.Wrapper, mod.PlainWrapper, mod.JitFunction, mod.InnerJit
-
-
-def configure_wrap(mod, inner_call=legs.inner_call) -> None:
-    """``capture/_wrap.c`` wired to this module's objects (a test hands a counting ``inner_call``)."""
     mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,
                   inner_call=inner_call, drop_own=frames.drop_own, unwrapped=_unwrapped,
                   array_type=ArrayImpl, host_types=(np.ndarray, np.generic))
+    return mod.Wrapper, mod.PlainWrapper, mod.JitFunction, mod.InnerJit
 
 
-_c_wrapper, _c_plain_wrapper, c_jit_function, c_inner_jit = _wrapper_type() or (None, None, None, None)
+_c_wrapper, _c_plain_wrapper, c_jit_function, c_inner_jit = configure_wrap() or (None, None, None, None)
