@@ -42,6 +42,10 @@ def _cases():
         # custom_jvp of a jitted function: it calls the jitted one with its arguments (1 leg each)
         "relu_np": lambda: jax.nn.relu(np.ones((4, 4), np.float32)), "relu_scalar": lambda: jax.nn.relu(2.0),
         "relu6_np": lambda: jax.nn.relu6(np.ones(3, np.float32)),
+        # jnp.interp jits its body afresh at each call (modules.JITS_ITS_BODY): its NumPy data
+        # and Python scalars are that jit's uploads; None and str arguments are static
+        "interp_np": lambda: jnp.interp(np.ones(4, np.float32), x, x),
+        "interp_scalars": lambda: jnp.interp(2.0, x, x, left=0.0, right="extrapolate"),
     }
 
 
@@ -50,7 +54,8 @@ NAMES = [
     "add_np", "clip", "where", "at_set", "np_index", "jnp_index", "int_index", "row",
     "jnp_scalar_index", "mask", "linspace", "array", "asarray", "mean", "softmax", "key",
     "lax_add", "grad", "device_put", "sharded_np", "sharded_scalar", "replicate", "shard",
-    "to_device_1", "sharded_plus_one_device", "relu_np", "relu_scalar", "relu6_np"]
+    "to_device_1", "sharded_plus_one_device", "relu_np", "relu_scalar", "relu6_np", "interp_np",
+    "interp_scalars"]
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,11 @@ WRAPPED_MODULES = {
     "jax.scipy.ndimage": "scipy.ndimage.",
     "jax.scipy.sparse.linalg": "scipy.sparse.linalg.",
 }
-# Functions whose Python scalar arguments are data the device receives: random.key(0)
-# uploads its seed (recorded as the user's call, not as JAX's internal "stage" primitive).
-SCALAR_DATA = frozenset({"random.key", "random.PRNGKey"})
+# Plain functions that jit their body afresh at each call (`api.jit(_interp, ...)` inside
+# jnp.interp), a jitted function the hooks never see: every argument but None and a str is
+# its dynamic operand and uploaded by it, so the op counts its own host operands, as a jitted
+# function's call does (the guard logs interp(numpy, x, x)'s leg; it went unrecorded).
+JITS_ITS_BODY = frozenset({"interp"})
 
 # Functions that never dispatch device work or must keep their identity.
 NOT_OPS = frozenset({
@@ -104,7 +106,8 @@ def _wrap_module(patch, modname: str, prefix: str, report) -> None:
             wrapper = hit[1]  # another name of a function wrapped already (jax.nn.swish: silu)
         else:
             static = legs.jit_static(obj)
-            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None,
+            spec = CallSpec(prefix + name, OP_JNP, scalar_operands=static is not None or (
+                                modname == "jax.numpy" and name in JITS_ITS_BODY),
                             static_argnums=static[0] if static else (),
                             static_argnames=static[1] if static else ())
             wrapper = wrap(obj, spec)
