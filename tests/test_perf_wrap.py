@@ -388,10 +388,11 @@ def test_a_direct_ufunc_call_is_recorded_in_c(monkeypatch):
 def test_jaxs_inner_jitted_helpers_decide_in_c_and_count_the_legs_the_guard_logs():
     """``jax._src``'s jitted helpers are ``capture/_wrap.c``'s ``InnerJit`` while recording: a
     call with no host value among its arguments (``x.sum()``'s ``_reduce_sum``: keywords, all
-    static or None) goes straight to JAX; only one that may hold one enters ``legs.inner_call``
-    (the cost of entering it on every ``x.sum()``: bench/README.md round 20). Legs by hand, as
-    ``JAX_TRANSFER_GUARD=log`` logs them: ``x > 1.0``'s 1.0 (4 bytes), ``jnp.where``'s 0.0 (4)
-    and ``jnp.sum``'s float32[3] from NumPy (12)."""
+    static or None) goes straight to JAX, and one whose host values are positional Python
+    scalars (``jnp.where``'s ``_where(c, x, 0.0)``) is recorded in C; only NumPy data and the
+    like enter ``legs.inner_call`` (the cost of entering it: bench/README.md round 20). Legs by
+    hand, as ``JAX_TRANSFER_GUARD=log`` logs them: ``x > 1.0``'s 1.0 (4 bytes), ``jnp.where``'s
+    0.0 (4) and ``jnp.sum``'s float32[3] from NumPy (12)."""
     from jax._src.numpy import reductions, util
 
     from jaxplace_cli.capture.jaxhooks import legs
@@ -412,9 +413,61 @@ def test_jaxs_inner_jitted_helpers_decide_in_c_and_count_the_legs_the_guard_logs
             loud = [jnp.where(x > 1.0, x, 0.0), jnp.sum(np.ones(3, np.float32))]
     finally:
         dispatch.configure_wrap()
-    assert entered == ["_where", "_reduce_sum"]
+    assert entered == ["_reduce_sum"]
     assert [np.asarray(o).tolist() for o in quiet + loud] == [6.0, 1.5, 3.0, 3, [0.0, 1.0, 3.0, 6.0], 6.0,
                                                               [0.0, 0.0, 2.0, 3.0], 3.0]
     legs_ = [(t.kind, t.dst, t.bytes, t.api) for t in rec.transfers]
     assert legs_ == [("h2d", "cpu:0", 4, "x > y (Python scalar)"), ("h2d", "cpu:0", 4, "jnp.where (Python scalar)"),
                      ("h2d", "cpu:0", 12, "jnp.sum (numpy argument)")], legs_
+
+
+def _where_user(c, x):
+    return jnp.where(c, x, 0.0)  # an inner dispatch's scalar two user frames deep: a stack node
+
+
+def _rows_and_stacks(program):
+    from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.capture.recording import Recording
+
+    rec = Recorder()
+    recording = Recording(rec, "all")
+    recording.start()
+    try:
+        out = program()
+    finally:
+        recording.stop()
+    rows = rec.drain()
+    op_index = {o[0]: i for i, o in enumerate(rows["ops"])}
+    stacks = dict(rows["transfer_stacks"])
+    return out, [(*t[3:12], op_index.get(t[12]), stacks.get(t[0], 0)) for t in rows["transfers"]]
+
+
+@needs_wrap
+@pytest.mark.skipif(dispatch.record_call is dispatch.python_record_call, reason="the C hot path is not built")
+def test_an_inner_dispatchs_scalar_legs_in_c_are_the_python_rows():
+    """``_native.inner_legs`` makes the rows ``legs.record_inner`` makes (kind, devices, bytes,
+    label, site, op, stack node), for positional Python scalars of every kind, on another
+    device and two user frames deep; NumPy data stays with the Python (the same rows too)."""
+    def program():  # its own arrays: a buffer's id is the first recorder's that sees it
+        x = jnp.arange(4.0)
+        y = jax.device_put(jnp.arange(4.0), jax.devices()[1])
+        c = x > 1.0
+        return [jnp.where(c, x, 0.0), jnp.where(c, x, 2), jnp.where(c, y, 1.5), jnp.clip(x, 0.0, 1.0),
+                _where_user(c, x), jnp.where(c, x, np.float32(3.0)), jnp.where(c, x, np.ones(4, np.float32)),
+                jnp.where(c, x, x)]
+
+    try:
+        dispatch.configure_wrap(c_legs=False)
+        py_out, py_rows = _rows_and_stacks(program)
+    finally:
+        dispatch.configure_wrap()
+    c_out, c_rows = _rows_and_stacks(program)
+    assert [np.asarray(o).tolist() for o in c_out] == [np.asarray(o).tolist() for o in py_out]
+    assert c_rows == py_rows
+    legs_ = [(r[0], r[2], r[3], r[6]) for r in c_rows if r[0] == "h2d" and r[6].startswith(("jnp.where", "jnp.clip"))]
+    assert legs_ == [("h2d", "cpu:0", 4, "jnp.where (Python scalar)"), ("h2d", "cpu:0", 4, "jnp.where (Python scalar)"),
+                     ("h2d", "cpu:1", 4, "jnp.where (Python scalar)"), ("h2d", "cpu:0", 4, "jnp.clip (Python scalar)"),
+                     ("h2d", "cpu:0", 4, "jnp.clip (Python scalar)"), ("h2d", "cpu:0", 4, "jnp.where (Python scalar)"),
+                     ("h2d", "cpu:0", 4, "jnp.where (numpy argument)"),
+                     ("h2d", "cpu:0", 16, "jnp.where (numpy argument)")], legs_
+    assert [r[-1] != 0 for r in c_rows if r[0] == "h2d" and r[6].startswith("jnp.where")][3]  # _where_user's stack

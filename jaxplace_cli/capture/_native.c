@@ -324,6 +324,8 @@ static PyTypeObject SiteCacheType = {
     .tp_dealloc = (destructor)cache_dealloc,
 };
 
+static PyObject *S_with_stack, *API_MEMO; /* inner_legs: the method it calls, its labels by op name */
+
 /* What dispatch.py hands over once (configure()): the objects the Python path reads. */
 static struct {
     PyObject *active, *tls, *labels, *array_type;
@@ -333,6 +335,7 @@ static struct {
     PyObject *dropped_leaves;
     PyObject *sharding_attr, *committed_attr;
     PyObject *x64_now; /* JAX's jax_enable_x64 holder (its .value), or None: x64_enabled() */
+    PyObject *suffix; /* legs.suffix (a host leg's label), or NULL: inner_legs declines */
     int ready;
 } G;
 
@@ -456,13 +459,16 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "labels", "array_type", "dtype_names", "dtype_name", "sharding_label", "array_nbytes",
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
                             "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", "host_leg",
-                            "host_types", "dropped_leaves", "sharding_attr", "x64_now", "committed_attr", NULL};
-    PyObject *v[21], *sharding_attr = S_sharding, *x64_now = Py_None, *committed_attr = S_committed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOOO|UOU", names, &v[0], &v[1], &v[2],
+                            "host_types", "dropped_leaves", "sharding_attr", "x64_now", "committed_attr", "suffix",
+                            NULL};
+    PyObject *v[21], *sharding_attr = S_sharding, *x64_now = Py_None, *committed_attr = S_committed, *suffix = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOOO|UOUO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
                                      &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19],
-                                     &v[20], &sharding_attr, &x64_now, &committed_attr))
+                                     &v[20], &sharding_attr, &x64_now, &committed_attr, &suffix))
         return NULL;
+    Py_XSETREF(G.suffix, suffix && suffix != Py_None ? Py_NewRef(suffix) : NULL);
+    Py_CLEAR(API_MEMO); /* labels made with another suffix */
     memo_clear(SHARDINGS); /* what they hold was read with the labels and dtype names replaced here */
     memo_clear(AVALS);
     G.ready = 0;
@@ -2221,12 +2227,129 @@ static PyObject *stack_position(PyObject *self, PyObject *unused) {
 #define FRESH_STACK_METHODS
 #endif
 
+/* inner_legs(hosts, out): legs.record_inner in C for its common case -- an inner dispatch of the op
+   in flight (tls.op) whose host arguments are exact Python scalars and whose result is one array
+   on one device: `jnp.where(c, x, 0.0)`'s 0.0, passed on to util._where. The same rows as
+   legs._op_legs makes (one implicit h2d leg each onto the result's device, the op's label and
+   site, Recorder.with_stack's stack node), without its five Python frames: ~10 us of the call's
+   +28 here (bench/README.md, round 20). False where another case (NumPy data, a sharded result,
+   any other value): the Python makes them. A failure once rows are being made is the
+   recording's (rec.recording_failed), as in the Python. */
+static PyObject *inner_legs(PyObject *mod, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 2 || !PyTuple_Check(argv[0])) {
+        PyErr_SetString(PyExc_TypeError, "inner_legs(hosts: tuple, out)");
+        return NULL;
+    }
+    PyObject *hosts = argv[0], *out = argv[1];
+    Py_ssize_t nh = PyTuple_GET_SIZE(hosts);
+    if (!G.ready || !G.suffix || nh == 0 || Py_TYPE(out) != (PyTypeObject *)G.array_type) Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        PyObject *a = PyTuple_GET_ITEM(hosts, i);
+        if (!PyFloat_CheckExact(a) && !PyLong_CheckExact(a) && !PyBool_Check(a) && !PyComplex_CheckExact(a))
+            Py_RETURN_FALSE;
+    }
+    PyObject *sh = PyObject_GetAttr(out, G.sharding_attr);
+    PyObject *d = sh ? PyObject_GetAttr(sh, S_device) : NULL;
+    Py_XDECREF(sh);
+    if (!d) {
+        PyErr_Clear();
+        Py_RETURN_FALSE; /* not one device (a NamedSharding): legs.destinations */
+    }
+    int one = d != Py_None;
+    Py_DECREF(d);
+    if (!one) Py_RETURN_FALSE;
+    TState *ts = tstate();
+    if (!ts) return NULL;
+    PyObject *rec = field(G.active, K_ACTIVE, A_REC);
+    if (!rec) return NULL;
+    if (rec == Py_None || !ts->op || !PyTuple_Check(ts->op) || PyTuple_GET_SIZE(ts->op) < 6) {
+        Py_DECREF(rec);
+        Py_RETURN_TRUE; /* nothing in flight: legs._op_legs records nothing either */
+    }
+    PyObject *op = Py_NewRef(ts->op);
+    PyObject *dev = NULL, *api = NULL, *seqs = NULL, *transfers = NULL, *on_transfer = NULL, *t0 = NULL;
+    PyObject *table = NULL, *x64 = NULL, *t = NULL, *tid = NULL, *frame = NULL;
+    PyObject *name = PyTuple_GET_ITEM(op, 5), *seq = PyTuple_GET_ITEM(op, 1), *site = PyTuple_GET_ITEM(op, 2);
+    int ok = -1;
+    if (!(dev = device_of(out))) goto done;
+    if (!API_MEMO && !(API_MEMO = PyDict_New())) goto done;
+    if ((api = PyDict_GetItemWithError(API_MEMO, name))) { /* suffix(name, a): the same for every Python scalar */
+        Py_INCREF(api);
+    } else {
+        if (PyErr_Occurred() || !(api = PyObject_CallFunctionObjArgs(G.suffix, name, PyTuple_GET_ITEM(hosts, 0), NULL)) ||
+            PyDict_SetItem(API_MEMO, name, api) < 0)
+            goto done;
+    }
+    if (!(seqs = field(rec, K_REC, R_SEQS)) || !(transfers = field(rec, K_REC, R_TRANSFERS)) ||
+        !(on_transfer = field(rec, K_REC, R_ON_TRANSFER)) || !(t0 = field(rec, K_REC, R_T0)))
+        goto done;
+    long long base = PyLong_AsLongLong(t0);
+    if (base == -1 && PyErr_Occurred()) goto done;
+    x64 = G.x64_now != Py_None ? PyObject_GetAttr(G.x64_now, S_value) : PyObject_CallNoArgs(G.x64_enabled);
+    int on = x64 ? PyObject_IsTrue(x64) : -1;
+    if (on < 0 || !(table = PySequence_GetItem(G.scalar_bytes, on))) goto done;
+    if (!(t = PyLong_FromLongLong(now_ns() - base)) || !(tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident())))
+        goto done;
+    PyFrameObject *f = PyEval_GetFrame(); /* borrowed: the stack walk starts at the innermost Python frame */
+    frame = f ? Py_NewRef((PyObject *)f) : Py_NewRef(Py_None);
+    ok = 0;
+    for (Py_ssize_t i = 0; i < nh && ok == 0; i++) {
+        PyObject *a = PyTuple_GET_ITEM(hosts, i);
+        PyObject *nb = PyObject_GetItem(table, (PyObject *)Py_TYPE(a));
+        PyObject *s = nb ? PyIter_Next(seqs) : NULL;
+        PyObject *ev = s ? PyTuple_Pack(13, s, t, tid, G.h2d, G.host, dev, nb, Py_True, Py_False, api, site, ZERO, seq)
+                         : NULL;
+        PyObject *row = ev ? PyObject_CallMethodObjArgs(rec, S_with_stack, ev, frame, NULL) : NULL;
+        if (!row || append_steal(transfers, Py_NewRef(row_(row))) < 0) {
+            ok = -1;
+        } else if (on_transfer != Py_None) {
+            PyObject *r = PyObject_CallOneArg(on_transfer, row);
+            ok = r ? 0 : -1;
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(row);
+        Py_XDECREF(ev);
+        Py_XDECREF(s);
+        Py_XDECREF(nb);
+    }
+done:
+    if (ok < 0 && PyErr_ExceptionMatches(PyExc_Exception)) { /* the recording's failure, never the user's call's */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyObject *r = ev ? PyObject_CallMethodObjArgs(rec, S_recording_failed, ev, NULL) : NULL;
+        Py_XDECREF(r);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        if (!r) PyErr_Clear();
+        ok = 0;
+    }
+    Py_XDECREF(frame);
+    Py_XDECREF(tid);
+    Py_XDECREF(t);
+    Py_XDECREF(table);
+    Py_XDECREF(x64);
+    Py_XDECREF(t0);
+    Py_XDECREF(on_transfer);
+    Py_XDECREF(transfers);
+    Py_XDECREF(seqs);
+    Py_XDECREF(api);
+    Py_XDECREF(dev);
+    Py_DECREF(op);
+    Py_DECREF(rec);
+    if (ok < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"peek_seq", peek_seq, METH_O, "peek_seq(count): the value next(count) would give, not drawn"},
     {"thread_state", thread_state, METH_NOARGS, "thread_state(): the hooks' per-thread state (state.py tls)"},
     {"main_depth", main_depth, METH_NOARGS, "main_depth(): the main thread's tls.depth, from any thread"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(**objects): the Python objects record_call reads (dispatch.py calls it once)."},
+    {"inner_legs", (PyCFunction)(void (*)(void))inner_legs, METH_FASTCALL,
+     "inner_legs(hosts, out) -> bool: legs.record_inner in C where the hosts are Python scalars and out one device's"},
     {"record_call", (PyCFunction)(void (*)(void))record_call, METH_FASTCALL | METH_KEYWORDS,
      "record_call(spec, fn, args, kwargs, backward=False): dispatch.record_call in C."},
     {"print_at_exit", print_at_exit, METH_VARARGS,
@@ -2258,6 +2381,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_t0, "t0");
     INTERN(S_site_cache, "site_of");
     INTERN(S_stack_of, "stack_of");
+    INTERN(S_with_stack, "with_stack");
     INTERN(S_on_transfer, "on_transfer");
     INTERN(S_on_dispatch, "on_dispatch");
     INTERN(S_append, "append");

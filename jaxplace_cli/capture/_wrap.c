@@ -47,10 +47,11 @@ static struct {
     PyObject *active, *tls, *trace_now, *eval_trace, *inner_call, *drop_own;
     PyObject *unwrapped; /* common._unwrapped: a JitFunction pickles as the jitted function */
     PyTypeObject *array, *ndarray, *generic; /* ArrayImpl, np.ndarray, np.generic: host_leaves */
+    PyObject *inner_legs, *record_inner; /* _native.inner_legs, legs.record_inner: inner_scalars */
     int ready;
 } G;
 
-static PyObject *S_rec, *S_value, *S_depth, *S_op, *S_qualname, *S_getstate;
+static PyObject *S_rec, *S_value, *S_depth, *S_op, *S_inner, *S_qualname, *S_getstate;
 
 typedef struct {
     PyObject_HEAD
@@ -152,6 +153,81 @@ static int host_leaves(PyObject *static_, PyObject *const *args, Py_ssize_t n, P
     return 0;
 }
 
+/* legs.inner_call in C where every host value among the arguments is a positional exact Python
+   scalar (`util._where(c, x, 0.0)`): tls.inner set around the call as inner_call sets it, and
+   the legs made by _native.inner_legs, or legs.record_inner where that declines. *handled 0
+   (nothing done): another case, the Python inner_call decides. The Python frames of inner_call
+   and record_inner cost ~17 us of jnp.where(c, x, 0.0)'s +28 (bench/README.md, round 20). */
+static PyObject *inner_scalars(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames, int *handled) {
+    *handled = 0;
+    if (!G.inner_legs || !G.record_inner || !G.array || !PyTuple_Check(w->static_) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(w->static_, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(w->static_, 1)))
+        return NULL;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, nh = 0;
+    PyObject *nums = PyTuple_GET_ITEM(w->static_, 0), *names = PyTuple_GET_ITEM(w->static_, 1);
+    for (Py_ssize_t k = 0; k < nk; k++) { /* a keyword host value: the Python (its legs in name order) */
+        PyObject *v = args[n + k];
+        if (v == Py_None || Py_TYPE(v) == G.array || PyUnicode_CheckExact(v) || PyType_Check(v)) continue;
+        int st = PySequence_Contains(names, PyTuple_GET_ITEM(kwnames, k));
+        if (st <= 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    PyObject *hosts = PyTuple_New(n);
+    if (!hosts) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = args[i];
+        PyTypeObject *t = Py_TYPE(a);
+        if (t == G.array || a == Py_None) continue;
+        int st = static_pos(nums, i, n);
+        if (st > 0) continue;
+        if (st < 0 || t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type ||
+            (is_host(a) && !PyFloat_CheckExact(a) && !PyLong_CheckExact(a) && !PyBool_Check(a) &&
+             !PyComplex_CheckExact(a))) {
+            Py_DECREF(hosts);
+            return NULL;
+        }
+        if (is_host(a)) PyTuple_SET_ITEM(hosts, nh++, Py_NewRef(a));
+    }
+    if (nh == 0 || _PyTuple_Resize(&hosts, nh) < 0) {
+        Py_XDECREF(hosts);
+        PyErr_Clear();
+        return NULL;
+    }
+    *handled = 1;
+    PyObject *before = PyObject_GetAttr(G.tls, S_inner);
+    if (!before || PyObject_SetAttr(G.tls, S_inner, Py_True) < 0) {
+        Py_XDECREF(before);
+        Py_DECREF(hosts);
+        return NULL;
+    }
+    PyObject *res = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (PyObject_SetAttr(G.tls, S_inner, before) < 0) PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    Py_DECREF(before);
+    if (res) {
+        PyObject *trace = PyObject_GetAttr(G.trace_now, S_value); /* traced: inner_call records nothing */
+        if (trace && (PyObject *)Py_TYPE(trace) == G.eval_trace) {
+            PyObject *argv[2] = {hosts, res};
+            PyObject *r = PyObject_Vectorcall(G.inner_legs, argv, 2, NULL);
+            if (r == Py_False) {
+                Py_SETREF(r, PyObject_Vectorcall(G.record_inner, argv, 2, NULL));
+            }
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(trace);
+        PyErr_Clear(); /* recording never breaks the user's call (both record their own failures) */
+    }
+    Py_DECREF(hosts);
+    return res;
+}
+
 /* -1 error, 0 pass straight through, 1 inside an op that counts its inner dispatches' host
    arguments (tls.depth 1), 2 inside one that counted them itself (tls.depth 2: legs.inner_call
    would only forward), 3 record */
@@ -176,13 +252,15 @@ static int mode(void) {
 
 static PyObject *wrapper_vectorcall(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    int m = G.ready ? mode() : 0;
+    int m = G.ready ? mode() : 0, handled = 0;
     PyObject *res = NULL;
     if (m == 0 || m == 2 ||
         (m == 1 && w->hook == Py_None && (w->static_ == Py_None || !host_leaves(w->static_, args, n, kwnames)))) {
         res = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     } else if (m > 0 && w->hook != Py_None) {
         res = PyObject_Vectorcall(w->hook, args, nargsf, kwnames);
+    } else if (m == 1 && (res = inner_scalars(w, args, nargsf, kwnames, &handled), handled)) {
+        /* made by inner_scalars: res, or NULL with the call's error */
     } else if (m > 0) {
         PyObject *t = args_tuple(args, n);
         PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
@@ -231,7 +309,13 @@ static PyObject *inner_vectorcall(Wrapper *w, PyObject *const *args, size_t narg
         }
     }
     if (!go) return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
-    PyObject *res = NULL, *t = args_tuple(args, n);
+    int handled;
+    PyObject *res = inner_scalars(w, args, nargsf, kwnames, &handled);
+    if (handled) {
+        if (!res) drop_own();
+        return res;
+    }
+    PyObject *t = args_tuple(args, n);
     PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
     if (kw) {
         PyObject *argv[5] = {w->fn, t, kw, PyTuple_GET_ITEM(w->static_, 0), PyTuple_GET_ITEM(w->static_, 1)};
@@ -392,11 +476,14 @@ static PyTypeObject JitType;
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *names[] = {"active", "tls", "trace_now", "eval_trace", "inner_call", "drop_own", "unwrapped",
-                            "array_type", "host_types", NULL};
-    PyObject *v[6], *unwrapped = NULL, *array = NULL, *host = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|OOO", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                                     &unwrapped, &array, &host))
+                            "array_type", "host_types", "inner_legs", "record_inner", NULL};
+    PyObject *v[6], *unwrapped = NULL, *array = NULL, *host = NULL, *legs = NULL, *record_inner = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|OOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                                     &unwrapped, &array, &host, &legs, &record_inner))
         return NULL;
+    int both = legs && record_inner && legs != Py_None && record_inner != Py_None;
+    Py_XSETREF(G.inner_legs, both ? Py_NewRef(legs) : NULL);
+    Py_XSETREF(G.record_inner, both ? Py_NewRef(record_inner) : NULL);
     if (!PyType_Check(v[3]) || (array && !PyType_Check(array)) ||
         (host && !(PyTuple_Check(host) && PyTuple_GET_SIZE(host) == 2 && PyType_Check(PyTuple_GET_ITEM(host, 0)) &&
                    PyType_Check(PyTuple_GET_ITEM(host, 1))))) {
@@ -418,7 +505,7 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(active, tls, trace_now, eval_trace, inner_call, drop_own, unwrapped=None, array_type=None, "
-     "host_types=None): what every Wrapper reads"},
+     "host_types=None, inner_legs=None, record_inner=None): what every Wrapper reads"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -428,6 +515,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_wrap",
 PyMODINIT_FUNC PyInit__wrap(void) {
     if (!(S_rec = PyUnicode_InternFromString("rec")) || !(S_value = PyUnicode_InternFromString("value")) ||
         !(S_depth = PyUnicode_InternFromString("depth")) || !(S_op = PyUnicode_InternFromString("op")) ||
+        !(S_inner = PyUnicode_InternFromString("inner")) ||
         !(S_qualname = PyUnicode_InternFromString("__qualname__")) ||
         !(S_getstate = PyUnicode_InternFromString("__getstate__")))
         return NULL;

@@ -367,7 +367,8 @@ def configure_native(mod):
                   record_failure=_record_failure, scalar_bytes=_SCALAR_BYTES, buf_attr=BUF_ATTR,
                   d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=inputs.host_leg,
                   dropped_leaves=legs.dropped_leaves, host_types=(np.ndarray, np.generic),
-                  sharding_attr=_direct_attr("sharding"), x64_now=_x64_now, committed_attr=_direct_attr("committed"))
+                  sharding_attr=_direct_attr("sharding"), x64_now=_x64_now, committed_attr=_direct_attr("committed"),
+                  suffix=legs.suffix)
     return mod.record_call
 
 
@@ -375,25 +376,24 @@ def _native_record_call():
     """The native hot path, or None (no extension, a failed import, ``JAXPLACE_CAPTURE=python``)."""
     from jaxplace_cli.capture import native
 
-    mod = native.module()
-    return configure_native(mod) if mod is not None else None
+    return configure_native(mod) if (mod := native.module()) is not None else None
 
 
 # What every hook calls: the native function when it loaded, else the Python one (same rows).
 record_call = _native_record_call() or python_record_call
 
 
-def configure_wrap(inner_call=legs.inner_call):
-    """``capture/_wrap.c``'s ``Wrapper``, ``PlainWrapper``, ``JitFunction``, ``InnerJit`` wired to
-    this module's objects (a test hands a counting ``inner_call``), or None (no compiler, a broken
-    build, ``JAXPLACE_CAPTURE=python``): the Python ones then."""
+def configure_wrap(inner_call=legs.inner_call, c_legs: bool = True):
+    """``capture/_wrap.c``'s ``Wrapper``, ``PlainWrapper``, ``JitFunction``, ``InnerJit`` wired to this module's
+    objects (a test hands a counting ``inner_call``, or no C legs), or None (no build, ``JAXPLACE_CAPTURE=python``)."""
     from jaxplace_cli.capture import native
 
     if (mod := native.wrap_module()) is None:
         return None
     mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,
                   inner_call=inner_call, drop_own=frames.drop_own, unwrapped=_unwrapped,
-                  array_type=ArrayImpl, host_types=(np.ndarray, np.generic))
+                  array_type=ArrayImpl, host_types=(np.ndarray, np.generic), record_inner=legs.record_inner,
+                  inner_legs=getattr(native.module(), "inner_legs", None) if c_legs else None)  # record_inner's
     return mod.Wrapper, mod.PlainWrapper, mod.JitFunction, mod.InnerJit
 
 
