@@ -447,7 +447,8 @@ def _rows_and_stacks(program):
 def test_an_inner_dispatchs_scalar_legs_in_c_are_the_python_rows():
     """``_native.inner_legs`` makes the rows ``legs.record_inner`` makes (kind, devices, bytes,
     label, site, op, stack node), for positional Python scalars of every kind, on another
-    device and two user frames deep; NumPy data stays with the Python (the same rows too)."""
+    device and two user frames deep; NumPy data stays with the Python (the same rows too).
+    A KeyboardInterrupt while a leg is recorded reaches the user, as from the Python path."""
     def program():  # its own arrays: a buffer's id is the first recorder's that sees it
         x = jnp.arange(4.0)
         y = jax.device_put(jnp.arange(4.0), jax.devices()[1])
@@ -456,12 +457,27 @@ def test_an_inner_dispatchs_scalar_legs_in_c_are_the_python_rows():
                 _where_user(c, x), jnp.where(c, x, np.float32(3.0)), jnp.where(c, x, np.ones(4, np.float32)),
                 jnp.where(c, x, x)]
 
+    from jaxplace_cli.capture.jaxhooks import legs
+
+    python_legs = []
+
+    def counted(hosts, out):
+        python_legs.append(type(hosts[0]).__name__)
+        return record_inner(hosts, out)
+
+    record_inner = legs.record_inner
     try:
         dispatch.configure_wrap(c_legs=False)
         py_out, py_rows = _rows_and_stacks(program)
-    finally:
         dispatch.configure_wrap()
-    c_out, c_rows = _rows_and_stacks(program)
+        c_out, c_rows = _rows_and_stacks(program)
+        legs.record_inner = counted  # what the C path falls back to, and the Python inner_call's
+        dispatch.configure_wrap()  # (a run of its own: the test's frame would be in the stacks)
+        _rows_and_stacks(program)
+    finally:
+        legs.record_inner = record_inner
+        dispatch.configure_wrap()
+    assert python_legs == ["float32", "ndarray"]  # the Python scalars' rows were made in C
     assert [np.asarray(o).tolist() for o in c_out] == [np.asarray(o).tolist() for o in py_out]
     assert c_rows == py_rows
     legs_ = [(r[0], r[2], r[3], r[6]) for r in c_rows if r[0] == "h2d" and r[6].startswith(("jnp.where", "jnp.clip"))]
@@ -471,3 +487,21 @@ def test_an_inner_dispatchs_scalar_legs_in_c_are_the_python_rows():
                      ("h2d", "cpu:0", 4, "jnp.where (numpy argument)"),
                      ("h2d", "cpu:0", 16, "jnp.where (numpy argument)")], legs_
     assert [r[-1] != 0 for r in c_rows if r[0] == "h2d" and r[6].startswith("jnp.where")][3]  # _where_user's stack
+
+    from jaxplace_cli.capture.recorder import Recorder
+    from jaxplace_cli.capture.recording import Recording
+
+    def interrupted(ev, frame):  # a Ctrl-C that lands while the leg's stack is looked up
+        raise KeyboardInterrupt
+
+    rec = Recorder()
+    rec.with_stack = interrupted
+    recording = Recording(rec, "all")
+    x = jnp.arange(4.0)
+    c = x > 1.0
+    recording.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            jnp.where(c, x, 0.0)
+    finally:
+        recording.stop()

@@ -222,7 +222,10 @@ static PyObject *inner_scalars(Wrapper *w, PyObject *const *args, size_t nargsf,
             Py_XDECREF(r);
         }
         Py_XDECREF(trace);
-        PyErr_Clear(); /* recording never breaks the user's call (both record their own failures) */
+        /* recording never breaks the user's call (both record their own failures); a
+           KeyboardInterrupt or SystemExit meanwhile is the user's, as under legs.record_inner */
+        if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
+        if (PyErr_Occurred()) Py_CLEAR(res);
     }
     Py_DECREF(hosts);
     return res;
