@@ -7,9 +7,10 @@
      not recording, or JAX is tracing   -> fn(*args, **kwargs), untouched
      inside a recorded op that counted  -> fn(*args, **kwargs) (tls.depth 2: what
        its own host operands               legs.inner_call would do, without its frame)
-     inside another recorded op         -> legs.inner_call(fn, args, kwargs, *static) for a
-                                           jitted fn (its host arguments are that op's legs),
-                                           else fn(*args, **kwargs)
+     inside another recorded op         -> for a jitted fn, its host arguments are that op's
+                                           legs: none (host_leaves) -> fn(...); Python scalars
+                                           only -> inner_scalars; else legs.inner_call(fn,
+                                           args, kwargs, *static). Any other fn -> fn(...)
      otherwise                          -> record_call(spec, fn, args, kwargs)
 
    With a `hook` (jax.numpy.ufunc.__call__, whose spec depends on the ufunc), the last two

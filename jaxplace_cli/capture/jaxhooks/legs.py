@@ -215,7 +215,7 @@ class InnerPjit(JitProxy):
     """A jitted function of ``jax._src`` (``ufuncs.greater``, ``util._where``,
     ``array_creation._linspace``...) as seen from inside a recorded eager op: its host
     arguments are uploads of that op. Outside an op (or while tracing) a plain forward.
-    Where ``capture/_wrap.c`` loaded, ``inner_jit`` makes its ``InnerJit`` instead: the same
+    Where ``capture/_wrap.c`` loaded, ``install_inner`` makes its ``InnerJit`` instead: the same
     decisions without this ``__call__``'s frame, which every ``x.sum()`` entered (its inner
     ``_reduce_sum``): +13 µs an op here (bench/README.md, round 20)."""
 
