@@ -8,9 +8,10 @@
      inside a recorded op that counted  -> fn(*args, **kwargs) (tls.depth 2: what
        its own host operands               legs.inner_call would do, without its frame)
      inside another recorded op         -> for a jitted fn, its host arguments are that op's
-                                           legs: none (host_leaves) -> fn(...); Python scalars
-                                           only -> inner_scalars; else legs.inner_call(fn,
-                                           args, kwargs, *static). Any other fn -> fn(...)
+                                           legs (inner_dispatch): none (host_scan) -> fn(...);
+                                           Python scalars only -> inner_scalars; else
+                                           legs.inner_call(fn, args, kwargs, *static). Any other
+                                           fn -> fn(...)
      otherwise                          -> record_call(spec, fn, args, kwargs)
 
    With a `hook` (jax.numpy.ufunc.__call__, whose spec depends on the ufunc), the last two
@@ -47,7 +48,7 @@
 static struct {
     PyObject *active, *tls, *trace_now, *eval_trace, *inner_call, *drop_own;
     PyObject *unwrapped; /* common._unwrapped: a JitFunction pickles as the jitted function */
-    PyTypeObject *array, *ndarray, *generic; /* ArrayImpl, np.ndarray, np.generic: host_leaves */
+    PyTypeObject *array, *ndarray, *generic; /* ArrayImpl, np.ndarray, np.generic: host_scan */
     PyObject *inner_legs, *record_inner; /* _native.inner_legs, legs.record_inner: inner_scalars */
     int ready;
 } G;
@@ -98,17 +99,25 @@ static PyObject *kwargs_dict(PyObject *const *args, Py_ssize_t n, PyObject *kwna
     return d;
 }
 
-/* Whether an inner dispatch's arguments may hold a host value: 0 when legs.host_args would
-   surely find none (then legs.inner_call only forwards, and the call needs no Python frame),
-   1 when it may (the Python decides). Mirrors host_args: a static position or name, an
-   ArrayImpl and None hold none; a Python scalar or NumPy data is one; an exact list, tuple or
-   dict is walked by the Python; any other positional value is not walked (host_args does not
-   either), any other keyword value is, unless inert by its type (a str, a class). jnp.sum's
-   inner _reduce_sum (keywords, all static or None) went through legs.inner_call on every
-   x.sum(): ~+13 us an op (bench/README.md, round 20). */
+/* An inner dispatch's host values, as legs.host_args finds them: NONE when it would surely find
+   none (legs.inner_call would only forward: the call needs no Python frame), SCALARS when they
+   are all positional exact Python scalars (*hosts: a new tuple of them, for inner_scalars), and
+   PYTHON for anything else (legs.inner_call decides). Mirrors host_args: a static position or
+   name, an ArrayImpl and None hold none; a Python scalar or NumPy data is one; an exact list,
+   tuple or dict is walked by the Python; any other positional value is not walked (host_args
+   does not either), any other keyword value is, unless inert by its type (a str, a class); a
+   keyword host value goes to the Python (its legs come in name order). jnp.sum's inner
+   _reduce_sum (keywords, all static or None) went through legs.inner_call on every x.sum(): ~+13
+   us an op (bench/README.md, round 20). Errors are the Python's to meet: PYTHON, none set. */
+enum { NONE, SCALARS, PYTHON };
+
 static int is_host(PyObject *a) {
     return PyLong_Check(a) || PyFloat_Check(a) || PyComplex_Check(a) ||
            (G.ndarray && (PyObject_TypeCheck(a, G.ndarray) || PyObject_TypeCheck(a, G.generic)));
+}
+
+static int py_scalar(PyObject *a) {
+    return PyFloat_CheckExact(a) || PyLong_CheckExact(a) || PyBool_Check(a) || PyComplex_CheckExact(a);
 }
 
 static int static_pos(PyObject *nums, Py_ssize_t i, Py_ssize_t n) { /* -1: cannot tell */
@@ -123,62 +132,21 @@ static int static_pos(PyObject *nums, Py_ssize_t i, Py_ssize_t n) { /* -1: canno
     return 0;
 }
 
-static int host_leaves(PyObject *static_, PyObject *const *args, Py_ssize_t n, PyObject *kwnames) {
+static int host_scan(PyObject *static_, PyObject *const *args, Py_ssize_t n, PyObject *kwnames, PyObject **hosts) {
+    *hosts = NULL;
     if (!G.array || !PyTuple_Check(static_) || !PyTuple_Check(PyTuple_GET_ITEM(static_, 0)) ||
         !PyTuple_Check(PyTuple_GET_ITEM(static_, 1)))
-        return 1;
+        return PYTHON;
     PyObject *nums = PyTuple_GET_ITEM(static_, 0), *names = PyTuple_GET_ITEM(static_, 1);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = args[i];
-        PyTypeObject *t = Py_TYPE(a);
-        if (t == G.array || a == Py_None) continue;
-        int st = static_pos(nums, i, n);
-        if (st) {
-            if (st < 0) return 1;
-            continue;
-        }
-        if (t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type || is_host(a)) return 1;
-    }
-    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, nh = 0;
     for (Py_ssize_t k = 0; k < nk; k++) {
-        PyObject *v = args[n + k];
-        if (v == Py_None || Py_TYPE(v) == G.array) continue;
-        int st = PySequence_Contains(names, PyTuple_GET_ITEM(kwnames, k));
-        if (st < 0) {
-            PyErr_Clear();
-            return 1;
-        }
-        if (st) continue;
-        if (!PyUnicode_CheckExact(v) && !PyType_Check(v)) return 1; /* a scalar, NumPy data or a pytree */
-    }
-    return 0;
-}
-
-/* legs.inner_call in C where every host value among the arguments is a positional exact Python
-   scalar (`util._where(c, x, 0.0)`): tls.inner set around the call as inner_call sets it, and
-   the legs made by _native.inner_legs, or legs.record_inner where that declines. *handled 0
-   (nothing done): another case, the Python inner_call decides. The Python frames of inner_call
-   and record_inner cost ~17 us of jnp.where(c, x, 0.0)'s +28 (bench/README.md, round 20). */
-static PyObject *inner_scalars(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames, int *handled) {
-    *handled = 0;
-    if (!G.inner_legs || !G.record_inner || !G.array || !PyTuple_Check(w->static_) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(w->static_, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(w->static_, 1)))
-        return NULL;
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0, nh = 0;
-    PyObject *nums = PyTuple_GET_ITEM(w->static_, 0), *names = PyTuple_GET_ITEM(w->static_, 1);
-    for (Py_ssize_t k = 0; k < nk; k++) { /* a keyword host value: the Python (its legs in name order) */
         PyObject *v = args[n + k];
         if (v == Py_None || Py_TYPE(v) == G.array || PyUnicode_CheckExact(v) || PyType_Check(v)) continue;
         int st = PySequence_Contains(names, PyTuple_GET_ITEM(kwnames, k));
         if (st <= 0) {
             PyErr_Clear();
-            return NULL;
+            return PYTHON; /* a scalar, NumPy data or a pytree */
         }
-    }
-    PyObject *hosts = PyTuple_New(n);
-    if (!hosts) {
-        PyErr_Clear();
-        return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = args[i];
@@ -186,25 +154,36 @@ static PyObject *inner_scalars(Wrapper *w, PyObject *const *args, size_t nargsf,
         if (t == G.array || a == Py_None) continue;
         int st = static_pos(nums, i, n);
         if (st > 0) continue;
-        if (st < 0 || t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type ||
-            (is_host(a) && !PyFloat_CheckExact(a) && !PyLong_CheckExact(a) && !PyBool_Check(a) &&
-             !PyComplex_CheckExact(a))) {
-            Py_DECREF(hosts);
-            return NULL;
+        if (st < 0 || t == &PyList_Type || t == &PyTuple_Type || t == &PyDict_Type || (is_host(a) && !py_scalar(a))) {
+            Py_CLEAR(*hosts);
+            return PYTHON;
         }
-        if (is_host(a)) PyTuple_SET_ITEM(hosts, nh++, Py_NewRef(a));
+        if (!is_host(a)) continue;
+        if (!*hosts && !(*hosts = PyTuple_New(n))) {
+            PyErr_Clear();
+            return PYTHON;
+        }
+        PyTuple_SET_ITEM(*hosts, nh++, Py_NewRef(a));
     }
-    if (nh == 0 || _PyTuple_Resize(&hosts, nh) < 0) {
-        Py_XDECREF(hosts);
+    if (!*hosts) return NONE;
+    if (_PyTuple_Resize(hosts, nh) < 0) { /* frees the tuple and sets *hosts NULL on failure */
         PyErr_Clear();
-        return NULL;
+        return PYTHON;
     }
-    *handled = 1;
+    return SCALARS;
+}
+
+/* legs.inner_call in C for host_scan's SCALARS (`util._where(c, x, 0.0)`): tls.inner set around
+   the call as inner_call sets it, and the legs made by _native.inner_legs, or legs.record_inner
+   where that declines. The Python frames of inner_call and record_inner cost ~17 us of
+   jnp.where(c, x, 0.0)'s +28 (bench/README.md, round 20). Steals hosts. */
+static PyObject *inner_scalars(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames, PyObject *hosts) {
     PyObject *before = PyObject_GetAttr(G.tls, S_inner);
-    if (!before || PyObject_SetAttr(G.tls, S_inner, Py_True) < 0) {
+    if (!before || PyObject_SetAttr(G.tls, S_inner, Py_True) < 0) { /* never: the call runs, unrecorded */
+        PyErr_Clear();
         Py_XDECREF(before);
         Py_DECREF(hosts);
-        return NULL;
+        return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     }
     PyObject *res = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     PyObject *et, *ev, *tb;
@@ -232,6 +211,26 @@ static PyObject *inner_scalars(Wrapper *w, PyObject *const *args, size_t nargsf,
     return res;
 }
 
+/* An inner dispatch of a jitted fn inside a recorded op (tls.depth 1): straight through, its
+   scalars' legs in C, or legs.inner_call(fn, args, kwargs, *static). */
+static PyObject *inner_dispatch(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    PyObject *hosts, *res = NULL;
+    int k = host_scan(w->static_, args, n, kwnames, &hosts);
+    if (k == NONE) return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
+    if (k == SCALARS && G.inner_legs && G.record_inner) return inner_scalars(w, args, nargsf, kwnames, hosts);
+    Py_XDECREF(hosts);
+    PyObject *t = args_tuple(args, n);
+    PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
+    if (kw) {
+        PyObject *argv[5] = {w->fn, t, kw, PyTuple_GET_ITEM(w->static_, 0), PyTuple_GET_ITEM(w->static_, 1)};
+        res = PyObject_Vectorcall(G.inner_call, argv, 5, NULL);
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(kw);
+    return res;
+}
+
 /* -1 error, 0 pass straight through, 1 inside an op that counts its inner dispatches' host
    arguments (tls.depth 1), 2 inside one that counted them itself (tls.depth 2: legs.inner_call
    would only forward), 3 record */
@@ -256,23 +255,18 @@ static int mode(void) {
 
 static PyObject *wrapper_vectorcall(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    int m = G.ready ? mode() : 0, handled = 0;
+    int m = G.ready ? mode() : 0;
     PyObject *res = NULL;
-    if (m == 0 || m == 2 ||
-        (m == 1 && w->hook == Py_None && (w->static_ == Py_None || !host_leaves(w->static_, args, n, kwnames)))) {
+    if (m == 0 || m == 2 || (m == 1 && w->static_ == Py_None && w->hook == Py_None)) {
         res = PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     } else if (m > 0 && w->hook != Py_None) {
         res = PyObject_Vectorcall(w->hook, args, nargsf, kwnames);
-    } else if (m == 1 && (res = inner_scalars(w, args, nargsf, kwnames, &handled), handled)) {
-        /* made by inner_scalars: res, or NULL with the call's error */
+    } else if (m == 1) {
+        res = inner_dispatch(w, args, nargsf, kwnames);
     } else if (m > 0) {
         PyObject *t = args_tuple(args, n);
         PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
-        if (kw && m == 1) {
-            PyObject *nums = PyTuple_GET_ITEM(w->static_, 0), *names = PyTuple_GET_ITEM(w->static_, 1);
-            PyObject *argv[5] = {w->fn, t, kw, nums, names};
-            res = PyObject_Vectorcall(G.inner_call, argv, 5, NULL);
-        } else if (kw) {
+        if (kw) {
             PyObject *argv[4] = {w->spec, w->fn, t, kw};
             res = PyObject_Vectorcall(w->call, argv, 4, NULL);
         }
@@ -287,11 +281,10 @@ static PyObject *wrapper_vectorcall(Wrapper *w, PyObject *const *args, size_t na
    util._where...) seen from inside a recorded eager op. Its Python __call__ ran on every inner
    dispatch: `if tls.depth and tls.op is not None and active.rec is not None:
    inner_call(fn, args, kwargs, *static)` else fn(*args, **kwargs). The same decisions here,
-   and inner_call only where host_leaves says a host value may be among the arguments. */
+   and inner_call only where host_scan leaves them to the Python (inner_dispatch). */
 static PyTypeObject InnerType;
 
 static PyObject *inner_vectorcall(Wrapper *w, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     int go = 0;
     if (G.ready) {
         PyObject *rec = PyObject_GetAttr(G.active, S_rec);
@@ -307,26 +300,13 @@ static PyObject *inner_vectorcall(Wrapper *w, PyObject *const *args, size_t narg
             if (d != 0 && d != 2) { /* 2: the op counted its own host operands (inner_call forwards) */
                 PyObject *op = PyObject_GetAttr(G.tls, S_op);
                 if (!op) return NULL;
-                go = op != Py_None && host_leaves(w->static_, args, n, kwnames);
+                go = op != Py_None;
                 Py_DECREF(op);
             }
         }
     }
     if (!go) return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
-    int handled;
-    PyObject *res = inner_scalars(w, args, nargsf, kwnames, &handled);
-    if (handled) {
-        if (!res) drop_own();
-        return res;
-    }
-    PyObject *t = args_tuple(args, n);
-    PyObject *kw = t ? kwargs_dict(args, n, kwnames) : NULL;
-    if (kw) {
-        PyObject *argv[5] = {w->fn, t, kw, PyTuple_GET_ITEM(w->static_, 0), PyTuple_GET_ITEM(w->static_, 1)};
-        res = PyObject_Vectorcall(G.inner_call, argv, 5, NULL);
-    }
-    Py_XDECREF(t);
-    Py_XDECREF(kw);
+    PyObject *res = inner_dispatch(w, args, nargsf, kwnames);
     if (!res) drop_own();
     return res;
 }
@@ -494,7 +474,7 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "configure(): eval_trace and array_type must be types, host_types two types");
         return NULL;
     }
-    if (array && host) { /* host_leaves decides only with all three (else: the Python decides) */
+    if (array && host) { /* host_scan decides only with all three (else: the Python decides) */
         PyObject **types[] = {(PyObject **)&G.array, (PyObject **)&G.ndarray, (PyObject **)&G.generic};
         PyObject *vals[] = {array, PyTuple_GET_ITEM(host, 0), PyTuple_GET_ITEM(host, 1)};
         for (int i = 0; i < 3; i++) Py_XSETREF(*types[i], Py_NewRef(vals[i]));
