@@ -73,6 +73,43 @@ def test_capture_gives_the_mask_one_identity_and_each_batch_its_own():
     assert marker["made"] != 0  # the assignment above, in this function
 
 
+def test_jnp_asarray_of_one_mask_is_one_identity_not_a_loader():
+    # JAX hands jnp.asarray's dispatch a TypedNdArray (a new view of the mask at every call, or a
+    # converted copy of a float64 mask without x64): 20 calls, 20 legs, counted by hand
+    mask = np.tril(np.ones((64, 64), np.float32))
+    mask64 = np.tril(np.ones((64, 64)))  # float64: converted to float32 at every call (x64 off)
+    assert not jax.config.jax_enable_x64
+    rng = np.random.default_rng(0)
+    with recorded() as r:
+        for _ in range(20):
+            jnp.asarray(mask)
+            jnp.array(mask64)
+            jnp.asarray(rng.normal(size=(8, 8)).astype(np.float32))  # a loader's new batch
+    ups = [t for t in r.of(H2D) if t.api in ("jnp.asarray (host data)", "jnp.array (host data)")]
+    assert [t.bytes for t in ups] == [16_384, 16_384, 256] * 20 and all(t.buf < 0 for t in ups)
+    assert len({t.buf for t in ups[0::3]}) == 1 and len({t.buf for t in ups[1::3]}) == 1  # the same array
+    assert len({t.buf for t in ups[2::3]}) == 20  # new data each call
+    markers = [json.loads(m.value) for m in r.markers if m.kind == MARKER_HOST_DATA]
+    assert sorted((m["id"], m["var"], m["dtype"]) for m in markers) == sorted(
+        [(ups[0].buf, "mask", "float32"), (ups[1].buf, "mask64", "float64")])
+
+
+def test_two_numpy_arguments_of_one_shape_are_not_guessed():
+    from jax._src.literals import TypedNdArray
+
+    from jaxplace_cli.capture.jaxhooks.host_data import users_array
+
+    a, b = np.ones((4, 4), np.float32), np.zeros((4, 4), np.float32)
+    view = TypedNdArray(a)
+    assert view is not a and users_array(view, (a, b), {}) is a  # the viewed one, by identity
+    copy = TypedNdArray(a.astype(np.float16))
+    assert users_array(copy, (a,), {}) is a  # converted: the one argument of its shape
+    assert users_array(copy, (a, b), {}) is copy  # two candidates: no guess
+    assert users_array(copy, (), {"x": a}) is a
+    scalar = TypedNdArray(np.asarray(2.0, np.float32))
+    assert users_array(scalar, (np.array(2.0, np.float32),), {}) is scalar  # 0-d: JAX makes those from scalars
+
+
 def test_identity_is_object_and_content_never_the_address_alone():
     from jaxplace_cli.capture.jaxhooks.host_data import data_id
     from jaxplace_cli.capture.recorder import Recorder

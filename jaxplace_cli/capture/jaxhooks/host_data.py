@@ -80,6 +80,7 @@ def data_id(rec, a, fn=None, args=(), kwargs=None) -> int:
     if not isinstance(a, np.ndarray):
         return 0
     try:
+        a = users_array(a, args, kwargs or {})
         t = _table
         if t is None or t.rec() is not rec:
             t = _table = _Table(rec)
@@ -102,6 +103,23 @@ def data_id(rec, a, fn=None, args=(), kwargs=None) -> int:
     except Exception as exc:  # recording must never break the user's call
         rec.recording_failed(exc)
         return 0
+
+
+def users_array(a: np.ndarray, args, kwargs) -> np.ndarray:
+    """The user's array behind host data ``a`` that JAX made for a dispatch. ``jnp.asarray(mask)``
+    and ``jnp.array(mask)`` hand their dispatch a ``TypedNdArray``: a view of ``mask``, or a
+    converted copy of it (float64 without x64), a new object at every call; taken as itself, the
+    same mask uploaded at every step read as a loader's new batch (an info where a warning was
+    due). So: the viewed array where it is among the call's arguments, else the call's one NumPy
+    argument of that shape (not for a 0-d value: JAX makes those from Python scalars too)."""
+    if type(a) is np.ndarray:
+        return a
+    mine = [x for x in (*args, *kwargs.values()) if type(x) is np.ndarray and x.shape == a.shape]
+    base = a.base
+    for x in mine:
+        if x is base:
+            return x
+    return mine[0] if len(mine) == 1 and a.ndim else a
 
 
 def _describe(rec, a, hid, fn, args, kwargs) -> None:
@@ -127,7 +145,7 @@ class _At:
 
 
 def argument_name(fn, args, kwargs, a) -> str:
-    """``a`` as ``fn`` names it: ``mask``, ``batch['x']``, ``args[2]``; "" when not found."""
+    """``a`` as ``fn`` names it: ``mask``, ``batch['x']``, ``args[2]``; "" when not found or no ``fn``."""
     where = None
     for i, x in enumerate(args):
         path = _path_in(x, a)
@@ -150,7 +168,9 @@ def argument_name(fn, args, kwargs, a) -> str:
             return f"{p.name}[{i - j}]{path}"
         if j == i and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             return p.name + path
-    return f"argument {i}{path}"
+    # no function (an inner dispatch's leg: its op's own arguments): "a NumPy argument of jnp.asarray"
+    # reads better than "argument `argument 0`"
+    return f"argument {i}{path}" if fn is not None else ""
 
 
 def _path_in(x, a):
