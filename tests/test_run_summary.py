@@ -408,3 +408,31 @@ def test_a_script_that_closes_every_descriptor_at_exit_gets_the_fallback(tmp_pat
     assert lines[-2] == "closed"
     assert lines[-1].startswith("jaxplace: the verdict was not made at the run's end; `jaxplace audit ")
     assert "not the verdict" not in r.stderr
+
+
+def test_the_counts_line_from_the_verdict_is_the_aggregate_query_s(tmp_path):
+    # the verdict's summary gives the counts line its numbers (no second scan): the same as the
+    # query's, for counted, small and unknown-size transfers of every kind (counted by hand)
+    from test_rules_unit import CFG, Rows
+
+    from jaxplace_cli.analysis import audit_run
+    from jaxplace_cli.analysis.summary import kind_counts, transfer_kind_counts
+    from jaxplace_cli.cli.run_summary import SMALL
+    from jaxplace_cli.store.reader import StoreReader
+
+    r = Rows()
+    seq = iter(range(1, 100))
+    for kind, src, dst in (("h2d", "host", "cpu:0"), ("d2h", "cpu:0", "host"), ("d2d", "cpu:0", "cpu:1")):
+        for nbytes in (4096, 2048, 1023, 1024, 4, -1, -1):
+            r.xfer(next(seq), kind, src, dst, nbytes, site=0)
+    run = r.open(tmp_path / "run")
+    summary = audit_run(run, CFG).summary
+    reader = StoreReader(tmp_path / "run" / "events.sqlite")
+    try:
+        queried = transfer_kind_counts(reader.transfer_totals(SMALL))
+    finally:
+        reader.close()
+    assert summary.min_bytes == SMALL
+    expected = (7, 4096 + 2048 + 1023 + 1024 + 4, 2, 2)  # 7 transfers, 2 under 1 KiB, 2 of unknown size
+    assert kind_counts(summary) == queried == {"h2d": expected, "d2h": expected, "d2d": expected}
+    run.store.close()

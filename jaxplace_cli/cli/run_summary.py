@@ -14,6 +14,7 @@ from pathlib import Path
 # Above this many ops + transfers the audit at a run's end would hold the shell for seconds
 # (~1 s per 100,000 events here): the summary says so instead.
 VERDICT_MAX_EVENTS = 1_000_000
+SMALL = 1024  # bytes: the counts line's "under 1 KiB" (report/run_lines.py)
 
 # what the writer process imports while the script runs, for run_summary; the first summary
 # then costs what a second one would (tests/test_run_summary.py: nothing more is imported)
@@ -48,23 +49,27 @@ def summary_lines_of(manifest, run_dir, quiet: bool, saved: bool, verdict_wanted
     if quiet:
         line = quiet_line(manifest, verdict, run_dir) if verdict is not None else None
         return [line] if line else []
-    lines = summary_lines(manifest, _kinds(run_dir), run_dir, saved, verdict)
+    lines = summary_lines(manifest, _kinds(run_dir, verdict), run_dir, saved, verdict)
     if big and saved:
         lines.insert(-1, f"jaxplace: {ev.ops + ev.transfers:,} events: the verdict is left to "
                          f"`jaxplace audit` (about 1 s per 100,000 events)")
     return lines
 
 
-def _kinds(run_dir):
-    """One aggregate query for the counts line; None when the store cannot be read."""
-    from jaxplace_cli.analysis.summary import transfer_kind_counts
+def _kinds(run_dir, verdict=None):
+    """The counts line's numbers: the verdict's own (its summary scanned every transfer), else
+    one aggregate query; None when the store cannot be read."""
+    from jaxplace_cli.analysis.summary import kind_counts, transfer_kind_counts
+
+    if verdict is not None and verdict.summary.min_bytes == SMALL:
+        return kind_counts(verdict.summary)
     from jaxplace_cli.store.layout import EVENTS
     from jaxplace_cli.store.reader import StoreReader
 
     try:
         reader = StoreReader(Path(run_dir) / EVENTS)
         try:
-            return transfer_kind_counts(reader.transfer_totals(1024))
+            return transfer_kind_counts(reader.transfer_totals(SMALL))
         finally:
             reader.close()
     except Exception:
