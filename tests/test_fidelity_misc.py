@@ -44,6 +44,25 @@ def test_reading_the_previous_step_does_not_stall():
     assert reads(r) == [("float()", 4, False)] * 4 + [("float()", 4, True)]
 
 
+@pytest.mark.parametrize("work", ["add", "split"])
+def test_eager_work_queued_behind_the_step_does_not_hide_the_stall(work):
+    # behind this step's loss only eager work is queued (a running total, a key split): it is
+    # done long before the next step is dispatched, so each float(loss) leaves the device idle;
+    # a review found every such per-step read counted as not blocking (2026-12-07)
+    with recorded() as r:
+        step = jax.jit(lambda w: (w * 0.5, w.sum()))
+        w, total, key, logged = jnp.ones(4), jnp.zeros(()), jax.random.key(0), []
+        for _ in range(5):
+            w, loss = step(w)
+            if work == "add":
+                total = total + loss
+            else:
+                key, _ = jax.random.split(key)
+            logged.append(float(loss))
+    assert logged == [4.0, 2.0, 1.0, 0.5, 0.25]
+    assert reads(r) == [("float()", 4, True)] * 5
+
+
 def test_block_until_ready_then_read_does_not_block():
     with recorded() as r:
         y = jax.jit(lambda v: v * 2)(jnp.ones(256))

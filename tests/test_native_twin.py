@@ -251,6 +251,7 @@ def run_path(record_call, call, packed: bool):
         "stacks": [tuple(s) for s in rows["stacks"]],  # the call-stack trie (issue 28)
         "transfer_stacks": [tuple(s) for s in rows.get("transfer_stacks", ())],
         "tail": dict(rec.tail),
+        "progs": dict(rec.progs),  # a jit call: the newest program per device (syncs.program)
         "recording_errors": rec.recording_errors,
     }, outcome
 

@@ -336,6 +336,7 @@ static struct {
     PyObject *sharding_attr, *committed_attr;
     PyObject *x64_now; /* JAX's jax_enable_x64 holder (its .value), or None: x64_enabled() */
     PyObject *suffix; /* legs.suffix (a host leg's label), or NULL: inner_legs declines */
+    PyObject *program; /* syncs.program (a jit call's buffer ids, for the host-sync model), or NULL */
     int ready;
 } G;
 
@@ -383,7 +384,7 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_sharding, *S_value, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_index, *S_static_argnums,
     *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
-    *S_mem_state, *S_stack_of;
+    *S_mem_state, *S_stack_of, *S_jit;
 
 /* Reads of the recorder's, the spec's and `active`'s fields (issue 29). They are __slots__ of
    their classes (capture/recorder.py, jaxhooks/state.py): for an object of the very type the
@@ -460,14 +461,16 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
                             "x64_enabled", "py_record_call", "after_call", "record_failure",
                             "scalar_bytes", "buf_attr", "d2d", "h2d", "host", "tree_leaves", "host_leg",
                             "host_types", "dropped_leaves", "sharding_attr", "x64_now", "committed_attr", "suffix",
-                            NULL};
+                            "program", NULL};
     PyObject *v[21], *sharding_attr = S_sharding, *x64_now = Py_None, *committed_attr = S_committed, *suffix = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOOO|UOUO", names, &v[0], &v[1], &v[2],
+    PyObject *program = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOOOOOOOOOOO|UOUOO", names, &v[0], &v[1], &v[2],
                                      &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
                                      &v[11], &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18], &v[19],
-                                     &v[20], &sharding_attr, &x64_now, &committed_attr, &suffix))
+                                     &v[20], &sharding_attr, &x64_now, &committed_attr, &suffix, &program))
         return NULL;
     Py_XSETREF(G.suffix, suffix && suffix != Py_None ? Py_NewRef(suffix) : NULL);
+    Py_XSETREF(G.program, program && program != Py_None ? Py_NewRef(program) : NULL);
     Py_CLEAR(API_MEMO); /* labels made with another suffix */
     memo_clear(SHARDINGS); /* what they hold was read with the labels and dtype names replaced here */
     memo_clear(AVALS);
@@ -1745,6 +1748,19 @@ static void record_raised(Call *c, PyObject *kwargs) {
 static int record_result(Call *c, PyObject *kwargs) {
     PyObject *held = NULL, **items = NULL;
     Py_ssize_t nouts = 0;
+    long long before = -1; /* a jit call: the buffer-id counter before its rows (syncs.program) */
+    if (G.program) {
+        PyObject *kind = field(c->spec, K_SPEC, P_KIND);
+        if (!kind) return -1;
+        int jit = kind == S_jit || (PyUnicode_Check(kind) && PyUnicode_Compare(kind, S_jit) == 0);
+        Py_DECREF(kind);
+        if (jit) {
+            PyObject *ids = field(c->rec, K_REC, R_BUF_IDS);
+            if (!ids) return -1;
+            before = count_peek(ids); /* -1: not an itertools.count (no mark, as without `program`) */
+            Py_DECREF(ids);
+        }
+    }
     int in_c = c_records(c, &held, &items, &nouts);
     if (in_c < 0) return -1;
     if (in_c) {
@@ -1772,6 +1788,13 @@ static int record_result(Call *c, PyObject *kwargs) {
                                  : NULL;
         Py_XDECREF(t0);
         Py_XDECREF(t1);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    if (before >= 0) { /* the newest compiled program on its devices: syncs.program */
+        PyObject *b = PyLong_FromLongLong(before);
+        PyObject *r = b ? PyObject_CallFunctionObjArgs(G.program, c->rec, b, NULL) : NULL;
+        Py_XDECREF(b);
         if (!r) return -1;
         Py_DECREF(r);
     }
@@ -2378,6 +2401,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_transfers, "transfers");
     INTERN(S_buffers, "buffers");
     INTERN(S_tail, "tail");
+    INTERN(S_jit, "jit"); /* model/events.py OP_JIT */
     INTERN(S_t0, "t0");
     INTERN(S_site_cache, "site_of");
     INTERN(S_stack_of, "stack_of");

@@ -92,6 +92,7 @@ class Recorder(Stacks):
         # the device finished (it waited on a value at least that new)
         self.tail: dict = {}
         self.synced: dict = {}
+        self.progs: dict = {}  # the newest compiled program's buffer ids per device
         self.t0 = perf_counter_ns()
         # Back-pressure: with a writer draining the buffers (``attach_writer``), a backlog of
         # more than ``backlog_limit`` rows makes the dispatching thread wait for the next drain,

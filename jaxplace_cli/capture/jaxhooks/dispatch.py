@@ -22,7 +22,7 @@ from jax._src.array import ArrayImpl
 from jax.tree_util import tree_leaves
 
 from jaxplace_cli.capture import frames
-from jaxplace_cli.capture.jaxhooks import inputs, legs
+from jaxplace_cli.capture.jaxhooks import inputs, legs, syncs
 from jaxplace_cli.capture.jaxhooks.common import (
     _SCALAR_BYTES,
     _direct_attr,
@@ -49,7 +49,7 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
 )
 from jaxplace_cli.capture.memory import is_oom, on_oom
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, dtype_name
-from jaxplace_cli.model.events import D2D, H2D, HOST, OpEvent
+from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JIT, OpEvent
 
 _Array, _SEQUENCES = jax.Array, (list, tuple)
 def _operand_leaves(spec: CallSpec, args, kwargs):
@@ -81,9 +81,8 @@ def _out_arrays(out, flatten: bool):
 def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False):
     """Run ``fn`` as a recorded op: site, timing, devices, buffers, implicit transfers.
 
-    With a placement policy active (``device_placement`` on this thread, else ``--policy``),
-    the placer first decides the device, moves the arguments there (recording those moves)
-    and may wrap ``fn`` so that ops without array inputs are created on that device.
+    With a placement policy active (``device_placement`` on this thread, else ``--policy``), the placer first decides
+    the device, moves the arguments there (recording those moves), may wrap ``fn`` to make array-less ops there.
 
     This is the hot path of every eager op (measured in-process on the 2-core reference machine:
     ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; ~1.2 us per row of a jit
@@ -119,7 +118,10 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     tls.depth = 0
     tls.op = None
     try:  # a recording failure here must not lose the user's result: counted, said at the end
+        mark = syncs.peek(rec.buf_ids) if spec.kind == OP_JIT else None  # a program (syncs.program)
         _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
+        if mark is not None:
+            syncs.program(rec, mark)
         b = rec.backlog_limit
         if b is not None and len(rec.ops) + len(rec.transfers) + len(rec.buffers) > b:
             rec.wait_for_writer()  # back-pressure (Recorder.wait_for_writer)
@@ -368,14 +370,13 @@ def configure_native(mod):
                   d2d=D2D, h2d=H2D, host=HOST, tree_leaves=tree_leaves, host_leg=inputs.host_leg,
                   dropped_leaves=legs.dropped_leaves, host_types=(np.ndarray, np.generic),
                   sharding_attr=_direct_attr("sharding"), x64_now=_x64_now, committed_attr=_direct_attr("committed"),
-                  suffix=legs.suffix)
+                  suffix=legs.suffix, program=syncs.program)
     return mod.record_call
 
 
 def _native_record_call():
     """The native hot path, or None (no extension, a failed import, ``JAXPLACE_CAPTURE=python``)."""
     from jaxplace_cli.capture import native
-
     return configure_native(mod) if (mod := native.module()) is not None else None
 
 
@@ -387,7 +388,6 @@ def configure_wrap(inner_call=legs.inner_call, c_legs: bool = True):
     """``capture/_wrap.c``'s ``Wrapper``, ``PlainWrapper``, ``JitFunction``, ``InnerJit`` wired to this module's
     objects (a test hands a counting ``inner_call``, or no C legs), or None (no build, ``JAXPLACE_CAPTURE=python``)."""
     from jaxplace_cli.capture import native
-
     if (mod := native.wrap_module()) is None:
         return None
     mod.configure(active=active, tls=tls, trace_now=_trace_now, eval_trace=_EvalTrace,

@@ -10,11 +10,18 @@ in-order queue), per device:
 * ``synced[dev]``: the newest buffer id the host already waited for on ``dev`` (every value
   made before it is finished: a device runs its queue in order).
 
+* ``progs[dev]``: the buffer ids ``[first, end)`` the newest compiled program (a jit call)
+  made there (``program``).
+
 A read of a value whose id is ``<= synced`` is already computed: not blocking (the second and
 third array of ``print({"a": a, "b": b, "c": c})`` after the first one waited). A read of a
 value older than the tail finds later work queued: the host waits but the device stays busy
-(a logger reading the previous step's loss after dispatching this step): not blocking. A read
-of the tail's value waits and then leaves the device idle: blocking.
+(a logger reading the previous step's loss after dispatching this step): not blocking — unless
+the value is the newest program's and only eager work was queued behind it (``total = total +
+loss`` or a ``jax.random.split`` before ``float(loss)``): that work is done long before the host
+dispatches the next step, so the device idles as with nothing queued (a review found every
+such per-step read missed, 2026-12-07). A read of the tail's value waits and then leaves the
+device idle: blocking.
 
 Why a model and not only ``Array.is_ready()``: on the CPU backend the client runs small
 programs inline in the dispatching thread, so ``is_ready()`` right after a call says more
@@ -41,11 +48,28 @@ def read_blocks(rec, arr, dev: str, buf: int, ready: bool | None = None) -> bool
         waited(rec, dev, buf)
         return False
     if buf and buf < rec.tail.get(dev, 0):
-        # later work is queued behind it: the host waits, the device stays busy
-        rec.synced[dev] = max(rec.synced.get(dev, 0), buf)
-        return False
+        prog = rec.progs.get(dev)
+        if prog is None or not prog[0] <= buf < prog[1]:
+            # later work is queued behind it: the host waits, the device stays busy
+            rec.synced[dev] = max(rec.synced.get(dev, 0), buf)
+            return False
+        # the newest program's value, eager work behind it: the device idles soon after
     waited(rec, dev, buf)
     return True
+
+
+def peek(count) -> int:
+    """The id ``next(count)`` would give (an ``itertools.count``), not drawn."""
+    return count.__reduce__()[1][0]
+
+
+def program(rec, before: int) -> None:
+    """A jit call was dispatched and its rows made; ``before``: the buffer-id counter before
+    them. On each device where it is the newest work (its tail moved), it is the newest program."""
+    end = peek(rec.buf_ids)
+    for dev, first in rec.tail.items():
+        if first >= before:
+            rec.progs[dev] = (first, end)
 
 
 def waited(rec, dev: str, buf: int) -> None:
