@@ -132,15 +132,15 @@ def test_a_site_with_both_sizes_counts_both(tmp_path):
 
 
 def test_idle_device_counts_what_the_ops_table_counts(tmp_path):
-    """cpu:0 runs 3 sin and 1 device_put, cpu:1 runs 2 cos, cpu:2 nothing: the ops table has
+    """cpu:0 runs 3 sin and 1 device_put, cpu:1 runs 2 sin, cpu:2 nothing: the ops table has
     4 + 2 = 6 ops; the finding judges the 5 compute ops and says both."""
     r = Rows(devices=("cpu:0", "cpu:1", "cpu:2"))
     at = r.site(5)
     for seq in (1, 2, 3):
         r.op(seq, "sin", "cpu:0", site=at)
     r.op(4, "device_put", "cpu:0", "device_put", site=at)
-    r.op(5, "cos", "cpu:1", site=at)
-    r.op(6, "cos", "cpu:1", site=at)
+    r.op(5, "sin", "cpu:1", site=at)
+    r.op(6, "sin", "cpu:1", site=at)
     run = r.open(tmp_path / "run").path
     doc = _json(run)
     assert doc["ops"]["total"] == 6
@@ -148,6 +148,29 @@ def test_idle_device_counts_what_the_ops_table_counts(tmp_path):
     assert f["message"] == ("1 of 3 devices ran no ops (cpu:2) while cpu:0, cpu:1 ran 5 compute ops "
                             "(6 in the ops table, with device_put/device_get)")
     assert "Ops per device (6 ops)" in _text(run)
+
+
+def test_params_made_on_one_device_and_trained_on_another_leave_no_idle_device(tmp_path):
+    """jax.random makes the parameters on cpu:0 (uncommitted), device_put commits them to cpu:1,
+    where 10 steps run; cpu:2 and cpu:3 run nothing: serial work, no spread (a review found an
+    idle-device warning here). The same step on cpu:0 and cpu:1 is a spread: the warning stays."""
+    def rows(second_device_steps: bool) -> Rows:
+        r = Rows(devices=("cpu:0", "cpu:1", "cpu:2", "cpu:3"))
+        at = r.site(5)
+        r.op(1, "random.PRNGKey", "cpu:0", "jnp", outs=[1], site=at)
+        r.op(2, "random.normal", "cpu:0", "jnp", ins=[1], outs=[2], site=at)
+        r.op(3, "device_put", "cpu:1", "device_put", ins=[2], outs=[3], site=at)
+        for k in range(10):
+            r.op(4 + k, "jit(step)", "cpu:1", "jit", ins=[3 + k], outs=[4 + k], site=at)
+        if second_device_steps:
+            r.op(20, "jit(step)", "cpu:0", "jit", ins=[2], outs=[20], site=at)
+        return r
+
+    serial = _json(rows(False).open(tmp_path / "serial").path)
+    assert [f["rule"] for f in serial["findings"] if f["rule"] == "idle-device"] == []
+    spread = _json(rows(True).open(tmp_path / "spread").path)
+    (f,) = [f for f in spread["findings"] if f["rule"] == "idle-device"]
+    assert (f["severity"], f["count"]) == ("warning", 2) and "(cpu:2, cpu:3)" in f["message"]
 
 
 def _annotated_steps(tmp_path, first: int | None):

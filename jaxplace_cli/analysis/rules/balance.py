@@ -12,6 +12,10 @@ When is an idle device worth a finding? Only when the program could have used it
   independent models) — an info finding: ``--policy rr`` spreads the chains without a code
   change.
 
+The script spread its work when the same op (by name) ran on two or more devices: parameters
+made with ``jax.random`` on the default device and then put on the one device the loop trains
+on are serial work, no spread (a review found a warning on such a script, 2026-12-07).
+
 Not a finding: a device the script only staged data on (``pingpong_clean.py``), a single
 dependent training loop on a multi-device machine (``mlp_clean.py`` with ``--devices 2``),
 data committed to one device on purpose (``incompatible_devices_clean.py``), and devices a
@@ -131,7 +135,10 @@ def idle_device(run, cfg):
     own = run_loads(run, own_only=True, with_time=False)
     if sum(d.ops for d in own.values()) != sum(d.ops for d in loads.values()):
         return []  # a policy placed ops: where they (and the ops on their data) ran is its choice
-    if len(used) >= 2:  # the script itself spread its work over devices and skipped some
+    if len(used) >= 2:  # the script itself placed work on several devices
+        shared = run_loads(run, shared_only=True, with_time=False)
+        if sum(1 for d in shared.values() if d.ops > 0) < 2:
+            return []  # made its data on one device, computed on another: serial, not spread
         loads = run_loads(run)
         copying = queries.transfer_endpoints(run.store)
         return balance_findings(loads, devices, cfg, TIME_KIND, select=("idle-device",),
