@@ -133,6 +133,26 @@ def test_identity_is_object_and_content_never_the_address_alone():
     assert rec.recording_errors == 0
 
 
+def test_a_batch_buffer_refilled_in_place_is_new_data_at_every_fill():
+    # a loader taking 32 images with zero borders into one buffer: sampled at the stride n // 32,
+    # every sample was pixel 0 of an image (a zero), and 8 fills read as one array uploaded 8 times
+    from jaxplace_cli.capture.jaxhooks.host_data import data_id
+    from jaxplace_cli.capture.recorder import Recorder
+
+    rng = np.random.default_rng(0)
+    images = np.zeros((100, 28, 28), np.float32)
+    images[:, 4:24, 4:24] = rng.random((100, 20, 20), dtype=np.float32)
+    images[:, -1, -1] = 0.0  # the last element too: only the inside changes
+    buf = np.empty((32, 28, 28), np.float32)
+    rec = Recorder()
+    ids = []
+    for _ in range(8):
+        np.take(images, rng.integers(0, 100, 32), axis=0, out=buf)
+        ids += [data_id(rec, buf), data_id(rec, buf)]  # each fill: new data, then the same again
+    assert len(set(ids)) == 8 and all(ids[i] == ids[i + 1] < 0 for i in range(0, 16, 2))
+    assert rec.recording_errors == 0
+
+
 def _run(tmp_path, name, prepare, what):
     script = tmp_path / f"{name}.py"
     script.write_text(TRAIN.format(prepare=prepare, what=what))
