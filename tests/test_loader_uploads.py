@@ -94,6 +94,21 @@ def test_jnp_asarray_of_one_mask_is_one_identity_not_a_loader():
         [(ups[0].buf, "mask", "float32"), (ups[1].buf, "mask64", "float64")])
 
 
+def test_a_view_of_one_mask_made_at_every_call_is_that_mask():
+    # step(x, mask[None]): a new view object at every call, one host array (the guard: 6 uploads)
+    mask = np.tril(np.ones((64, 64), np.float32))
+    data = np.arange(6 * 64 * 64, dtype=np.float32).reshape(6, 1, 64, 64)
+    with recorded() as r:
+        step = jax.jit(lambda x, m: x * m)
+        x = jnp.ones((1, 64, 64))
+        for i in range(6):
+            x = step(x, mask[None])
+            step(x, data[i])  # a slice of a dataset: new data at every call
+    ups = _uploads(r)
+    assert [t.bytes for t in ups] == [16_384] * 12
+    assert len({t.buf for t in ups[0::2]}) == 1 and len({t.buf for t in ups[1::2]}) == 6
+
+
 def test_two_numpy_arguments_of_one_shape_are_not_guessed():
     from jax._src.literals import TypedNdArray
 
@@ -104,10 +119,16 @@ def test_two_numpy_arguments_of_one_shape_are_not_guessed():
     assert view is not a and users_array(view, (a, b), {}) is a  # the viewed one, by identity
     copy = TypedNdArray(a.astype(np.float16))
     assert users_array(copy, (a,), {}) is a  # converted: the one argument of its shape
-    assert users_array(copy, (a, b), {}) is copy  # two candidates: no guess
+    assert users_array(copy, (a, b), {}) is copy.base  # two candidates: no guess (the copy's own)
     assert users_array(copy, (), {"x": a}) is a
     scalar = TypedNdArray(np.asarray(2.0, np.float32))
-    assert users_array(scalar, (np.array(2.0, np.float32),), {}) is scalar  # 0-d: JAX makes those from scalars
+    assert users_array(scalar, (np.array(2.0, np.float32),), {}) is scalar.base  # 0-d: JAX makes those from scalars
+    # a whole view (a new object at every call) is the array it views; a slice is not the whole
+    for view in (a[None], a.T, a.reshape(16), TypedNdArray(a[None])):
+        assert users_array(view, (view,), {}) is a
+    data = np.zeros((16, 4))
+    for part in (data[2:6], data[::-1], data[:, 0]):
+        assert users_array(part, (part,), {}) is part
 
 
 def test_identity_is_object_and_content_never_the_address_alone():

@@ -123,20 +123,34 @@ def data_id(rec, a, fn=None, args=(), kwargs=None) -> int:
 
 
 def users_array(a: np.ndarray, args, kwargs) -> np.ndarray:
-    """The user's array behind host data ``a`` that JAX made for a dispatch. ``jnp.asarray(mask)``
-    and ``jnp.array(mask)`` hand their dispatch a ``TypedNdArray``: a view of ``mask``, or a
-    converted copy of it (float64 without x64), a new object at every call; taken as itself, the
-    same mask uploaded at every step read as a loader's new batch (an info where a warning was
-    due). So: the viewed array where it is among the call's arguments, else the call's one NumPy
-    argument of that shape (not for a 0-d value: JAX makes those from Python scalars too)."""
+    """The array whose upload ``a`` is, for its identity. A view of a whole array is that array:
+    ``step(x, mask[None])`` (or ``mask.T``) makes a new view object at every call, and
+    ``jnp.asarray(mask)`` hands its dispatch JAX's ``TypedNdArray`` view of ``mask``; taken as
+    themselves, the same mask uploaded at every step read as a loader's new batches (an info
+    where a warning was due; reviews, 2026-12-07). A slice of a dataset (``data[i:i + 32]``) is
+    not the whole array: its own identity. A converted copy JAX made (float64 without x64) is the
+    call's one NumPy argument of its shape (not for a 0-d value: JAX makes those from scalars)."""
+    b = _viewed(a)
     if type(a) is np.ndarray:
-        return a
-    mine = [x for x in (*args, *kwargs.values()) if type(x) is np.ndarray and x.shape == a.shape]
-    base = a.base
-    for x in mine:
-        if x is base:
-            return x
-    return mine[0] if len(mine) == 1 and a.ndim else a
+        return b
+    mine = [x for x in (*args, *kwargs.values()) if type(x) is np.ndarray]
+    if any(_viewed(x) is b for x in mine):
+        return b
+    mine = [x for x in mine if x.shape == a.shape]
+    return _viewed(mine[0]) if len(mine) == 1 and a.ndim else b
+
+
+def _viewed(a: np.ndarray) -> np.ndarray:
+    """The array ``a`` is a whole view of (itself when it is none)."""
+    while isinstance(a.base, np.ndarray) and _whole_view(a, a.base):
+        a = a.base
+    return a
+
+
+def _whole_view(v: np.ndarray, base: np.ndarray) -> bool:
+    """``v`` covers exactly the memory of ``base`` (a reshape, a transpose, an added axis)."""
+    return (v.nbytes == base.nbytes and
+            v.__array_interface__["data"][0] == base.__array_interface__["data"][0])
 
 
 def _describe(rec, a, hid, fn, args, kwargs) -> None:
