@@ -247,3 +247,17 @@ def test_rows_three_uploads_of_one_array_without_a_marker_still_warn(tmp_path):
     assert [(f.severity, f.line, f.count, f.bytes) for f in found] == [("warning", 21, 3, 3 * 16_384)]
     assert found[0].message.startswith("a NumPy argument of jit(step): the same host array was uploaded 3 times")
 
+
+
+def test_one_array_passed_twice_a_call_is_two_uploads_a_call(tmp_path):
+    # step(x, m, m): the guard logs two legs a call; 3 calls are 6 uploads, said as such
+    r = Rows(devices=("cpu:0",))
+    call = r.site(21)
+    for k in range(3):
+        r.op(3 * k + 1, "jit(step)", kind="jit", outs=[k + 1], site=call)
+        for j in (2, 3):
+            r.xfer(3 * k + j, H2D, "host", "cpu:0", 16_384, call, "jit(step) (numpy argument)",
+                   implicit=True, buf=-100, op_seq=3 * k + 1)
+    found = audit_run(r.open(tmp_path / "run"), CFG).findings
+    assert [(f.severity, f.line, f.count, f.bytes) for f in found] == [("warning", 21, 6, 6 * 16_384)]
+    assert "the same host array was uploaded 6 times in 3 calls at" in found[0].message

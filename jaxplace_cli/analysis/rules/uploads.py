@@ -37,8 +37,8 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
     for r in rows:
         calls[r[5]].add(r[6] or -r[0])
     info = q.host_data(run.store)
-    groups = defaultdict(lambda: {"calls": {}, "sizes": defaultdict(int), "bytes": 0, "ids": set(),
-                                  "devs": set()})
+    groups = defaultdict(lambda: {"calls": {}, "bytes": 0, "ids": set(),
+                                  "devs": set(), "legs": []})
     events = []
     for seq, sid, api, nbytes, dst, buf, op_seq in rows:
         again = len(calls[buf]) > 1
@@ -49,8 +49,8 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
             key = ("new", sid, api)
         g = groups[key]
         g["calls"].setdefault(op_seq or -seq, seq)
-        g["sizes"][op_seq or -seq] += max(nbytes, 0)
         g["bytes"] += max(nbytes, 0)
+        g["legs"].append((seq, max(nbytes, 0)))  # step(x, m, m) uploads m twice a call (the guard logs both)
         g["ids"].add(buf)
         g["devs"].add(dst)
         events.append((seq, sid, ("upload", api, nbytes), key))
@@ -62,8 +62,8 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
         n = len(g["calls"])
         if n < cfg.loop_threshold or ran[key] < cfg.loop_threshold:
             continue
-        order = sorted(g["calls"].items(), key=lambda kv: kv[1])
-        ps = per_step([seq for _, seq in order], steps, [g["sizes"][c] for c, _ in order])
+        legs = sorted(g["legs"])  # per step: the uploads, as the guard counts them
+        ps = per_step([seq for seq, _ in legs], steps, [nb for _, nb in legs])
         if key[0] == "again":
             out.append(_again(key, g, n, ps, sites, info))
         else:
@@ -84,12 +84,14 @@ def _again(key, g, n, ps, sites, info) -> Finding:
         at = f", made at {made_at}"
         rel.append(related(sites, made, "the array is made here"))
     how = _per_step(ps)
+    u = len(g["legs"])
+    calls = f" in {n} calls" if u != n else ""
     if k == 1:
-        msg = (f"{named}: the same {what}host array{at} was uploaded {n} times at {short(file, line)} "
+        msg = (f"{named}: the same {what}host array{at} was uploaded {u} times{calls} at {short(file, line)} "
                f"({human_bytes(b)} in all{how}); JAX cannot keep a NumPy array on a device, so "
                "every call copies it again")
     else:
-        msg = (f"{named}: {k} host arrays{at}, each uploaded more than once, made {n} uploads at "
+        msg = (f"{named}: {k} host arrays{at}, each uploaded more than once, made {u} uploads{calls} at "
                f"{short(file, line)} ({human_bytes(b)} in all{how}); every call copies its array again")
     name = var or arg
     if name and k == 1:
@@ -97,7 +99,7 @@ def _again(key, g, n, ps, sites, info) -> Finding:
                + ", and pass that: every call then reads it on the device")
     else:
         fix = "jax.device_put the data once before the loop and pass the device array to the call"
-    return Finding("implicit-h2d-in-loop", WARNING, msg, file, line, n, b, fix=fix, related=rel,
+    return Finding("implicit-h2d-in-loop", WARNING, msg, file, line, u, b, fix=fix, related=rel,
                    devices=sorted(g["devs"]), per_step=ps)
 
 
@@ -108,12 +110,14 @@ def _loader(key, g, n, ps, sites, waits) -> Finding:
     how = _per_step(ps)
     wait = waits.get(id(g), 0)
     spent = f"; each call took {wait / 1e6:.2f} ms of host time (median), upload included" if wait else ""
+    u = len(g["legs"])
+    calls = f" in {n} calls" if u != n else ""
     return Finding(
         "implicit-h2d-in-loop", INFO,
-        f"{op_of(api)}: new host data at every call, {n} uploads of {len(g['ids'])} different arrays at "
+        f"{op_of(api)}: new host data at every call, {u} uploads of {len(g['ids'])} different arrays{calls} at "
         f"{short(file, line)} ({human_bytes(b)}, {human_bytes(b // n)} per call{how}{spent}); a data "
         "loader's batches must be uploaded, so this is no mistake",
-        file, line, n, b,
+        file, line, u, b,
         fix="to hide the upload, prefetch: jax.device_put the next batch while this step runs "
             "(a background thread, or flax.jax_utils.prefetch_to_device)",
         devices=sorted(g["devs"]), per_step=ps)
