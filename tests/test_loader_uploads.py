@@ -261,3 +261,28 @@ def test_one_array_passed_twice_a_call_is_two_uploads_a_call(tmp_path):
     found = audit_run(r.open(tmp_path / "run"), CFG).findings
     assert [(f.severity, f.line, f.count, f.bytes) for f in found] == [("warning", 21, 6, 6 * 16_384)]
     assert "the same host array was uploaded 6 times in 3 calls at" in found[0].message
+
+
+CONSTS = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+consts = {"mask": np.ones((64, 64), np.float32), "bias": np.zeros((64, 64), np.float32)}
+step = jax.jit(lambda x, c: x * c["mask"] + c["bias"])
+x = jnp.ones((64, 64))
+for _ in range(6):
+    x = step(x, consts)  # line 8: two constant arrays in the caller's dict, 12 uploads
+print(float(x.sum()))
+"""
+
+
+def test_constant_arrays_in_a_dict_are_one_finding_fixed_by_the_caller_s_name(tmp_path):
+    script = tmp_path / "consts.py"
+    script.write_text(CONSTS)
+    proc = jaxplace("run", "--devices", 1, "--no-trace", "--quiet", "--out", tmp_path / "run", script)
+    assert proc.returncode == 0, proc.stderr
+    (f,) = audit_json(tmp_path / "run")["findings"]
+    assert (f["rule"], f["severity"], f["line"], f["count"], f["bytes"]) == ("implicit-h2d-in-loop", "warning", 8, 12,
+                                                                            12 * 16_384)
+    assert "2 host arrays, made at consts.py:4" in f["message"] and "12 uploads in 6 calls" in f["message"]
+    assert f["fix"].startswith("consts = jax.device_put(consts) once, before the loop (after consts.py:4)")

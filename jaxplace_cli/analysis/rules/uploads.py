@@ -44,7 +44,7 @@ def known_data_findings(run, cfg, rows, steps, executions) -> list[Finding]:
         again = len(calls[buf]) > 1
         if again:
             d = info.get(buf)
-            key = ("again", sid, api) + ((d.arg, d.var, d.made) if d else ("", "", 0))
+            key = ("again", sid, api) + (_named(d) if d else ("", "", 0))
         else:
             key = ("new", sid, api)
         g = groups[key]
@@ -93,14 +93,31 @@ def _again(key, g, n, ps, sites, info) -> Finding:
     else:
         msg = (f"{named}: {k} host arrays{at}, each uploaded more than once, made {u} uploads{calls} at "
                f"{short(file, line)} ({human_bytes(b)} in all{how}); every call copies its array again")
-    name = var or arg
-    if name and k == 1:
+    name = _root(var) or (arg if k == 1 else "")  # consts['bias'] -> consts: device_put takes the whole tree
+    if name:
         fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made else "")
                + ", and pass that: every call then reads it on the device")
     else:
         fix = "jax.device_put the data once before the loop and pass the device array to the call"
     return Finding("implicit-h2d-in-loop", WARNING, msg, file, line, u, b, fix=fix, related=rel,
                    devices=sorted(g["devs"]), per_step=ps)
+
+
+def _named(d) -> tuple:
+    """(argument, variable, made) a group of the same arrays again is named by: a leaf of a
+    container the caller holds (``consts['bias']`` of ``step(x, consts)``) by the container, so
+    its leaves are one finding with one fix (a review saw one per leaf, each fixing ``c['bias']``:
+    the callee's name)."""
+    root = _root(d.var)
+    if root and root != d.var:
+        return (_root(d.arg) or d.arg, root, d.made)
+    return (d.arg, d.var, d.made)
+
+
+def _root(var: str) -> str:
+    """The caller's variable of ``var`` (``consts`` of ``consts['bias']``); "" if none."""
+    root = var.split("[", 1)[0].split(".", 1)[0]
+    return root if root.isidentifier() else ""
 
 
 def _loader(key, g, n, ps, sites, waits) -> Finding:

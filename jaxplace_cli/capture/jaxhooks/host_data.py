@@ -158,7 +158,11 @@ def _describe(rec, a, hid, fn, args, kwargs) -> None:
     var, made = "", 0
     if user is not None:
         var, scope = variable_of(user, a)
-        line = made_line(user, var, scope) if var else 0
+        root = var
+        if not var:  # a leaf of a container the caller holds: consts['bias'] of step(x, consts)
+            root, scope, path = _container_of(user, a, args, kwargs or {})
+            var = root + path if root else ""
+        line = made_line(user, root, scope) if root else 0
         if line:
             made = rec._intern_site(("host data", id(user.f_code), line), _At(user.f_code, line))
     doc = {"id": hid, "arg": argument_name(fn, args, kwargs, a), "var": var, "made": made,
@@ -212,6 +216,18 @@ def _path_in(x, a):
             if leaf is a:
                 return keystr(path)
     return None
+
+
+def _container_of(frame, a, args, kwargs) -> tuple[str, str, str]:
+    """(the caller's name for the argument that holds ``a``, its scope, ``a``'s path in it:
+    ``['bias']``), or ("", "", "")."""
+    for x in (*args, *kwargs.values()):
+        path = _path_in(x, a)
+        if path:
+            name, scope = variable_of(frame, x)
+            if name:
+                return name, scope, path
+    return "", "", ""
 
 
 def variable_of(frame, a) -> tuple[str, str]:
