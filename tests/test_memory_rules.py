@@ -46,7 +46,11 @@ def test_memory_growth_names_the_line_that_keeps_allocating(tmp_path):
     (f,) = findings(m, memory_growth)
     assert (f.rule, f.severity, f.line, f.bytes, f.devices) == ("memory-growth", "warning", line("L-leak"),
                                                                 256 * KiB, ["cpu:0"])
-    assert f.message.startswith("live device memory on cpu:0 grew at every one of ")
+    # per step 256 KiB, and the count the increases between step ends that make up the total
+    n = f.count
+    assert f.message.startswith(f"live device memory on cpu:0 grew in each of {n} consecutive steady-state steps ")
+    start, end = f.message.split("per step, ")[1].split(")")[0].split(" -> ")
+    assert n >= 2 and abs(_kib(end) - _kib(start) - n * 256) < 64  # human_bytes rounds MiB to 0.1
     del kept
 
 
@@ -93,3 +97,8 @@ def test_clean_sample_scripts_have_no_memory_findings(case, sample_run):
     doc = json.loads(proc.stdout)
     assert "memory" in doc
     assert [f["message"] for f in doc["findings"] if f["rule"] in MEMORY_RULES] == []
+
+
+def _kib(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"KiB": 1, "MiB": 1024}[unit]

@@ -56,10 +56,11 @@ def memory_growth(run, cfg) -> list[Finding]:
         gain = int(per_step)
         out.append(Finding(
             "memory-growth", WARNING,
-            f"live device memory on {dev} grew at every one of {len(ends)} steady-state steps "
+            # measured at step ends: 7 steps are 6 increases (a review read "every one of 7")
+            f"live device memory on {dev} grew in each of {len(ends) - 1} consecutive steady-state steps "
             f"(+{human_bytes(gain)} per step, {human_bytes(ends[0])} -> {human_bytes(ends[-1])}); "
             f"arrays made at {short(file, line)} stay live",
-            file, line, count=len(ends), bytes=gain,
+            file, line, count=len(ends) - 1, bytes=gain,
             fix="drop references to per-step results (a list that collects them, a cache keyed "
                 "by step) or keep only what the next step needs",
             devices=[dev]))
