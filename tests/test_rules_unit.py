@@ -179,6 +179,33 @@ def test_uncommitted_copy_counts_copies_of_one_array(tmp_path):
                                 "over 3 steps) (192.0 KiB) at train.py:9;")
 
 
+def test_uncommitted_copy_of_a_new_array_each_step(tmp_path):
+    # a batch made on the default device (cpu:0, uncommitted) at line 5 every step and passed to a
+    # step committed to cpu:1 at line 9: each array is copied once, 4 arrays, 4 copies of 64 KiB
+    r = Rows()
+    made, use = r.site(5), r.site(9)
+    for k in range(4):
+        seq = 10 * (k + 1)
+        r.op(seq, "random.normal", kind="jnp", outs=[100 + k], site=made)
+        r.buf(100 + k, seq, "cpu:0", "128x128", "float32", 65536, committed=False, site=made)
+        r.xfer(seq + 1, D2D, "cpu:0", "cpu:1", 65536, use, "jit(step) (uncommitted input)", implicit=True,
+               buf=100 + k, op_seq=seq + 2)
+        r.op(seq + 2, "step", "cpu:1", "jit", ins=[100 + k], outs=[200 + k], site=use)
+    (f,) = uncommitted_copy(r.open(tmp_path / "run"), CFG)
+    assert (f.rule, f.severity, f.line, f.count, f.bytes) == ("uncommitted-copy", "warning", 9, 4, 4 * 65536)
+    assert f.message.startswith("4 uncommitted 128x128 float32 arrays created at train.py:5 (a new one each time) "
+                                "were each made on cpu:0 and copied to cpu:1: 4 copies")
+    assert f.fix.startswith("make them on cpu:1")
+    # two such arrays (under loop_threshold, 3): a line that did not repeat, no finding
+    r2 = Rows()
+    made, use = r2.site(5), r2.site(9)
+    for k in range(2):
+        r2.buf(100 + k, 10 * k + 1, "cpu:0", "128x128", "float32", 65536, committed=False, site=made)
+        r2.xfer(10 * k + 2, D2D, "cpu:0", "cpu:1", 65536, use, "jit(step) (uncommitted input)", implicit=True,
+                buf=100 + k, op_seq=10 * k + 3)
+    assert uncommitted_copy(r2.open(tmp_path / "run2"), CFG) == []
+
+
 def test_fwd_bwd_split_counts_residuals_read_across_devices(tmp_path):
     r = Rows()
     put, fwd, cot, bwd, move = r.site(3), r.site(4), r.site(6), r.site(7), r.site(8)

@@ -156,15 +156,16 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
         g["seqs"].append(seq)
         g["bytes"] += max(nbytes, 0)
         g["sites"][sid] += 1
-    repeated = {k: g for k, g in per_buf.items() if len(g["seqs"]) >= cfg.uncommitted_threshold}
-    if not repeated:
+    repeated = {k for k, g in per_buf.items() if len(g["seqs"]) >= cfg.uncommitted_threshold}
+    if not repeated and len(per_buf) < cfg.loop_threshold:
         return []
-    wanted = {k[0] for k in repeated}
+    wanted = {k[0] for k in per_buf}
     created = {b.buf: b for b in run.store.buffers() if b.buf in wanted}
     groups = defaultdict(lambda: {"bufs": [], "seqs": [], "bytes": 0, "sites": defaultdict(int)})
-    for (buf, src, dst), g in repeated.items():
+    for (buf, src, dst), g in per_buf.items():
         o = created.get(buf)
-        key = (o.site, o.shape, o.dtype) if o is not None else (0, "", "")
+        key = ("again" if (buf, src, dst) in repeated else "anew",) + (
+            (o.site, o.shape, o.dtype) if o is not None else (0, "", ""))
         agg = groups[key + (src, dst)]
         agg["bufs"].append(buf)
         agg["seqs"].extend(g["seqs"])
@@ -173,10 +174,12 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
             agg["sites"][sid] += c
     steps = detect_steps(run)
     out = []
-    for (osite, shape, dtype, src, dst), g in groups.items():
-        if g["bytes"] < cfg.min_bytes:
-            continue
+    for (kind, osite, shape, dtype, src, dst), g in groups.items():
         n, n_arr = len(g["seqs"]), len(g["bufs"])
+        # anew: one copy each, but a new array from one line every time (a batch made on the default
+        # device for a step committed elsewhere): a copy per iteration all the same (a review's find)
+        if g["bytes"] < cfg.min_bytes or (kind == "anew" and (not osite or n_arr < cfg.loop_threshold)):
+            continue
         top = sorted(g["sites"].items(), key=lambda kv: (-kv[1], kv[0]))
         file, line, _ = site_of(sites, top[0][0])
         rel = [related(sites, s, f"copied to {dst} here {c} times") for s, c in top]
@@ -192,14 +195,17 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
         how = f" ({per_step_text(ps)})" if per_step_text(ps) else ""
         where = ", ".join(short(*site_of(sites, s)[:2]) + (f" x{c}" if len(top) > 1 else "")
                           for s, c in top)
-        out.append(Finding(
-            "uncommitted-copy", WARNING,
-            f"{what} copied from {src} to {dst} again and again: {n} copies{how} "
-            f"({human_bytes(g['bytes'])}) at {where}; the array never moves, so every use "
-            "copies it again",
-            file, line, n, g["bytes"],
-            fix=f"jax.device_put it to {dst} once, where it is created: that commits it there, "
-                "and every later use reads it in place",
-            related=rel, devices=[src, dst], per_step=ps))
+        if kind == "again":
+            msg = (f"{what} copied from {src} to {dst} again and again: {n} copies{how} "
+                   f"({human_bytes(g['bytes'])}) at {where}; the array never moves, so every use copies it again")
+            fix = (f"jax.device_put it to {dst} once, where it is created: that commits it there, "
+                   "and every later use reads it in place")
+        else:
+            msg = (f"{what} made on {src} and copied to {dst}: {n} copies{how} ({human_bytes(g['bytes'])}) "
+                   f"at {where}; each is made on the default device and moved for the call")
+            fix = (f"make them on {dst}: from inputs already there (a PRNG key or data put on {dst} once), "
+                   f"or inside `with jax.default_device(...)` for {dst}")
+        out.append(Finding("uncommitted-copy", WARNING, msg, file, line, n, g["bytes"], fix=fix,
+                           related=rel, devices=[src, dst], per_step=ps))
     out.sort(key=lambda f: -f.bytes)
     return out
