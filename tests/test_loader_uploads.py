@@ -19,7 +19,7 @@ from inprocess import recorded
 from test_rules_unit import CFG, Rows
 
 from jaxplace_cli.analysis import audit_run
-from jaxplace_cli.model.events import H2D, MARKER_HOST_DATA
+from jaxplace_cli.model.events import H2D, MARKER_HOST_DATA, MARKER_HOST_PUT
 
 # The walkthrough's training script: 20 steps, a new (32, 64) float32 batch each (8 KiB), and a
 # (64, 64) float32 mask (16 KiB) made once on line 6 and passed to the jitted step on line 21.
@@ -286,3 +286,47 @@ def test_constant_arrays_in_a_dict_are_one_finding_fixed_by_the_caller_s_name(tm
                                                                             12 * 16_384)
     assert "2 host arrays, made at consts.py:4" in f["message"] and "12 uploads in 6 calls" in f["message"]
     assert f["fix"].startswith("consts = jax.device_put(consts) once, before the loop (after consts.py:4)")
+
+
+PUTS = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+mask = np.tril(np.ones((64, 64), np.float32))
+rng = np.random.default_rng(0)
+step = jax.jit(lambda x, m: x * m)
+x = jnp.ones((64, 64))
+{prepare}for _ in range(6):
+    x = step(x, {mask})  # line 9: the mask put on the device at every step
+    b = jax.device_put(rng.normal(size=(64, 64)).astype(np.float32))  # line 10: a loader's new batches
+print(float(x.sum()))
+"""
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_the_same_array_put_in_a_loop_is_a_finding_and_a_loader_s_puts_are_not(tmp_path, clean):
+    script = tmp_path / "puts.py"
+    script.write_text(PUTS.format(prepare="mask = jax.device_put(mask)\n" if clean else "",
+                                  mask="mask" if clean else "jax.device_put(mask)"))
+    proc = jaxplace("run", "--devices", 1, "--no-trace", "--quiet", "--out", tmp_path / "run", script)
+    assert proc.returncode == 0, proc.stderr
+    found = audit_json(tmp_path / "run")["findings"]
+    if clean:  # put once, before the loop (the line moved to 10): nothing to act on
+        assert found == []
+        return
+    (f,) = found
+    assert (f["rule"], f["severity"], f["line"], f["count"], f["bytes"]) == ("repeated-put", "warning", 9, 6, 6 * 16_384)
+    assert "the same float32[64,64] host array, made at puts.py:4," in f["message"]
+    assert f["fix"].startswith("mask = jax.device_put(mask) once, before the loop (after puts.py:4)")
+
+
+@pytest.mark.parametrize("value", ['{"op": 3}', '{"op": 3, "ids": [4]}', '{"op": true, "ids": [-1]}', "[1, 2]", "{"])
+def test_a_damaged_host_put_marker_is_one_line_exit_2(tmp_path, value):
+    r = _three_uploads_of_one_array()
+    for k in range(3):
+        r.marker(20 + k, MARKER_HOST_PUT, json.dumps({"op": 2 * k + 1, "ids": [-100]}))
+    r.marker(30, MARKER_HOST_PUT, value)
+    run = r.open(tmp_path / "run")
+    proc = cli("audit", tmp_path / "run")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "host_put marker" in proc.stderr
+    run.store.close()

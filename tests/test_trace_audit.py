@@ -180,7 +180,7 @@ def test_no_transfer_fixture_reports_zero(report):
 def test_trace_says_which_rules_need_a_run(report):
     r = report("mi355_attn")
     assert set(r["rules"]["unsupported"]) == {
-        "pingpong", "host-sync-in-loop", "implicit-h2d-in-loop", "uncommitted-copy",
+        "pingpong", "host-sync-in-loop", "implicit-h2d-in-loop", "repeated-put", "uncommitted-copy",
         "incompatible-devices", "fwd-bwd-split", "recompile", "policy-fallback"}
     assert all(v.startswith("needs a jaxplace run") for v in r["rules"]["unsupported"].values())
     assert r["rules"]["checked"] == ["imbalance", "idle-device", "host-offload"]

@@ -110,7 +110,8 @@ def audit_run(run: RunData, cfg: RuleConfig, select=None, ignore=None, top_sites
     findings = run_rules(run, cfg, select, ignore)
     memory, steps = report_of(run)  # the steps, computed once for the memory rules and here
     step_transfers = per_step_transfers(run, steps)
-    chosen = [r for r in selected(select, ignore) if memory is not None or r not in MEMORY_RULES]
+    chosen = [r for r in selected(select, ignore) if (memory is not None or r not in MEMORY_RULES)
+              and (getattr(run.store, "has_host_puts", False) or r != "repeated-put")]  # older runs: as they were
     return AuditResult("run", str(run.path), run.manifest, summary, findings, notes, steps,
                        step_transfers,
                        rules_checked=[r for r in chosen if r not in NEEDS_TRACE],

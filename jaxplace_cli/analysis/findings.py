@@ -17,6 +17,7 @@ from jaxplace_cli.analysis.rules.pingpong import pingpong
 from jaxplace_cli.analysis.rules.placement import policy_fallback
 from jaxplace_cli.analysis.rules.recompile import recompile
 from jaxplace_cli.analysis.rules.transfers import host_sync_in_loop, implicit_h2d_in_loop, uncommitted_copy
+from jaxplace_cli.analysis.rules.uploads import repeated_put
 
 
 def host_offload(run, cfg) -> list[Finding]:
@@ -30,6 +31,7 @@ RULES = {
     "pingpong": pingpong,
     "host-sync-in-loop": host_sync_in_loop,
     "implicit-h2d-in-loop": implicit_h2d_in_loop,
+    "repeated-put": repeated_put,
     "uncommitted-copy": uncommitted_copy,
     "incompatible-devices": incompatible_devices,
     "fwd-bwd-split": fwd_bwd_split,
@@ -58,6 +60,9 @@ RULE_DOCS = {
     "implicit-h2d-in-loop": ("Host data uploaded implicitly in a loop",
                              "NumPy or Python data passed to a JAX call at one line, call after call: "
                              "each call uploads it again."),
+    "repeated-put": ("The same host array put on a device in a loop",
+                     "jax.device_put of the same NumPy array at one line, call after call: each put "
+                     "copies it again, where one put before the loop would do."),
     "uncommitted-copy": ("Uncommitted array copied again and again",
                          "An uncommitted array used with arrays committed to another device is "
                          "copied there on every use; it never moves."),
@@ -101,6 +106,7 @@ NEEDS_RUN = {
     "pingpong": "buffer identities along the data flow",
     "host-sync-in-loop": "the user's source line of each device-to-host read",
     "implicit-h2d-in-loop": "which uploads were implicit (numpy arguments) and their lines",
+    "repeated-put": "which host array each jax.device_put carried",
     "uncommitted-copy": "buffer identities and committed/uncommitted state",
     "incompatible-devices": "the failing call and its arguments' origins",
     "fwd-bwd-split": "forward/backward ops linked by buffer identities",

@@ -33,7 +33,7 @@ COMPILES_CAP = 5_000
 SOURCE_MAX_BYTES = 5 * 2**20  # a source file read for its line must be a .py file at most this big
 
 # Rules whose moments are transfers (the rest point at ops: compiles, fwd/bwd, failed calls).
-TRANSFER_RULES = {"pingpong", "host-sync-in-loop", "implicit-h2d-in-loop", "uncommitted-copy"}
+TRANSFER_RULES = {"pingpong", "host-sync-in-loop", "implicit-h2d-in-loop", "repeated-put", "uncommitted-copy"}
 
 
 @dataclass

@@ -170,6 +170,9 @@ MARKER_MEMORY_STATS = "memory_stats"  # value: JSON {device: [bytes_in_use, peak
 # Host data uploaded again (issue 26): value is JSON written by capture/jaxhooks/host_data.py,
 # {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its h2d transfers.
 MARKER_HOST_DATA = "host_data"
+# An explicit ``jax.device_put`` of NumPy data (the repeated-put rule): value is JSON {op, ids}, the put's
+# op seq and the host identities it uploaded (capture/jaxhooks/uploads.py; host_data.py's ids).
+MARKER_HOST_PUT = "host_put"
 # The source text of a site's line (issue 26, ``diff``): value is JSON ``[site id, text]``,
 # written by capture/recorder.py when the site is first seen; seq 0.
 MARKER_SITE_TEXT = "site-text"

@@ -123,6 +123,7 @@ class StoreReader:
             raise StoreError(f"{self.path} is not a jaxplace events database (no table {not_tables[0]!r})")
         # the memory tables (issue 27) are checked where they exist: older runs lack them
         self.has_memory = all(kinds.get(t) == "table" for t in MEMORY_TABLES)
+        self.has_host_puts = meta.get("host_puts") == "1"  # explicit puts' identities (store/writer.py)
         self.has_stacks = all(kinds.get(t) == "table" for t in STACK_TABLES)  # issue 28, as memory
         self._tables = {**TABLES, **(MEMORY_TABLES if self.has_memory else {}),
                         **(STACK_TABLES if self.has_stacks else {})}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from jaxplace_cli.model.errors import DataError
-from jaxplace_cli.model.events import H2D, MARKER_HOST_DATA
+from jaxplace_cli.model.events import H2D, MARKER_HOST_DATA, MARKER_HOST_PUT
 from jaxplace_cli.model.untrusted import parse_value
 
 
@@ -60,3 +60,30 @@ def host_data(store) -> dict[int, HostData]:
         out[doc["id"]] = HostData(doc["id"], doc["arg"][:200], doc["var"][:200], doc["made"],
                                   tuple(doc["shape"][:32]), doc["dtype"][:40])
     return out
+
+
+def host_puts(store) -> dict[int, tuple[int, ...]]:
+    """op seq -> the host identities (< 0) an explicit ``device_put`` uploaded (``host_put``
+    markers); a marker jaxplace could not have written is ``DataError``."""
+    out = {}
+    for seq, value in store.conn.execute(
+            "SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (MARKER_HOST_PUT,)):
+        try:
+            doc = parse_value(value) if isinstance(value, str) and len(value) < 100_000 else None
+        except ValueError:
+            doc = None
+        ids = doc.get("ids") if isinstance(doc, dict) else None
+        if (not isinstance(doc.get("op") if isinstance(doc, dict) else None, int) or isinstance(doc["op"], bool)
+                or not isinstance(ids, list) or not ids
+                or not all(isinstance(i, int) and not isinstance(i, bool) and i < 0 for i in ids)):
+            raise DataError(f"markers: the host_put marker at seq {seq} is damaged (not a JSON object "
+                            "with the fields jaxplace writes); the events store was altered")
+        out[doc["op"]] = tuple(ids[:1000])
+    return out
+
+
+def explicit_uploads(store, first: int, last: int) -> list[tuple[int, int, int, int, str]]:
+    """``[(op_seq, seq, site, bytes, dst)]`` of the explicit host-to-device transfers of the ops
+    from seq ``first`` to ``last``, in seq order."""
+    return store.conn.execute("SELECT op_seq, seq, site, bytes, dst FROM transfers WHERE kind = ? AND implicit = 0 "
+                              "AND op_seq >= ? AND op_seq <= ? ORDER BY seq", (H2D, first, last)).fetchall()

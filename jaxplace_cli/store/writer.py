@@ -94,7 +94,9 @@ class StoreWriter:
         self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.conn.executemany(
             "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-            [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION))],
+            # host_puts: the capture gives explicit puts of NumPy data their identities (the
+            # repeated-put rule); a store without it was written before, and that rule is not listed
+            [("magic", MAGIC), ("schema_version", str(SCHEMA_VERSION)), ("host_puts", "1")],
         )
         self.conn.execute(PROGRESS_SQL)
         self.conn.execute("COMMIT")

@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict
 
 from jaxplace_cli.analysis.rules.base import INFO, WARNING, Finding, per_step, per_step_text, related, short, site_of
+from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.store import uploads as q
 
@@ -166,3 +167,52 @@ def split_rows(rows) -> tuple[list, list]:
     return known, rest
 
 
+
+
+def repeated_put(run, cfg) -> list[Finding]:
+    """``jax.device_put`` of the same host array, call after call at one line (``step(x,
+    jax.device_put(mask))`` in a loop): every put copies it again. The capture gives each put
+    of NumPy data its host arrays' identities (a ``host_put`` marker); a loader's puts carry a
+    new array each time and are no finding (prefetching them is the fix for their wait)."""
+    puts = q.host_puts(run.store)
+    if len(puts) < cfg.loop_threshold:
+        return []
+    legs = defaultdict(list)  # op seq -> [(seq, site, bytes, dst)]
+    for op_seq, seq, sid, nbytes, dst in q.explicit_uploads(run.store, min(puts), max(puts)):
+        if op_seq in puts:
+            legs[op_seq].append((seq, sid, max(nbytes, 0), dst))
+    groups = defaultdict(list)  # (site, ids) -> op seqs
+    for op_seq, ids in puts.items():
+        if legs[op_seq]:
+            groups[(legs[op_seq][0][1], tuple(sorted(set(ids))))].append(op_seq)
+    info = q.host_data(run.store)
+    steps = None
+    sites = run.store.sites()
+    out = []
+    for (sid, ids), calls in groups.items():
+        mine = sorted(leg for c in calls for leg in legs[c])
+        b = sum(nb for _, _, nb, _ in mine)
+        if len(calls) < cfg.loop_threshold or b < cfg.min_bytes * len(calls):
+            continue
+        if steps is None:
+            steps = detect_steps(run)
+        ps = per_step([seq for seq, _, _, _ in mine], steps, [nb for _, _, nb, _ in mine])
+        file, line, _ = site_of(sites, sid)
+        d = info.get(ids[0]) if len(ids) == 1 else None
+        what = f"{d.dtype}[{','.join(map(str, d.shape))}] " if d else ""
+        rel, at, made_at = [], "", ""
+        if d and d.made:
+            made_at = short(*site_of(sites, d.made)[:2])
+            at = f", made at {made_at},"
+            rel.append(related(sites, d.made, "the array is made here"))
+        arrays = f"the same {what}host array{at}" if len(ids) == 1 else f"the same {len(ids)} host arrays"
+        name = _root(d.var) if d else ""
+        fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made_at else "")
+               + ", and use that: every call then reads it on the device" if name else
+               "jax.device_put the data once, before the loop, and reuse the device array")
+        out.append(Finding(
+            "repeated-put", WARNING,
+            f"jax.device_put put {arrays} on the device {len(calls)} times at {short(file, line)} "
+            f"({human_bytes(b)} in all{_per_step(ps)}); it does not change, so every put copies it again",
+            file, line, len(mine), b, fix=fix, related=rel, devices=sorted({dst for *_, dst in mine}), per_step=ps))
+    return out

@@ -22,6 +22,7 @@ calling JAX's internals) is recorded on its own, at the user's line.
 """
 from __future__ import annotations
 
+import json
 import sys
 from threading import get_ident as _thread_ident
 from time import perf_counter_ns
@@ -39,8 +40,19 @@ from jaxplace_cli.capture.jaxhooks.common import (
     is_recording,
     recording_failed,
 )
+from jaxplace_cli.capture.jaxhooks.host_data import data_id
 from jaxplace_cli.capture.jaxhooks.state import active, endpoint_label, label, sharding_label, tls, wraps
-from jaxplace_cli.model.events import D2D, D2H, H2D, HOST, OP_DEVICE_PUT, OpEvent, TransferEvent, device_group_label
+from jaxplace_cli.model.events import (
+    D2D,
+    D2H,
+    H2D,
+    HOST,
+    MARKER_HOST_PUT,
+    OP_DEVICE_PUT,
+    OpEvent,
+    TransferEvent,
+    device_group_label,
+)
 
 _Array = jax.Array
 
@@ -308,6 +320,8 @@ def _record_put(rec, name, api, args, data_arg, out, legs, site, seq, t0, t1) ->
                 groups += extra
                 made.update({id(g): o for g in extra})
     _emit(rec, groups, made, api, site, seq, t0, through_host)
+    if name == "device_put":
+        _host_put(rec, seq, ins, args)
     in_bufs = [rec.buffer_id(i, sharding_label(i.sharding), getattr(i, "_committed", True), site, seq)
                if isinstance(i, _Array) else 0 for i in ins]
     out_bufs, devs = [], []
@@ -322,6 +336,16 @@ def _record_put(rec, name, api, args, data_arg, out, legs, site, seq, t0, t1) ->
                            ",".join(map(str, out_bufs)), "", False, ""))
     if active.on_dispatch is not None:
         active.on_dispatch()
+
+
+def _host_put(rec, seq, ins, args) -> None:
+    """The host arrays an explicit ``device_put`` uploaded, by identity (host_data.py): the same
+    array put on the device again and again in a loop (the repeated-put rule; a review found
+    ``step(x, jax.device_put(mask))`` with no finding). A marker per put of NumPy data."""
+    ids = [data_id(rec, i, None, args, {}) for i in ins if isinstance(i, np.ndarray)]
+    ids = [h for h in ids if h < 0]
+    if ids:
+        rec.marker(MARKER_HOST_PUT, json.dumps({"op": seq, "ids": ids}, separators=(",", ":")))
 
 
 def install(patch, report) -> None:
