@@ -1791,14 +1791,20 @@ static int record_result(Call *c, PyObject *kwargs) {
         if (!r) return -1;
         Py_DECREF(r);
     }
+    if (backlog_check(c->rec) < 0) return -1;
     if (before >= 0) { /* the newest compiled program on its devices: syncs.program */
-        PyObject *b = PyLong_FromLongLong(before);
-        PyObject *r = b ? PyObject_CallFunctionObjArgs(G.program, c->rec, b, NULL) : NULL;
+        PyObject *ids = field(c->rec, K_REC, R_BUF_IDS);
+        long long end = ids ? count_peek(ids) : -1;
+        Py_XDECREF(ids);
+        if (!ids) return -1;
+        PyObject *b = PyLong_FromLongLong(before), *e = PyLong_FromLongLong(end);
+        PyObject *r = b && e ? PyObject_CallFunctionObjArgs(G.program, c->rec, b, e, NULL) : NULL;
         Py_XDECREF(b);
+        Py_XDECREF(e);
         if (!r) return -1;
         Py_DECREF(r);
     }
-    return backlog_check(c->rec);
+    return 0;
 }
 
 /* record_call(spec, fn, args, kwargs, backward=False): dispatch.python_record_call in C.

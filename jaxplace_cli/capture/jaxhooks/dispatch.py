@@ -47,7 +47,7 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
     static_positions,
     tls,
 )
-from jaxplace_cli.capture.memory import is_oom, on_oom
+from jaxplace_cli.capture.memory import is_oom, on_oom, peek_seq
 from jaxplace_cli.capture.recorder import _DTYPE_NAMES, BUF_ATTR, dtype_name
 from jaxplace_cli.model.events import D2D, H2D, HOST, OP_JIT, OpEvent
 
@@ -118,7 +118,7 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
     tls.depth = 0
     tls.op = None
     try:  # a recording failure here must not lose the user's result: counted, said at the end
-        mark = syncs.peek(rec.buf_ids) if spec.kind == OP_JIT else None  # a program (syncs.program)
+        mark = peek_seq(rec.buf_ids) if spec.kind == OP_JIT else None  # a program (syncs.program)
         _after_call(rec, spec, fn, args, kwargs, out, site, seq, t0, t1, placed, backward)
         if mark is not None:
             syncs.program(rec, mark)

@@ -31,6 +31,8 @@ results were ready when ``float()`` ran, at n=8 and n=256 none). On other platfo
 """
 from __future__ import annotations
 
+from jaxplace_cli.capture.memory import peek_seq  # itertools.count's value: its repr (no pickling: gone in 3.14)
+
 
 def dispatched(rec, dev: str, buf: int) -> None:
     """An op (or an upload) made ``buf`` on ``dev``: it is now the newest work there."""
@@ -58,16 +60,15 @@ def read_blocks(rec, arr, dev: str, buf: int, ready: bool | None = None) -> bool
     return True
 
 
-def peek(count) -> int:
-    """The id ``next(count)`` would give (an ``itertools.count``), not drawn."""
-    return count.__reduce__()[1][0]
-
-
-def program(rec, before: int) -> None:
-    """A jit call was dispatched and its rows made; ``before``: the buffer-id counter before
-    them. On each device where it is the newest work (its tail moved), it is the newest program."""
-    end = peek(rec.buf_ids)
-    for dev, first in rec.tail.items():
+def program(rec, before: int, end: int | None = None) -> None:
+    """A jit call was dispatched and its rows made; ``before``/``end``: the buffer-id counter
+    before and after them (``end`` read here when not given: the C path reads both). On each
+    device where it is the newest work (its tail moved), it is the newest program."""
+    if end is None:
+        end = peek_seq(rec.buf_ids)
+    if before < 0 or end < 0:
+        return  # a counter that could not be read: no program noted, as before this model knew them
+    for dev, first in tuple(rec.tail.items()):  # a snapshot: another thread may add a device
         if first >= before:
             rec.progs[dev] = (first, end)
 
