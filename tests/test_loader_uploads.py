@@ -330,3 +330,42 @@ def test_a_damaged_host_put_marker_is_one_line_exit_2(tmp_path, value):
     proc = cli("audit", tmp_path / "run")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "host_put marker" in proc.stderr
     run.store.close()
+
+
+def _markers(r) -> list[dict]:
+    return [json.loads(m.value) for m in r.markers if m.kind == MARKER_HOST_DATA]
+
+
+def test_the_array_is_named_as_the_call_was_given_it():
+    # a review's finds: table (a whole view of a temporary 1-D array) lost its name and shape to
+    # that base; a loader's dict rebuilt at every step named its constant mask by the dict, whose
+    # fix (put the dict once, before the loop) would freeze the data
+    import types
+
+    table = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    held = types.SimpleNamespace(mask=np.tril(np.ones((64, 64), np.float32)))  # no variable of its own
+    rng = np.random.default_rng(0)
+    with recorded() as r:
+        step = jax.jit(lambda x, t: x + t)
+        step_b = jax.jit(lambda w, b: w + (b["x"] * b["mask"]).sum())
+        x, w = jnp.zeros((64, 64)), jnp.zeros(())
+        for _ in range(3):
+            x = step(x, table)
+        for _ in range(3):
+            batch = {"x": rng.random((64, 64), dtype=np.float32), "mask": held.mask}  # a new dict each step
+            w = step_b(w, batch)
+    by_var = {(m["var"], tuple(m["shape"]), m["arg"]) for m in _markers(r)}
+    assert ("table", (64, 64), "t") in by_var
+    assert ("", (64, 64), "b['mask']") in by_var  # not batch['mask']: that dict is made at every step
+    assert all(m["made"] == 0 for m in _markers(r) if m["arg"] == "b['mask']")
+
+
+def test_a_numpy_subclass_is_never_taken_for_another_argument():
+    from jaxplace_cli.capture.jaxhooks.host_data import users_array
+
+    class Sub(np.ndarray):  # a user's subclass (np.memmap is one): its own array, no guess
+        pass
+
+    part = np.zeros((32, 64), np.float32).view(Sub)
+    pos = np.ones((32, 64), np.float32)
+    assert users_array(part, (part, pos), {}) is part.base

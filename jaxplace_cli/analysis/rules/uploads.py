@@ -94,10 +94,13 @@ def _again(key, g, n, ps, sites, info) -> Finding:
     else:
         msg = (f"{named}: {k} host arrays{at}, each uploaded more than once, made {u} uploads{calls} at "
                f"{short(file, line)} ({human_bytes(b)} in all{how}); every call copies its array again")
-    name = _root(var) or (arg if k == 1 else "")  # consts['bias'] -> consts: device_put takes the whole tree
+    name = _root(var) or (arg if k == 1 and _root(arg) == arg else "")  # consts['bias'] -> consts: the whole tree
     if name:
         fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made else "")
                + ", and pass that: every call then reads it on the device")
+    elif arg and k == 1:  # a leaf of a container made anew at every call (a loader's dict): the leaf
+        fix = (f"jax.device_put the array passed as {arg} once, where it is made, and put the device array "
+               "in its place: every call then reads it on the device")
     else:
         fix = "jax.device_put the data once before the loop and pass the device array to the call"
     return Finding("implicit-h2d-in-loop", WARNING, msg, file, line, u, b, fix=fix, related=rel,

@@ -33,7 +33,7 @@ import sys
 import weakref
 
 import numpy as np
-from jax.tree_util import keystr, tree_flatten_with_path
+from jax.tree_util import keystr, tree_flatten_with_path, tree_leaves
 
 from jaxplace_cli.capture.frames import local_items
 from jaxplace_cli.model.events import MARKER_HOST_DATA
@@ -97,7 +97,7 @@ def data_id(rec, a, fn=None, args=(), kwargs=None) -> int:
     if not isinstance(a, np.ndarray):
         return 0
     try:
-        a = users_array(a, args, kwargs or {})
+        given, a = a, users_array(a, args, kwargs or {})  # identity: the array it is (named: as given)
         t = _table
         if t is None or t.rec() is not rec:
             t = _table = _Table(rec)
@@ -107,7 +107,7 @@ def data_id(rec, a, fn=None, args=(), kwargs=None) -> int:
         if e is not None and e[0]() is a and e[1] == fp:
             e[3] += 1
             if e[3] == 2:  # the same data again: say once what it is (cold path)
-                _describe(rec, a, e[2], fn, args, kwargs or {})
+                _describe(rec, a, given, e[2], fn, args, kwargs or {})
             return e[2]
         try:
             ref = _Ref(a, t.gone)
@@ -131,7 +131,7 @@ def users_array(a: np.ndarray, args, kwargs) -> np.ndarray:
     not the whole array: its own identity. A converted copy JAX made (float64 without x64) is the
     call's one NumPy argument of its shape (not for a 0-d value: JAX makes those from scalars)."""
     b = _viewed(a)
-    if type(a) is np.ndarray:
+    if type(a).__name__ != "TypedNdArray":  # the user's own (a plain array, a np.memmap): no guess
         return b
     mine = [x for x in (*args, *kwargs.values()) if type(x) is np.ndarray]
     if any(_viewed(x) is b for x in mine):
@@ -153,20 +153,27 @@ def _whole_view(v: np.ndarray, base: np.ndarray) -> bool:
             v.__array_interface__["data"][0] == base.__array_interface__["data"][0])
 
 
-def _describe(rec, a, hid, fn, args, kwargs) -> None:
+def _describe(rec, a, given, hid, fn, args, kwargs) -> None:
+    """The ``host_data`` marker of identity ``hid``: array ``a``, uploaded as ``given`` (``a``
+    itself, a view of it, JAX's view or copy of it), named as the call's arguments hold it."""
     user, _ = rec.user_frame_and_caller(sys._getframe(2))
+    shown = _as_given(a, given, args, kwargs)  # table = np.arange(n).reshape(..): table, not the 1-D base
     var, made = "", 0
     if user is not None:
-        var, scope = variable_of(user, a)
+        var, scope = variable_of(user, shown)
+        if not var and shown is not a:
+            var, scope = variable_of(user, a)  # step(x, mask[None]): mask
         root = var
         if not var:  # a leaf of a container the caller holds: consts['bias'] of step(x, consts)
-            root, scope, path = _container_of(user, a, args, kwargs or {})
+            root, scope, path = _container_of(user, shown, args, kwargs or {})
             var = root + path if root else ""
         line = made_line(user, root, scope) if root else 0
+        if root and root != var and _in_the_loop(user, line):
+            root, var, line = "", "", 0  # a container rebuilt at every call (a loader's dict): its leaf's path
         if line:
             made = rec._intern_site(("host data", id(user.f_code), line), _At(user.f_code, line))
-    doc = {"id": hid, "arg": argument_name(fn, args, kwargs, a), "var": var, "made": made,
-           "shape": list(a.shape), "dtype": str(a.dtype)}
+    doc = {"id": hid, "arg": argument_name(fn, args, kwargs, shown), "var": var, "made": made,
+           "shape": list(shown.shape), "dtype": str(shown.dtype)}
     rec.marker(MARKER_HOST_DATA, json.dumps(doc, separators=(",", ":")))
 
 
@@ -216,6 +223,28 @@ def _path_in(x, a):
             if leaf is a:
                 return keystr(path)
     return None
+
+
+def _as_given(a, given, args, kwargs):
+    """The object among the call's arguments (leaves included) that is ``given`` or views ``a``
+    whole; ``given`` when none (JAX's own view or copy: no argument is it)."""
+    if type(given) is np.ndarray:
+        return given
+    for x in tree_leaves((args, kwargs)):
+        if isinstance(x, np.ndarray) and (x is given or _viewed(x) is a):
+            return x
+    return given if type(given) is np.ndarray else a
+
+
+def _in_the_loop(frame, line: int) -> bool:
+    """Is ``line`` inside a loop that holds the frame's current line (the call)? Then what it
+    assigns is made again at every iteration."""
+    tree = _TREES.get(frame.f_code.co_filename)
+    if tree is None or not line:
+        return False
+    here = frame.f_lineno
+    return any(isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.lineno <= here <= (n.end_lineno or 0)
+               and n.lineno <= line <= (n.end_lineno or 0) for n in ast.walk(tree))
 
 
 def _container_of(frame, a, args, kwargs) -> tuple[str, str, str]:
