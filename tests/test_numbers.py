@@ -153,7 +153,8 @@ def test_idle_device_counts_what_the_ops_table_counts(tmp_path):
 def test_params_made_on_one_device_and_trained_on_another_leave_no_idle_device(tmp_path):
     """jax.random makes the parameters on cpu:0 (uncommitted), device_put commits them to cpu:1,
     where 10 steps run; cpu:2 and cpu:3 run nothing: serial work, no spread (a review found an
-    idle-device warning here). The same step on cpu:0 and cpu:1 is a spread: the warning stays."""
+    idle-device warning here). The same step on cpu:0 and cpu:1, or a pipeline's two stages
+    computing at the same time, is a spread: the warning stays."""
     def rows(second_device_steps: bool) -> Rows:
         r = Rows(devices=("cpu:0", "cpu:1", "cpu:2", "cpu:3"))
         at = r.site(5)
@@ -171,6 +172,14 @@ def test_params_made_on_one_device_and_trained_on_another_leave_no_idle_device(t
     spread = _json(rows(True).open(tmp_path / "spread").path)
     (f,) = [f for f in spread["findings"] if f["rule"] == "idle-device"]
     assert (f["severity"], f["count"]) == ("warning", 2) and "(cpu:2, cpu:3)" in f["message"]
+    # a two-stage pipeline on cpu:0 and cpu:1 (different ops, computed at the same time): spread
+    r = Rows(devices=("cpu:0", "cpu:1", "cpu:2", "cpu:3"))
+    at = r.site(7)
+    for k in range(10):
+        r.op(2 * k + 1, "jit(stage1)", "cpu:0", "jit", outs=[2 * k + 1], site=at)
+        r.op(2 * k + 2, "jit(stage2)", "cpu:1", "jit", ins=[2 * k + 1], outs=[2 * k + 2], site=at)
+    pipe = _json(r.open(tmp_path / "pipe").path)
+    assert [(f["severity"], f["count"]) for f in pipe["findings"] if f["rule"] == "idle-device"] == [("warning", 2)]
 
 
 def _annotated_steps(tmp_path, first: int | None):

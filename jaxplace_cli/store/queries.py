@@ -139,6 +139,14 @@ def compute_op_groups(store, skip, own_in) -> tuple[list, list]:
     return every, own
 
 
+def compute_op_spans(store) -> dict[str, tuple[int, int]]:
+    """``devices`` -> (first, last) seq of its successful compute ops."""
+    kinds = ", ".join("?" * len(TRANSFER_OPS))
+    return {d: (lo, hi) for d, lo, hi in store.conn.execute(
+        f"SELECT devices, MIN(seq), MAX(seq) FROM ops WHERE error = '' AND kind NOT IN ({kinds}) GROUP BY devices",
+        TRANSFER_OPS) if isinstance(d, str) and isinstance(lo, int) and isinstance(hi, int)}
+
+
 def committed_buffer_exists(store) -> bool:
     """Did the program commit any array to a device (``device_put(x, device)``)?"""
     return store.conn.execute("SELECT 1 FROM buffers WHERE committed != 0 LIMIT 1").fetchone() is not None

@@ -12,9 +12,10 @@ When is an idle device worth a finding? Only when the program could have used it
   independent models) — an info finding: ``--policy rr`` spreads the chains without a code
   change.
 
-The script spread its work when the same op (by name) ran on two or more devices: parameters
-made with ``jax.random`` on the default device and then put on the one device the loop trains
-on are serial work, no spread (a review found a warning on such a script, 2026-12-07).
+The script spread its work when the same op (by name) ran on two or more devices, or two devices
+computed at the same time (a pipeline's stages: their spans of ops overlap): parameters made with
+``jax.random`` on the default device and then put on the one device the loop trains on are serial
+work, no spread (a review found a warning on such a script, 2026-12-07).
 
 Not a finding: a device the script only staged data on (``pingpong_clean.py``), a single
 dependent training loop on a multi-device machine (``mlp_clean.py`` with ``--devices 2``),
@@ -137,7 +138,7 @@ def idle_device(run, cfg):
         return []  # a policy placed ops: where they (and the ops on their data) ran is its choice
     if len(used) >= 2:  # the script itself placed work on several devices
         shared = run_loads(run, shared_only=True, with_time=False)
-        if sum(1 for d in shared.values() if d.ops > 0) < 2:
+        if sum(1 for d in shared.values() if d.ops > 0) < 2 and not _overlap(queries.compute_op_spans(run.store)):
             return []  # made its data on one device, computed on another: serial, not spread
         loads = run_loads(run)
         copying = queries.transfer_endpoints(run.store)
@@ -161,6 +162,14 @@ def idle_device(run, cfg):
             "stays on the device of its first op), or `with jaxplace_cli.device_placement(\"rr\"):` "
             "around the loop; or shard the data (jax.sharding)",
         devices=idle)]
+
+
+def _overlap(spans: dict[str, tuple[int, int]]) -> bool:
+    """Did two devices compute at the same time (their first-to-last op spans overlap: a
+    pipeline's stages), rather than one after the other (parameters made on one, trained on
+    another)?"""
+    one = sorted(span for devices, span in spans.items() if "," not in devices)
+    return any(b[0] < a[1] for a, b in zip(one, one[1:]))
 
 
 def table_ops(run) -> dict[str, int]:
