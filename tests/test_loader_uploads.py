@@ -4,7 +4,9 @@ JAX uploads a NumPy argument at every call. For a loader's batch that is unavoid
 constant mask passed to the jitted step it is not. The capture gives each uploaded array an
 identity (object and sampled content, capture/jaxhooks/host_data.py); the rule warns on the
 mask only, naming the argument, the line that made it and the count, and says at most an info
-about the loader. Expected numbers are counted by hand from the scripts below.
+about the loader. Also the identity of views and JAX's copies, containers, and explicit
+``jax.device_put`` of the same array in a loop (repeated-put). Expected numbers are counted by
+hand from the scripts below.
 """
 from __future__ import annotations
 
@@ -369,3 +371,19 @@ def test_a_numpy_subclass_is_never_taken_for_another_argument():
     part = np.zeros((32, 64), np.float32).view(Sub)
     pos = np.ones((32, 64), np.float32)
     assert users_array(part, (part, pos), {}) is part.base
+
+
+def test_a_replicated_put_of_one_array_is_a_leg_per_device(tmp_path):
+    # jax.device_put(mask, replicated over cpu:0 and cpu:1) at line 9, 3 calls: 6 uploads of 16 KiB
+    r = Rows(devices=("cpu:0", "cpu:1"))
+    at = r.site(9)
+    for k in range(3):
+        op = 10 * (k + 1)
+        r.op(op, "device_put", "cpu:0,cpu:1", "device_put", outs=[op], site=at)
+        for j, dev in enumerate(("cpu:0", "cpu:1")):
+            r.xfer(op + 1 + j, H2D, "host", dev, 16_384, at, "jax.device_put", buf=op, op_seq=op)
+        r.marker(op + 5, MARKER_HOST_PUT, json.dumps({"op": op, "ids": [-100]}))
+    found = audit_run(r.open(tmp_path / "run"), CFG).findings
+    (f,) = [f for f in found if f.rule == "repeated-put"]
+    assert (f.line, f.count, f.bytes, f.devices) == (9, 6, 6 * 16_384, ["cpu:0", "cpu:1"])
+    assert "on the device 3 times (6 uploads: a leg per device) at" in f.message

@@ -65,7 +65,8 @@ RULE_DOCS = {
                      "copies it again, where one put before the loop would do."),
     "uncommitted-copy": ("Uncommitted array copied again and again",
                          "An uncommitted array used with arrays committed to another device is "
-                         "copied there on every use; it never moves."),
+                         "copied there on every use; it never moves. Or a new uncommitted array "
+                         "from one line each step, copied once each: a copy per step."),
     "incompatible-devices": ("Call failed: arguments on incompatible devices",
                              "A jitted call got arguments committed to different devices; the finding "
                              "names each argument, where it was created and where it was committed."),

@@ -1791,12 +1791,15 @@ static int record_result(Call *c, PyObject *kwargs) {
         if (!r) return -1;
         Py_DECREF(r);
     }
+    long long end = -1; /* read before back-pressure: a wait may let another thread dispatch */
+    if (before >= 0) {
+        PyObject *ids = field(c->rec, K_REC, R_BUF_IDS);
+        if (!ids) return -1;
+        end = count_peek(ids);
+        Py_DECREF(ids);
+    }
     if (backlog_check(c->rec) < 0) return -1;
     if (before >= 0) { /* the newest compiled program on its devices: syncs.program */
-        PyObject *ids = field(c->rec, K_REC, R_BUF_IDS);
-        long long end = ids ? count_peek(ids) : -1;
-        Py_XDECREF(ids);
-        if (!ids) return -1;
         PyObject *b = PyLong_FromLongLong(before), *e = PyLong_FromLongLong(end);
         PyObject *r = b && e ? PyObject_CallFunctionObjArgs(G.program, c->rec, b, e, NULL) : NULL;
         Py_XDECREF(b);

@@ -168,7 +168,8 @@ MARKER_OOM = "oom"  # value: JSON {site, device, bytes, error} of an allocation 
 MARKER_MEMORY_STATS = "memory_stats"  # value: JSON {device: [bytes_in_use, peak_bytes_in_use]}
 
 # Host data uploaded again (issue 26): value is JSON written by capture/jaxhooks/host_data.py,
-# {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its h2d transfers.
+# {id, arg, var, made, shape, dtype}; ``id`` is the (negative) ``buf`` of its implicit h2d transfers,
+# or an id of a ``host_put`` marker (an explicit put's transfers hold the device buffer).
 MARKER_HOST_DATA = "host_data"
 # An explicit ``jax.device_put`` of NumPy data (the repeated-put rule): value is JSON {op, ids}, the put's
 # op seq and the host identities it uploaded (capture/jaxhooks/uploads.py; host_data.py's ids).

@@ -1,10 +1,12 @@
-"""Queries of the implicit-upload rule (analysis/rules/uploads.py): which host array each
-implicit upload carried, and what the recording knows about an array uploaded again (issue 26).
+"""Queries of the upload rules (analysis/rules/uploads.py): which host array each implicit
+upload (and each explicit ``device_put``: ``host_put`` markers) carried, and what the recording
+knows about an array uploaded again (issue 26).
 
 An implicit h2d's ``buf`` is the identity of the host array it carried when it is negative
 (capture/jaxhooks/host_data.py); 0 in runs recorded before, and for Python scalars. The
-``host_data`` markers describe the identities uploaded more than once; their JSON is input like
-any stored value: a marker jaxplace could not have written is ``DataError`` (exit 2).
+``host_data`` markers describe the identities uploaded more than once; their JSON (and the
+``host_put`` markers') is input like any stored value: a marker jaxplace could not have written
+is ``DataError`` (exit 2).
 """
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ When is an idle device worth a finding? Only when the program could have used it
   independent models) — an info finding: ``--policy rr`` spreads the chains without a code
   change.
 
-The script spread its work when the same op (by name) ran on two or more devices, or two devices
-computed at the same time (a pipeline's stages: their spans of ops overlap): parameters made with
+The script spread its work when the same op (by name) ran on two or more devices, or two devices'
+spans of ops (first to last) overlap (a pipeline's stages): parameters made with
 ``jax.random`` on the default device and then put on the one device the loop trains on are serial
 work, no spread (a review found a warning on such a script, 2026-12-07).
 

@@ -148,7 +148,10 @@ def uncommitted_copy(run, cfg) -> list[Finding]:
     another device is copied there for the call, but the copy is thrown away: the array stays
     where it was, so the next use copies it again (docs/jax-facts.md, fact 6). An array counts when it
     was copied at least ``cfg.uncommitted_threshold`` times; arrays created at the same line
-    (a new one each iteration) and copied along the same route are one finding."""
+    (a new one each iteration) and copied along the same route are one finding. New arrays from
+    one line copied once each count too, when at least ``cfg.loop_threshold`` of them were (a
+    batch made on the default device for a step committed elsewhere): a finding of their own,
+    with its own fix (make them there)."""
     sites = run.store.sites()
     per_buf = defaultdict(lambda: {"seqs": [], "bytes": 0, "sites": defaultdict(int)})
     for seq, buf, src, dst, nbytes, sid in queries.uncommitted_copies(run.store):

@@ -1,14 +1,16 @@
 """Implicit uploads whose host array is known (issue 26): the same array uploaded again
 (avoidable: a warning) or new data at every call (a data loader: an info at most).
 
-The capture gives each uploaded NumPy array an identity (object and sampled content,
-capture/jaxhooks/host_data.py; the transfer's ``buf`` < 0). Uploads of an identity that
-was uploaded more than once are "the same data again": grouped per upload line, argument and
-the line that made the array, a warning when the line ran ``loop_threshold`` times and carried
-as many uploads. Uploads of identities seen once are a loader's new batches: one info per
-line and API, with the host time of the calls that carried them, since only prefetching can
-hide that upload. Runs recorded before identities existed (``buf`` 0) keep the rule of
-rules/transfers.py.
+The capture gives each uploaded NumPy array an identity (the array it is or views whole, and
+its sampled content: capture/jaxhooks/host_data.py; the transfer's ``buf`` < 0). Uploads of an
+identity that was uploaded more than once are "the same data again": grouped per upload line,
+argument (or the caller's container holding it) and the line that made the array, a warning when
+the line ran ``loop_threshold`` times and carried as many calls; the count is the uploads (legs,
+as the guard logs them). Uploads of identities seen once are a loader's new batches: one info per
+line and API, with the host time of the calls that carried them, since only prefetching can hide
+that upload. Runs recorded before identities existed (``buf`` 0) keep the rule of
+rules/transfers.py. ``repeated_put``: the same for explicit ``jax.device_put`` calls (their
+identities in ``host_put`` markers), the same array again only.
 """
 from __future__ import annotations
 
@@ -213,9 +215,10 @@ def repeated_put(run, cfg) -> list[Finding]:
         fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made_at else "")
                + ", and use that: every call then reads it on the device" if name else
                "jax.device_put the data once, before the loop, and reuse the device array")
+        each = f" ({len(mine)} uploads: a leg per device)" if len(mine) != len(calls) else ""
         out.append(Finding(
             "repeated-put", WARNING,
-            f"jax.device_put put {arrays} on the device {len(calls)} times at {short(file, line)} "
+            f"jax.device_put put {arrays} on the device {len(calls)} times{each} at {short(file, line)} "
             f"({human_bytes(b)} in all{_per_step(ps)}); it does not change, so every put copies it again",
             file, line, len(mine), b, fix=fix, related=rel, devices=sorted({dst for *_, dst in mine}), per_step=ps))
     return out

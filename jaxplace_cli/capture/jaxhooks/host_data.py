@@ -1,5 +1,6 @@
-"""Which host array an implicit upload carried: a data loader's new batch, or the same array
-uploaded again (issue 26).
+"""Which host array an upload carried: a data loader's new batch, or the same array uploaded
+again (issue 26); implicit uploads (the transfer's ``buf``) and explicit ``jax.device_put`` calls
+(a ``host_put`` marker, uploads.py).
 
 JAX cannot keep a NumPy array on a device, so a NumPy argument is uploaded at every call.
 For a loader that is unavoidable (the data is new each step); for a constant mask passed to
@@ -8,7 +9,8 @@ identity per uploaded ndarray, stored in the transfer's ``buf`` field as a *nega
 (device buffers are positive, 0 is unknown; both share ``Recorder.buf_ids``):
 
 * the same identity = the same object (a weak reference to it, never its address alone: a
-  freed batch's address is reused by the next one) *and* the same sampled content (a hash of
+  freed batch's address is reused by the next one; a view of a whole array, ``mask[None]``,
+  ``mask.T`` or JAX's ``TypedNdArray`` of it, is that array: ``users_array``) *and* the same sampled content (a hash of
   ~32 elements spread at no fixed stride, the first and the last, with shape and dtype): an array refilled in
   place by a loader is new data. Arrays of at most 256 bytes hash their whole content. The
   limit: a change only in unsampled elements of the same object reads as the same data;
@@ -226,14 +228,15 @@ def _path_in(x, a):
 
 
 def _as_given(a, given, args, kwargs):
-    """The object among the call's arguments (leaves included) that is ``given`` or views ``a``
-    whole; ``given`` when none (JAX's own view or copy: no argument is it)."""
+    """``given`` when it is a plain array (the user's); else the object among the call's
+    arguments (leaves included) that views ``a`` whole (``jnp.asarray(mask)``: JAX's view of
+    ``mask``, no argument of the call); else ``a``."""
     if type(given) is np.ndarray:
         return given
     for x in tree_leaves((args, kwargs)):
         if isinstance(x, np.ndarray) and (x is given or _viewed(x) is a):
             return x
-    return given if type(given) is np.ndarray else a
+    return a
 
 
 def _in_the_loop(frame, line: int) -> bool:
