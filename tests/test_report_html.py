@@ -98,11 +98,12 @@ def test_big_run_level_of_detail(run_dir, chromium, tmp_path):
     assert sum(r[1] for route in b["routes"] for r in route[3]) == 7
     upload = next(k for k, f in enumerate(result.findings) if f.rule == "implicit-h2d-in-loop")
     m = tl.moments[f"finding:{upload}"]
-    # seqs (see the script): uploads 5, 7, 9, 11 precede calls 6, 8, 10, 12. Kept: the first and
-    # the last upload (cap 2), and upload 7, inside the detail window (step 1, the first steady
-    # step: seqs 6-7; the budget leaves it 2 seqs)
+    # seqs (see the script; seq 3 is the host_put marker of the weights' device_put): uploads 6,
+    # 8, 10, 12 precede calls 7, 9, 11, 13. Kept: the first and the last upload (cap 2), and
+    # upload 8, inside the detail window (step 1, the first steady step: seqs 7-8; the budget
+    # leaves it 2 seqs)
     assert m["total"] == STEPS
-    assert [tl.transfers["seq"][i] for i in m["transfers"]] == [5, 7, 11]
+    assert [tl.transfers["seq"][i] for i in m["transfers"]] == [6, 8, 12]
     assert tl.detail.window is not None
     page_file = tmp_path / "lod.html"
     page_file.write_text(render(result, tl))
@@ -128,7 +129,7 @@ def test_input_text_never_becomes_markup(run_dir, chromium, tmp_path):
         c.execute("UPDATE sites SET file = ?, line = 1 WHERE id = 1", (str(secret),))
         (tmp_path / "link.py").symlink_to(secret)  # a .py name for a file that is not one
         c.execute("UPDATE sites SET file = ?, line = 1 WHERE id = 3", (str(tmp_path / "link.py"),))
-        c.execute("UPDATE ops SET name = ? WHERE seq = 3", ("</script><script>document.title='pwned3'</script>",))
+        c.execute("UPDATE ops SET name = ? WHERE seq = 4", ("</script><script>document.title='pwned3'</script>",))
     text = _report(copy, tmp_path / "evil.html").read_text()
     assert "<img src=x" not in text and "<b>bold</b>" not in text and "hunter2" not in text
     assert "&lt;img src=x onerror=" in text  # shown, as text

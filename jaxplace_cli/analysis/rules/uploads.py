@@ -186,15 +186,16 @@ def repeated_put(run, cfg) -> list[Finding]:
     for op_seq, seq, sid, nbytes, dst in q.explicit_uploads(run.store, min(puts), max(puts)):
         if op_seq in puts:
             legs[op_seq].append((seq, sid, max(nbytes, 0), dst))
-    groups = defaultdict(list)  # (site, ids) -> op seqs
+    groups = defaultdict(list)  # (site, ids, devices) -> op seqs
     for op_seq, ids in puts.items():
-        if legs[op_seq]:
-            groups[(legs[op_seq][0][1], tuple(sorted(set(ids))))].append(op_seq)
+        if legs[op_seq]:  # one array put on each of several devices (a loop over them) is no repeat
+            dsts = tuple(sorted({dst for *_, dst in legs[op_seq]}))
+            groups[(legs[op_seq][0][1], tuple(sorted(set(ids))), dsts)].append(op_seq)
     info = q.host_data(run.store)
     steps = None
     sites = run.store.sites()
     out = []
-    for (sid, ids), calls in groups.items():
+    for (sid, ids, _), calls in groups.items():
         mine = sorted(leg for c in calls for leg in legs[c])
         b = sum(nb for _, _, nb, _ in mine)
         if len(calls) < cfg.loop_threshold or b < cfg.min_bytes * len(calls):
