@@ -45,15 +45,20 @@ def op_durations(store, first: int, last: int) -> dict[int, int]:
 _FIELDS = {"id": int, "arg": str, "var": str, "made": int, "shape": list, "dtype": str}
 
 
-def host_data(store) -> dict[int, HostData]:
-    """id -> ``HostData`` of every ``host_data`` marker of the run."""
-    out = {}
-    for seq, value in store.conn.execute(
-            "SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (MARKER_HOST_DATA,)):
+def _marker_docs(store, kind: str):
+    """(seq, its JSON value parsed, or None when it is none) of every marker of ``kind``, in seq order."""
+    for seq, value in store.conn.execute("SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (kind,)):
         try:
             doc = parse_value(value) if isinstance(value, str) and len(value) < 100_000 else None
         except ValueError:
             doc = None
+        yield seq, doc
+
+
+def host_data(store) -> dict[int, HostData]:
+    """id -> ``HostData`` of every ``host_data`` marker of the run."""
+    out = {}
+    for seq, doc in _marker_docs(store, MARKER_HOST_DATA):
         ok = isinstance(doc, dict) and all(
             isinstance(doc.get(k), t) and not isinstance(doc.get(k), bool) for k, t in _FIELDS.items())
         if not ok or not all(isinstance(n, int) and not isinstance(n, bool) for n in doc["shape"]):
@@ -68,12 +73,7 @@ def host_puts(store) -> dict[int, tuple[int, ...]]:
     """op seq -> the host identities (< 0) an explicit ``device_put`` uploaded (``host_put``
     markers); a marker jaxplace could not have written is ``DataError``."""
     out = {}
-    for seq, value in store.conn.execute(
-            "SELECT seq, value FROM markers WHERE kind = ? ORDER BY seq", (MARKER_HOST_PUT,)):
-        try:
-            doc = parse_value(value) if isinstance(value, str) and len(value) < 100_000 else None
-        except ValueError:
-            doc = None
+    for seq, doc in _marker_docs(store, MARKER_HOST_PUT):
         ids = doc.get("ids") if isinstance(doc, dict) else None
         if (not isinstance(doc.get("op") if isinstance(doc, dict) else None, int) or isinstance(doc["op"], bool)
                 or not isinstance(ids, list) or not ids
