@@ -10,9 +10,9 @@ identity per uploaded ndarray, stored in the transfer's ``buf`` field as a *nega
 
 * the same identity = the same object (a weak reference to it, never its address alone: a
   freed batch's address is reused by the next one; a view of a whole array, ``mask[None]``,
-  ``mask.T`` or JAX's ``TypedNdArray`` of it, is that array: ``users_array``) *and* the same sampled content (a hash of
-  ~32 elements spread at no fixed stride, the first and the last, with shape and dtype): an array refilled in
-  place by a loader is new data. Arrays of at most 256 bytes hash their whole content. The
+  ``mask.T`` or JAX's ``TypedNdArray`` of it, is that array: ``users_array``) *and* the same
+  sampled content (a hash of ~32 elements spread at no fixed stride, the first and the last,
+  with shape and dtype): an array refilled in place by a loader is new data. Arrays of at most 256 bytes hash their whole content. The
   limit: a change only in unsampled elements of the same object reads as the same data;
   an array rebuilt with equal content each step reads as new data (a loader).
 * cost per upload on the hot path, ``data_id`` alone, best of 5 x 20,000 on the 2-core
