@@ -70,6 +70,22 @@ def test_replicated_costs_the_extra_copies(tmp_path, jax_devices):
     del rep, split
 
 
+def test_replicated_costs_the_copies_alive_at_once(tmp_path, jax_devices):
+    # six generations of replicated 1 MiB parameters made at one line, each rebinding frees the
+    # one before after the next is made: at most two alive at once, 2 x 3 MiB of extra copies
+    # (a review saw every generation summed: 18 MiB)
+    mesh = Mesh(jax_devices, ("a",))
+    base = jnp.ones((512, 512))
+    with recorded_memory(tmp_path) as m:
+        rep = None
+        for k in range(6):
+            rep = jax.device_put(base * k, NamedSharding(mesh, PartitionSpec()))  # L-gen: 1 MiB each
+    (f,) = findings(m, replicated)
+    assert (f.line, f.count, f.bytes) == (line("L-gen"), 6, 2 * 3 * MiB)
+    assert f.message.endswith("6.0 MiB of device memory in extra copies at most at once")
+    del rep
+
+
 def test_memory_imbalance_and_its_twin(tmp_path, jax_devices):
     d0, d1 = jax_devices[:2]
     with recorded_memory(tmp_path) as m:

@@ -69,7 +69,7 @@ class MemoryReport:
     # index (memory_columns.Lives); None in a job's merged report
     events: dict = field(default_factory=dict, repr=False)
     lives: object = field(default=None, repr=False)
-    replicated: list = field(default_factory=list, repr=False)  # (buf, site, devices, bytes)
+    replicated: list = field(default_factory=list, repr=False)  # (buf, site, devices, bytes, seq, end or None)
     sites: dict = field(default_factory=dict, repr=False)
 
     def live_at(self, device: str, seq: int) -> int:
@@ -119,8 +119,9 @@ def memory_report(run, steps=None) -> MemoryReport | None:
     return MemoryReport(source, devices, failed, events, lv, _replicated(lv), sites)
 
 
-def _replicated(lv) -> list[tuple[int, int, list[str], int]]:
-    """(buf, site, devices, bytes) of each allocation held whole on more than one device."""
+def _replicated(lv) -> list[tuple]:
+    """(buf, site, devices, bytes, seq made, seq freed or None) of each allocation held whole on
+    more than one device."""
     n = len(lv)
     count = np.bincount(lv.part_life, minlength=n)
     whole = np.bincount(lv.part_life, weights=lv.part_bytes == lv.nbytes[lv.part_life], minlength=n)
@@ -128,7 +129,8 @@ def _replicated(lv) -> list[tuple[int, int, list[str], int]]:
     out = []
     for i in np.flatnonzero((count > 1) & (whole == count) & (lv.nbytes > 0)).tolist():
         devs = [lv.devices[d] for d in lv.part_dev[start[i]:start[i + 1]].tolist()]
-        out.append((int(lv.root[i]), int(lv.site[i]), devs, int(lv.nbytes[i])))
+        out.append((int(lv.root[i]), int(lv.site[i]), devs, int(lv.nbytes[i]), int(lv.seq[i]),
+                    int(lv.end[i]) if lv.ended[i] else None))
     return out
 
 
