@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxplace_cli.analysis.memory import MemoryReport, growth, memory_report
-from jaxplace_cli.analysis.memory_columns import live_pop
+from jaxplace_cli.analysis.memory_columns import live_pop, peak, series
 from jaxplace_cli.analysis.rules.base import INFO, WARNING, Finding, short, site_of
 from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
@@ -104,12 +104,11 @@ def replicated(run, cfg) -> list[Finding]:
 def _most_at_once(changes: list[tuple[int, int]]) -> int:
     """The most bytes held at once by (seq, +bytes made / -bytes freed) changes: the copies of
     the arrays a line made that were alive together, not all it ever made (six generations of
-    replicated parameters are one or two alive at a time; a review saw 18 MiB for a 2 MiB peak)."""
-    held = most = 0
-    for _, delta in sorted(changes, key=lambda c: (c[0], c[1])):  # a free before a make at one seq
-        held += delta
-        most = max(most, held)
-    return most
+    replicated parameters are one or two alive at a time; a review saw 18 MiB for a 2 MiB peak):
+    the memory report's own series and peak over them."""
+    changes = sorted(changes)
+    seq = np.array([c[0] for c in changes], dtype=np.int64)
+    return peak(*series(seq, np.array([c[1] for c in changes], dtype=np.int64)))[0]
 
 
 def memory_imbalance(run, cfg) -> list[Finding]:
