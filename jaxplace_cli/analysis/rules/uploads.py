@@ -81,11 +81,8 @@ def _again(key, g, n, ps, sites, info) -> Finding:
     d = info.get(next(iter(g["ids"])))
     what = f"{d.dtype}[{','.join(map(str, d.shape))}] " if d and k == 1 else ""
     named = f"argument `{arg}` of {op_of(api)}" if arg else f"a NumPy argument of {op_of(api)}"
-    rel, at, made_at = [], "", ""
-    if made:
-        made_at = short(*site_of(sites, made)[:2])
-        at = f", made at {made_at}"
-        rel.append(related(sites, made, "the array is made here"))
+    made_at, rel = _made(sites, made)
+    at = f", made at {made_at}" if made_at else ""
     how = _per_step(ps)
     u = len(g["legs"])
     calls = f" in {n} calls" if u != n else ""
@@ -98,8 +95,7 @@ def _again(key, g, n, ps, sites, info) -> Finding:
                f"{short(file, line)} ({human_bytes(b)} in all{how}); every call copies its array again")
     name = _root(var) or (arg if k == 1 and _root(arg) == arg else "")  # consts['bias'] -> consts: the whole tree
     if name:
-        fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made else "")
-               + ", and pass that: every call then reads it on the device")
+        fix = _put_once(name, made_at, "pass that")
     elif arg and k == 1:  # a leaf of a container made anew at every call (a loader's dict): the leaf
         fix = (f"jax.device_put the array passed as {arg} once, where it is made, and put the device array "
                "in its place: every call then reads it on the device")
@@ -107,6 +103,19 @@ def _again(key, g, n, ps, sites, info) -> Finding:
         fix = "jax.device_put the data once before the loop and pass the device array to the call"
     return Finding("implicit-h2d-in-loop", WARNING, msg, file, line, u, b, fix=fix, related=rel,
                    devices=sorted(g["devs"]), per_step=ps)
+
+
+def _made(sites, made: int) -> tuple[str, list]:
+    """(``file:line`` of the line that made the array, its ``related`` entry), or ("", [])."""
+    if not made:
+        return "", []
+    return short(*site_of(sites, made)[:2]), [related(sites, made, "the array is made here")]
+
+
+def _put_once(name: str, made_at: str, then: str) -> str:
+    """The fix both upload rules give for an array the caller holds under ``name``."""
+    return (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made_at else "")
+            + f", and {then}: every call then reads it on the device")
 
 
 def _named(d) -> tuple:
@@ -206,15 +215,11 @@ def repeated_put(run, cfg) -> list[Finding]:
         file, line, _ = site_of(sites, sid)
         d = info.get(ids[0]) if len(ids) == 1 else None
         what = f"{d.dtype}[{','.join(map(str, d.shape))}] " if d else ""
-        rel, at, made_at = [], "", ""
-        if d and d.made:
-            made_at = short(*site_of(sites, d.made)[:2])
-            at = f", made at {made_at},"
-            rel.append(related(sites, d.made, "the array is made here"))
+        made_at, rel = _made(sites, d.made if d else 0)
+        at = f", made at {made_at}," if made_at else ""
         arrays = f"the same {what}host array{at}" if len(ids) == 1 else f"the same {len(ids)} host arrays"
         name = _root(d.var) if d else ""
-        fix = (f"{name} = jax.device_put({name}) once, before the loop" + (f" (after {made_at})" if made_at else "")
-               + ", and use that: every call then reads it on the device" if name else
+        fix = (_put_once(name, made_at, "use that") if name else
                "jax.device_put the data once, before the loop, and reuse the device array")
         each = f" ({len(mine)} uploads: a leg per device)" if len(mine) != len(calls) else ""
         out.append(Finding(
