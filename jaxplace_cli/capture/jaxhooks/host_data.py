@@ -133,13 +133,19 @@ def users_array(a: np.ndarray, args, kwargs) -> np.ndarray:
     not the whole array: its own identity. A converted copy JAX made (float64 without x64) is the
     call's one NumPy argument of its shape (not for a 0-d value: JAX makes those from scalars)."""
     b = _viewed(a)
-    if type(a).__name__ != "TypedNdArray":  # the user's own (a plain array, a np.memmap): no guess
+    if not jax_made(a):  # the user's own (a plain array, a np.memmap): no guess
         return b
     mine = [x for x in (*args, *kwargs.values()) if type(x) is np.ndarray]
     if any(_viewed(x) is b for x in mine):
         return b
     mine = [x for x in mine if x.shape == a.shape]
     return _viewed(mine[0]) if len(mine) == 1 and a.ndim else b
+
+
+def jax_made(a) -> bool:
+    """Is ``a`` JAX's own host array (``TypedNdArray``: what JAX makes of a host value it is
+    about to upload), not the user's?"""
+    return type(a).__name__ == "TypedNdArray"
 
 
 def _viewed(a: np.ndarray) -> np.ndarray:

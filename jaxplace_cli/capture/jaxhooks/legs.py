@@ -37,7 +37,7 @@ from jaxplace_cli.capture.jaxhooks.common import (
     upload_nbytes,
     x64_enabled,
 )
-from jaxplace_cli.capture.jaxhooks.host_data import data_id
+from jaxplace_cli.capture.jaxhooks.host_data import data_id, jax_made
 from jaxplace_cli.capture.jaxhooks.state import (
     HOST_DATA_APIS,
     active,
@@ -138,8 +138,7 @@ def suffix(name: str, a) -> str:
     was uploaded."""
     if name in HOST_DATA_APIS:
         return f"{name} (host data)"
-    if isinstance(a, (np.ndarray, np.generic)) and not (getattr(a, "ndim", 1) == 0 and
-                                                       type(a).__name__ == "TypedNdArray"):
+    if isinstance(a, (np.ndarray, np.generic)) and not (getattr(a, "ndim", 1) == 0 and jax_made(a)):
         return f"{name} (numpy argument)"
     return f"{name} (Python scalar)"
 
