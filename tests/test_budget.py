@@ -211,3 +211,60 @@ def test_junit_without_a_budget_lists_findings_but_fails_nothing(runs, tmp_path)
     assert not [n for n, c in cases.items() if any(isinstance(r, Failure) for r in c.result)]
     assert "data bounced between" in cases["rule.pingpong"].system_out
     assert not cases["rule.recompile"].system_out
+
+
+LOADER_LOOP = """\
+import sys
+import jax, jax.numpy as jnp, numpy as np
+
+@jax.jit
+def step(w, x):
+    return w - 0.01 * x.T @ (x @ w), jnp.sum(x @ w)
+
+w = jnp.ones((64, 16))
+batches = [np.full((32, 64), i, np.float32) for i in range(6)]
+for i in range(6):
+    x = jax.device_put(batches[i])
+    w, l = step(w, x)
+    if i % 2 and sys.argv[1:]:
+        print(float(l))
+print(float(l))
+"""
+
+
+@pytest.mark.parametrize("read", [False, True])
+def test_a_step_is_the_loop_iteration(tmp_path, read):
+    # by hand: each iteration puts one (32, 64) float32 batch (8 KiB) at line 11 before its
+    # step call, and with ``read`` reads float(l) at line 14 in iterations 2, 4, 6; the read at
+    # line 15 is after the loop. A cut at each call charged batch i+1 to step i and the read
+    # after the loop to step 6, and the clean loop failed --max-host-syncs-per-step 0
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER_LOOP)
+    rec = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", script, *(["read"] if read else []))
+    assert rec.returncode == 0, rec.stderr
+    proc = cli("audit", tmp_path / "r", "--max-host-syncs-per-step", "0", "--format", "json")
+    doc = json.loads(proc.stdout)
+    per = doc["steps"]["per_step"]
+    assert per["h2d"]["counts"] == [1] * 6 and per["h2d"]["bytes"] == [32 * 64 * 4] * 6
+    assert per["d2h"]["counts"] == ([0, 1] * 3 if read else [0] * 6)
+    if read:
+        assert proc.returncode == 1
+        (b,) = doc["budget"]["breaches"]
+        assert b["message"] == "host syncs per step were limited to 0 but step 2 did 1 (loader.py:14 float())"
+    else:
+        assert proc.returncode == 0, proc.stdout
+
+
+def test_a_loader_generator_opens_the_iteration(tmp_path):
+    # by hand: the generator puts each (32, 64) float32 batch (8 KiB) inside batches(), resumed
+    # by the ``for`` line above the step call: one upload per step, the read after the loop none
+    script = tmp_path / "gen.py"
+    script.write_text(LOADER_LOOP.replace(
+        "for i in range(6):\n    x = jax.device_put(batches[i])\n",
+        "def load():\n    for b in batches:\n        yield jax.device_put(b)\n\nfor i, x in enumerate(load()):\n"))
+    rec = jaxplace("run", "-q", "--no-trace", "--out", tmp_path / "r", script)
+    assert rec.returncode == 0, rec.stderr
+    proc = cli("audit", tmp_path / "r", "--max-host-syncs-per-step", "0", "--format", "json")
+    assert proc.returncode == 0, proc.stdout
+    per = json.loads(proc.stdout)["steps"]["per_step"]
+    assert per["h2d"]["counts"] == [1] * 6 and per["d2h"]["counts"] == [0] * 6

@@ -123,7 +123,7 @@ def test_no_text_says_zero_per_step(tmp_path):
     r = Rows()
     step, ev = r.site(10), r.site(20)
     seq = _steps(r, step, 4)
-    seq += 100  # past the last step (cut to the median step length)
+    seq += 100  # past the last step (line 20 never closed one: the code after the loop)
     for _ in range(4):
         r.xfer(seq, H2D, "host", "cpu:0", 4 * KiB, ev, "jit(evaluate) argument", implicit=True, op_seq=seq + 1)
         r.op(seq + 1, "dot", kind="jnp", site=ev)
@@ -166,3 +166,49 @@ def test_real_run_a_line_that_ran_once_gives_no_finding(tmp_path):
 def test_real_run_a_loop_is_still_found(tmp_path):
     found = [f for f in _findings(tmp_path, "loop", LOOP) if f[0] == "implicit-h2d-in-loop"]
     assert found == [("implicit-h2d-in-loop", 8, 4)]  # the loop's line; line 5 ran once
+
+
+def test_steps_are_the_loop_iterations(tmp_path):
+    # main():            line 5 setup; loop: 10 put (opens), 11 step call, 12 helper log()
+    # (another function, line 40) then 13 float (closes); after the loop: line 20 float.
+    # By hand: step i runs from its put to the next put; step 1 starts at its put, not at the
+    # setup; the last ends before line 20.
+    from jaxplace_cli.analysis.steps import detect_steps
+
+    r = Rows()
+    setup, put, call, helper, read, after = (r.site(5), r.site(10), r.site(11), r.site(40, function="log"),
+                                             r.site(13), r.site(20))
+    r.op(1, "ones", kind="jnp", site=setup)
+    seq, opens = 2, []
+    for _ in range(4):
+        opens.append(seq)
+        r.op(seq, "device_put", kind="device_put", site=put)
+        r.xfer(seq + 1, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
+        r.op(seq + 2, "jit(step)", kind="jit", site=call)
+        r.xfer(seq + 3, H2D, "host", "cpu:0", 4, call, "jit(step) (Python scalar)", implicit=True, op_seq=seq + 2)
+        r.op(seq + 4, "add", kind="jnp", site=helper)
+        r.xfer(seq + 5, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
+        seq += 6
+    r.xfer(seq, D2H, "cpu:0", "host", 4, after, "float()", blocking=True)
+    info = detect_steps(r.open(tmp_path / "run"))
+    assert [(s.start_seq, s.end_seq) for s in info.steps] == list(zip(opens, [*opens[1:], seq]))
+
+
+def test_without_lines_above_the_call_a_step_starts_at_its_call(tmp_path):
+    # the batch is put in another function (a loader, line 30 of load()) before each call at
+    # line 11: no line of the loop's function opens the iteration, so the cut stays at the call
+    from jaxplace_cli.analysis.steps import detect_steps
+
+    r = Rows()
+    load, call = r.site(30, function="load"), r.site(11)
+    calls = []
+    for i in range(4):
+        r.xfer(10 * i + 1, H2D, "host", "cpu:0", 4 * KiB, load, "jax.device_put")
+        r.op(10 * i + 2, "jit(step)", kind="jit", site=call)
+        calls.append(10 * i + 2)
+    info = detect_steps(r.open(tmp_path / "run"))
+    # the loader's puts, in a function of their own, go with the step before (no stack here says
+    # where they were called from); the last step ends at the run's end: nothing follows
+    assert [s.start_seq for s in info.steps] == calls
+    assert info.steps[-1].end_seq == calls[-1] + 1
+
