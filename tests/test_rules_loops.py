@@ -212,3 +212,35 @@ def test_without_lines_above_the_call_a_step_starts_at_its_call(tmp_path):
     assert [s.start_seq for s in info.steps] == calls
     assert info.steps[-1].end_seq == calls[-1] + 1
 
+
+CONVERGE = """\
+import jax, jax.numpy as jnp
+
+@jax.jit
+def update(x):
+    return x * 0.5
+
+x = jnp.ones(4)
+while True:
+    x = update(x)
+    if float(jnp.abs(x).max()) < 1e-3:
+        break
+while jnp.abs(x).max() > 1e-6:
+    x = update(x)
+for i in range(10):
+    x = update(x)
+    print(float(x[0]))
+"""
+
+
+def test_a_convergence_test_is_told_to_use_while_loop(tmp_path):
+    # by hand: 0.5**k < 1e-3 at k = 10: line 10's float() runs 10 times; 0.5**k < 1e-6 from
+    # k = 20: line 12's bool() 11 times; line 16's logged float() 10 times, which is no test
+    script = tmp_path / "converge.py"
+    script.write_text(CONVERGE)
+    proc = jaxplace("run", "--devices", 1, "--no-trace", "--quiet", "--out", tmp_path / "r", script)
+    assert proc.returncode == 0, proc.stderr
+    got = {f["line"]: f for f in audit_json(tmp_path / "r")["findings"] if f["rule"] == "host-sync-in-loop"}
+    assert {line: f["count"] for line, f in got.items()} == {10: 10, 12: 11, 16: 10}
+    assert "jax.lax.while_loop" in got[10]["fix"] and "jax.lax.while_loop" in got[12]["fix"]
+    assert "while_loop" not in got[16]["fix"]

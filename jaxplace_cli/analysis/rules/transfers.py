@@ -3,7 +3,8 @@ uncommitted arrays copied on every use."""
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, per_step, per_step_text, related, short, site_of
 from jaxplace_cli.analysis.rules.executions import line_executions
@@ -11,6 +12,7 @@ from jaxplace_cli.analysis.rules.uploads import known_data_findings, split_rows
 from jaxplace_cli.analysis.steps import detect_steps
 from jaxplace_cli.model.sizes import human_bytes
 from jaxplace_cli.store import queries, uploads
+from jaxplace_cli.store.site_text import site_texts
 
 _READ_FIXES = {
     "repr()/print": "print every N steps, or use jax.debug.print inside the jitted function "
@@ -26,6 +28,19 @@ _READ_FIXES = {
 _DEFAULT_READ_FIX = ("keep the value on device (accumulate with jnp) and read it every N "
                      "steps, or log it with jax.debug.callback from inside the jitted "
                      "function, or start x.copy_to_host_async() early and read it later")
+_TEST_FIX = ("the loop tests a device value to decide whether to go on (a convergence test): run "
+             "the whole loop on the device with jax.lax.while_loop (its cond_fun makes the test), "
+             "or test every N iterations")
+_TESTS = re.compile(r"(if|elif|while|assert)\b|.*\bbreak\b")
+
+
+def _read_fix(api: str, text: str) -> str:
+    """The fix for a blocking read by ``api`` on a line whose source is ``text``: a read that
+    decides the loop's course (``if float(err) < tol: break``, ``while err > tol:``) cannot be
+    read later or every N steps as a logged loss can."""
+    if api == "bool()" or _TESTS.match(text):
+        return _TEST_FIX
+    return _READ_FIXES.get(api, _DEFAULT_READ_FIX)
 
 
 def host_sync_in_loop(run, cfg) -> list[Finding]:
@@ -53,6 +68,7 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
         events.append((seq, sid, ("read", api, nbytes), (sid, api)))
     steps = detect_steps(run) if groups else None
     ran = _executions(run, steps, events, groups, cfg)
+    texts = site_texts(run.store) if groups else {}
     out = []
     for (sid, api), calls in groups.items():
         n = len(calls)
@@ -71,7 +87,7 @@ def host_sync_in_loop(run, cfg) -> list[Finding]:
             f"{api} at {short(file, line)} made the host wait for the device {n} times{how}; "
             f"{human_bytes(sum(sizes))} read",
             file, line, n, sum(sizes),
-            fix=_READ_FIXES.get(api, _DEFAULT_READ_FIX), per_step=ps))
+            fix=_read_fix(api, texts.get((file, line), "")), per_step=ps))
     out.sort(key=lambda f: -f.count)
     return out
 
@@ -85,8 +101,10 @@ def _executions(run, steps, events, groups, cfg):
 
 
 def steps_with(seqs: list[int], steps) -> float | None:
-    """The share of steady-state steps (warm-up excluded) holding at least one of ``seqs``;
-    None when the run's steps are unknown."""
+    """The share of steady-state steps (warm-up excluded) holding at least one of ``seqs``,
+    among the steps of the loop that holds most of them (the steps whose calls come from one
+    line: a script that runs one step function in three loops reads in one of them); None
+    when the run's steps are unknown."""
     if steps is None or not steps.steps:
         return None
     starts = [s.start_seq for s in steps.steps]
@@ -96,8 +114,9 @@ def steps_with(seqs: list[int], steps) -> float | None:
         if 0 <= i and seq < steps.steps[i].end_seq:
             hit.add(i)
     w = steps.warmup if len(starts) > steps.warmup else 0
-    steady = range(w, len(starts))
-    return sum(1 for i in steady if i in hit) / len(steady)
+    loop = Counter(steps.steps[i].site for i in hit).most_common(1)[0][0] if hit else None
+    steady = [i for i in range(w, len(starts)) if steps.steps[i].site == loop]
+    return sum(1 for i in steady if i in hit) / len(steady) if steady else 0.0
 
 
 def implicit_h2d_in_loop(run, cfg) -> list[Finding]:
