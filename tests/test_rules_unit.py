@@ -311,6 +311,20 @@ def test_recompile_names_what_changed(tmp_path):
     assert b.message == "recompiles were limited to 1 but the run had 2 (step compiled 3 times at train.py:15)"
 
 
+def test_recompile_counts_compiles_not_leaves(tmp_path):
+    # 4 compiles, 3 changes: float32 -> bfloat16 of both leaves (one change of dtype touching
+    # two leaves), then a third leaf (structure), then bfloat16 -> float16 of both
+    r = Rows()
+    call = r.site(15)
+    sigs = [["float32[8] @cpu:0"] * 2, ["bfloat16[8] @cpu:0"] * 2, ["bfloat16[8] @cpu:0"] * 3,
+            ["float16[8] @cpu:0"] * 3]
+    for k, sig in enumerate(sigs):
+        r.op(10 * (k + 1), "step", "cpu:0", "jit", site=call)
+        r.compile(10 * (k + 1) + 1, "step", 10 * (k + 1), call, sig)
+    (f,) = recompile(r.open(tmp_path / "run"), CFG)
+    assert "what changed between consecutive compiles: dtype x2, argument structure x1 (" in f.message
+
+
 def test_compiles_reads_every_well_formed_marker_and_refuses_damaged_ones(tmp_path):
     from jaxplace_cli.model.errors import DataError
 

@@ -106,10 +106,9 @@ def recompile(run, cfg) -> list[Finding]:
         infos = [info for info, _ in entries]
         n = len(infos)
         secs = sum(float(i.get("secs", 0)) for i in infos)
-        changes = []
-        for a, b in zip(infos, infos[1:]):
-            changes.extend(describe_changes(a.get("signature", []), b.get("signature", [])))
-        kinds = Counter(k for k, _ in changes)
+        pairs = [describe_changes(a.get("signature", []), b.get("signature", [])) for a, b in zip(infos, infos[1:])]
+        changes = [c for pair in pairs for c in pair]
+        kinds = Counter(k for pair in pairs for k in dict.fromkeys(k for k, _ in pair))  # per compile, not per leaf
         site_counts = Counter(i.get("site", 0) for i in infos)
         top = sorted(site_counts.items(), key=lambda kv: (-kv[1], kv[0]))
         file, line, _ = site_of(sites, top[0][0])
