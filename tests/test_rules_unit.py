@@ -153,6 +153,37 @@ def test_pingpong_follows_the_data_and_ignores_a_one_way_move(tmp_path):
     assert check(audit_run(run, CFG), run, budget_from_dict({"pingpong": 2}, "t"), 1024) == []
 
 
+def test_pingpong_legs_are_the_parameters_when_other_moved_data_joins_them(tmp_path):
+    # an eager jax.vjp on cpu:1 with parameters w put over from cpu:0 (line 10) and the gradient
+    # put back (line 13), 4 times; x was put over once before (line 4), and each backward op
+    # copies a new uncommitted cotangent over (line 12). By hand: w's journey is 8 moves,
+    # 4 x 64 KiB each way, 7 of them returns; x's put and the cotangent copies join it on
+    # cpu:1 with as long a history, and took it over before (their legs were listed, w's first not)
+    r = Rows()
+    put, copy, back, xput = r.site(10), r.site(12), r.site(13), r.site(4)
+    r.op(1, "ones", outs=[1], site=xput)
+    r.xfer(2, D2D, "cpu:0", "cpu:1", 16384, xput, "jax.device_put", buf=2, op_seq=3)
+    r.op(3, "device_put", "cpu:1", "device_put", ins=[1], outs=[2], site=xput)  # x on cpu:1
+    r.op(4, "ones", outs=[3], site=put)  # w on cpu:0
+    seq, w, buf = 10, 3, 100
+    for _ in range(4):
+        r.xfer(seq, D2D, "cpu:0", "cpu:1", 65536, put, "jax.device_put", buf=buf, op_seq=seq + 1)
+        r.op(seq + 1, "device_put", "cpu:1", "device_put", ins=[w], outs=[buf], site=put)
+        r.op(seq + 2, "tanh", "cpu:1", ins=[2, buf], outs=[buf + 1], site=copy)  # forward, x and w1
+        r.op(seq + 3, "zeros", "cpu:0", outs=[buf + 2], site=copy)  # the cotangent, uncommitted
+        r.xfer(seq + 4, D2D, "cpu:0", "cpu:1", 16384, copy, "mul (uncommitted input)", implicit=True,
+               buf=buf + 2, op_seq=seq + 5)
+        r.op(seq + 5, "mul", "cpu:1", ins=[buf + 2, buf + 1], outs=[buf + 3], site=copy)  # g
+        r.xfer(seq + 6, D2D, "cpu:1", "cpu:0", 65536, back, "jax.device_put", buf=buf + 4, op_seq=seq + 7)
+        r.op(seq + 7, "device_put", "cpu:0", "device_put", ins=[buf + 3], outs=[buf + 4], site=back)
+        r.op(seq + 8, "sub", "cpu:0", ins=[w, buf + 4], outs=[buf + 5], site=back)
+        seq, w, buf = seq + 10, buf + 5, buf + 10
+    (f,) = pingpong(r.open(tmp_path / "run"), CFG)
+    assert (f.count, f.bytes) == (7, 7 * 65536)
+    assert f.message.endswith("in 8 transfers (512.0 KiB); legs: cpu:0->cpu:1 at train.py:10 x4, "
+                              "cpu:1->cpu:0 at train.py:13 x4")
+
+
 def test_uncommitted_copy_counts_copies_of_one_array(tmp_path):
     r = Rows()
     made, use, other = r.site(5), r.site(9), r.site(40)

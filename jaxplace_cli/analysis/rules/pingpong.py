@@ -1,6 +1,7 @@
 """Ping-pong: data that leaves a device and comes back, followed along the data flow."""
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 from jaxplace_cli.analysis.rules.base import ERROR, Finding, ids, short, site_of
@@ -13,9 +14,11 @@ from jaxplace_cli.store.queries import d2d_moves_by_op, dataflow_ops
 class _Chain:
     """One array's journey: every device-to-device move of it and of what was computed from it."""
 
-    __slots__ = ("moves", "returns")
+    __slots__ = ("born", "last", "moves", "returns")
 
-    def __init__(self):
+    def __init__(self, born: int):
+        self.born = born  # the seq of the op whose move started it
+        self.last = 0  # the number of moves in the run when it last moved
         self.moves: list[tuple] = []  # (src, dst, bytes, site, returning)
         self.returns = 0
 
@@ -70,18 +73,20 @@ def pingpong(run, cfg) -> list[Finding]:
         return []
     hist: dict[int, tuple] = {}  # buf -> (history node, chain)
     all_chains: list[_Chain] = []
+    moves_made = itertools.count(1)
 
     def bit(dev):  # devices that ran ops but never took part in a d2d move: no return possible
         return bits.get(dev, 0)
 
     def move(h, chain, t):
-        _, src, dst, nbytes, _, sid = t
+        seq, src, dst, nbytes, _, sid = t
         h = _extend(h, src, bits[src])
         parent = h[3]  # the history before its last device (src)
         returning = parent is not None and bool(parent[2] & bits[dst])
         if chain is None:
-            chain = _Chain()
+            chain = _Chain(seq)
             all_chains.append(chain)
+        chain.last = next(moves_made)
         chain.moves.append((src, dst, max(nbytes, 0), sid, returning))
         chain.returns += returning
         return _extend(h, dst, bits[dst]), chain
@@ -104,14 +109,19 @@ def pingpong(run, cfg) -> list[Finding]:
             continue
         moved = {t[4]: t for t in moves}
         best: tuple = (None, None)
-        best_len = 0
+        best_key = (0,)
         for i in ins:
             h, chain = hist.get(i, (None, None))
             t = moved.get(i)
             if t is not None:  # the input was copied for this op; the input itself stays put
                 h, chain = move(h, chain, t)
-            if h is not None and h[1] > best_len:
-                best, best_len = (h, chain), h[1]
+            # the longest history goes on; of two as long, a chain that came into the op (not
+            # one a copy for it started), then the one that moved last: an eager vjp's
+            # cotangent copied over for its backward op, or an array put over long before,
+            # took over the chain of the parameters just moved, and its legs were listed
+            key = (h[1], chain.born != seq, chain.last) if h is not None else (0,)
+            if key > best_key:
+                best, best_key = (h, chain), key
         if best[1] is not None:
             dev = devices.split(",")[0]
             for o in outs:
