@@ -244,3 +244,91 @@ def test_a_convergence_test_is_told_to_use_while_loop(tmp_path):
     assert {line: f["count"] for line, f in got.items()} == {10: 10, 12: 11, 16: 10}
     assert "jax.lax.while_loop" in got[10]["fix"] and "jax.lax.while_loop" in got[12]["fix"]
     assert "while_loop" not in got[16]["fix"]
+
+
+def _cuts(tmp_path, rows):
+    from jaxplace_cli.analysis.steps import detect_steps
+
+    return [(s.start_seq, s.end_seq) for s in detect_steps(rows.open(tmp_path / "run")).steps]
+
+
+def test_the_two_branches_of_an_if_are_one_loop(tmp_path):
+    # for i: 11 put; if i % 3 == 0: 13 step(p, x) else: 15 step(p, -x) (the negation at line 15
+    # first); 16 float. By hand: each iteration runs from its put to the next put, the else
+    # branch's negation is its call's statement, not the closing of the if's iteration
+    r = Rows()
+    put, if_call, else_call, read = r.site(11), r.site(13), r.site(15), r.site(16)
+    seq, opens = 1, []
+    for i in range(6):
+        opens.append(seq)
+        r.xfer(seq, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
+        if i % 3:
+            r.op(seq + 1, "neg", kind="jnp", site=else_call)
+        r.op(seq + 2, "jit(step)", kind="jit", site=if_call if i % 3 == 0 else else_call)
+        r.xfer(seq + 3, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
+        seq += 4
+    assert _cuts(tmp_path, r) == list(zip(opens, [*opens[1:], seq]))
+
+
+def test_code_between_two_loops_is_in_no_step(tmp_path):
+    # main(): 3 x (13 put, 14 step, 15 float); 16 float(sum(p)) between the loops; 3 x (19 put,
+    # 20 step, 21 float). By hand: the first loop's last iteration ends after its line-15 read,
+    # the second's first starts at its put, and line 16's read is in neither
+    r = Rows()
+    put1, call1, read1, mid, put2, call2, read2 = (r.site(n) for n in (13, 14, 15, 16, 19, 20, 21))
+    seq, cuts = 1, []
+    for put, call, read in ((put1, call1, read1), (put2, call2, read2)):
+        for _ in range(3):
+            r.xfer(seq, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
+            r.op(seq + 1, "jit(step)", kind="jit", site=call)
+            r.xfer(seq + 2, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
+            cuts.append([seq, seq + 3])
+            seq += 3
+        if put is put1:
+            r.xfer(seq, D2H, "cpu:0", "host", 4, mid, "float()", blocking=True)
+            seq += 1
+    assert _cuts(tmp_path, r) == [tuple(c) for c in cuts]
+
+
+def test_a_damaged_line_is_no_line(tmp_path):
+    # a site's line of 1e30 (REAL) or text, as a hand-edited store may hold: the audit reads the
+    # run (exit 0), the events of those sites with no line (they go with their neighbours)
+    from conftest import cli
+
+    from jaxplace_cli.model.events import Site
+
+    r = Rows()
+    put, call = r.site(11), r.site(12)
+    for i in range(4):
+        r.xfer(3 * i + 1, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
+        r.op(3 * i + 2, "jit(step)", kind="jit", site=call)
+    r.tables["sites"][0] = Site(put, "train.py", 1e30, "main")
+    r.tables["sites"][1] = Site(call, "train.py", "twelve", "main")
+    proc = cli("audit", r.open(tmp_path / "run").path, "--max-h2d-per-step", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_read_in_a_loop_condition_is_a_test():
+    from jaxplace_cli.analysis.rules.transfers import _tests_a_read
+
+    for text in ("if float(err) < tol: break", "if float(err) < tol:", "elif loss.item() > 3:",
+                 "while float(e) > tol:"):
+        assert _tests_a_read(text), text
+    for text in ('if verbose: print("loss", float(loss))', "if verbose:", "print(float(x))",
+                 "if i % 10 == 0: print(float(loss))", "x = 1 if float(a) else 2", "if (float(a)", ""):
+        assert not _tests_a_read(text), text
+
+
+def test_a_read_in_one_branch_every_10_steps_is_no_sync_in_the_loop(tmp_path):
+    # for i in range(30): if i % 10 == 0: 13 step, 14 float(loss) else: 16 step. By hand: 3
+    # stalls in 30 steps of one loop (the branches interleave): no finding; judged by the if
+    # branch's own steps it was 3 in 3
+    r = Rows()
+    if_call, read, else_call = r.site(13), r.site(14), r.site(16)
+    seq = 1
+    for i in range(30):
+        r.op(seq, "jit(step)", kind="jit", site=if_call if i % 10 == 0 else else_call)
+        if i % 10 == 0:
+            r.xfer(seq + 1, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
+        seq += 2
+    assert host_sync_in_loop(r.open(tmp_path / "run"), CFG) == []

@@ -30,7 +30,7 @@ Two sources, best first, and the report says which was used:
 Calls of the step function after the loop, each from another line that called it once (a
 final evaluation), are no steps. A step is one iteration of the loop around the calls: the work
 on the loop's lines above the call (loading and putting the batch) opens it, the work below
-(reading the loss) closes it (``iteration_bounds``). The first step is warm-up (tracing +
+(reading the loss) closes it (analysis/iterations.py). The first step is warm-up (tracing +
 compilation); "steady state" excludes it.
 """
 from __future__ import annotations
@@ -42,11 +42,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from jaxplace_cli.analysis.iterations import iteration_bounds
 from jaxplace_cli.analysis.run import RunData
-from jaxplace_cli.analysis.stacks import MAX_DEPTH
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.store import queries
-from jaxplace_cli.store.stacks import stack_nodes
 
 ANNOTATION = "StepTraceAnnotation"
 REPEATED_JIT = "repeated jit call"
@@ -62,7 +61,7 @@ class Step:
     start_seq: int
     end_seq: int  # exclusive
     number: int = 0  # as the script numbers it: StepTraceAnnotation's step_num, else index + 1
-    site: int = 0  # the step call's site (0: StepTraceAnnotation steps): which loop it is in
+    loop: int = 0  # which loop of the script it is in (analysis/iterations.py; 0 for StepTraceAnnotation steps)
 
 
 @dataclass
@@ -100,8 +99,8 @@ def _detect(run: RunData) -> StepInfo:
     if name is None:
         return StepInfo(NONE, f"no StepTraceAnnotation and no jit function called {MIN_CALLS} or more times")
     seqs, at = _in_the_loop(run, name, [s for s, n in calls if n == name])
-    bounds = iteration_bounds(run, seqs, at, end_seq)
-    steps = [Step(i, f"{name} call {i + 1}", bounds[i], bounds[i + 1], i + 1, at[i]) for i in range(len(seqs))]
+    starts, ends, loops = iteration_bounds(run, seqs, at, end_seq)
+    steps = [Step(i, f"{name} call {i + 1}", starts[i], ends[i], i + 1, loops[i]) for i in range(len(seqs))]
     return StepInfo(REPEATED_JIT, name, steps)
 
 
@@ -134,86 +133,6 @@ def _in_the_loop(run, name: str, seqs: list[int]) -> tuple[list[int], list[int]]
     while end > MIN_CALLS and site.get(seqs[end - 1]) != loop and per_line[site.get(seqs[end - 1])] == 1:
         end -= 1
     return seqs[:end], [site.get(s, 0) for s in seqs[:end]]
-
-
-def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> list[int]:
-    """The ``len(seqs) + 1`` seqs that cut the run into the loop's iterations, one per step call
-    in ``seqs`` (made at the sites ``at``). Between two calls, the events of lines above the next
-    call's in its function (``x = jax.device_put(batch)``, or a loader generator's put under the
-    ``for`` line: a transfer's stack names that frame) open the next iteration, and those below
-    the call before (``float(loss)``) close its iteration: a cut at the next call alone charged
-    each batch's upload to the step before, and a clean loader loop failed
-    ``--max-host-syncs-per-step 0`` at its last step. The first iteration starts at the run of
-    events before the first call from lines that opened iterations; the last ends at the first
-    event after the last call from a line that never closed one (the code after the loop).
-    Between two loops that call the step function (``while err > tol: x = step(x)`` after a
-    first loop), a line closes the first loop's iteration or opens the second's only if it
-    did so inside that loop. Events of other functions go with their neighbours; with no
-    line above the call, an iteration starts at its call."""
-    calls = np.asarray(seqs, np.int64)
-    if len(calls) < 2:
-        return [*seqs, end_seq]
-    ev_seq, key, line, call_line = _loop_lines(run, at)
-    k = np.searchsorted(calls, ev_seq, side="right") - 1  # the interval after call k (the call: seq == calls[k])
-    kk = np.clip(k, 0, len(calls) - 2)
-    inside = (k >= 0) & (k < len(calls) - 1) & (ev_seq != calls[kk]) & (line >= 0)
-    a, b = call_line[kk], call_line[kk + 1]
-    post, pre = inside & (a >= 0) & (line > a), inside & (line < b)
-    alike = a == b  # between two calls of one loop; else between two loops: a line closes (opens)
-    for mask, own in ((post, a), (pre, b)):  # one there only if it did so inside its own loop
-        pair = own * (1 << 32) + line
-        mask &= alike | np.isin(pair, np.unique(pair[mask & alike]))
-    last_post = calls[:-1].copy()
-    np.maximum.at(last_post, k[post], ev_seq[post])
-    bound = calls[1:].copy()
-    pre &= ev_seq > last_post[kk]
-    np.minimum.at(bound, k[pre], ev_seq[pre])
-    between = (k >= 0) & (k < len(calls) - 1) & (ev_seq != calls[kk])
-    opened = between & (ev_seq >= bound[kk])
-    back = (line == call_line[0]) | np.isin(key, np.unique(key[opened]))
-    first = int(np.searchsorted(ev_seq, calls[0]))  # the events before the first call: [:first]
-    bad = np.flatnonzero(~back[:first])
-    lo = int(bad[-1]) + 1 if bad.size else 0  # where the run of opening lines before it starts
-    start = int(ev_seq[lo]) if lo < first else int(calls[0])
-    ahead = (line == call_line[-1]) | np.isin(key, np.unique(key[between & ~opened]))
-    last = int(np.searchsorted(ev_seq, calls[-1], side="right"))
-    bad = np.flatnonzero(~ahead[last:])
-    end = int(ev_seq[last + bad[0]]) if bad.size else end_seq
-    return [start, *bound.tolist(), end]
-
-
-def _loop_lines(run, at: list[int]) -> tuple:
-    """Every op and transfer in seq order, as ``(seq, key, line, call_line)``: ``line`` is the
-    event's line in the function of the step calls' most common site (the loop's; its own
-    site's, or for a transfer made deeper, its stack's frame there; -1 for none),
-    ``call_line`` each call's line there (-2 for a call from elsewhere), ``key`` the line as
-    ``-line - 1`` where there is one, else the site."""
-    sites = run.store.sites()
-    loop = sites.get(Counter(at).most_common(1)[0][0])
-
-    def here(s) -> bool:
-        return s is not None and loop is not None and (s.file, s.function) == (loop.file, loop.function)
-
-    seq, site = queries.event_sites(run.store)
-    uniq, inv = np.unique(site, return_inverse=True)
-    line = np.array([s.line if here(s := sites.get(u)) else -1 for u in uniq.tolist()] or [-1], np.int64)[inv]
-    if loop is not None and getattr(run.store, "has_stacks", False):
-        nodes, found = stack_nodes(run.store), {}
-        t_seq, t_node = queries.transfer_stack_columns(run.store)
-        for node in np.unique(t_node).tolist():
-            n, depth = nodes.get(node), 0
-            while n is not None and not here(n) and depth < MAX_DEPTH:
-                n, depth = nodes.get(n.parent), depth + 1
-            if n is not None and here(n):
-                found[node] = n.line
-        if found:
-            mine = np.isin(t_node, list(found))
-            where = np.searchsorted(seq, t_seq[mine])
-            ok = (where < seq.size) & (seq[np.minimum(where, seq.size - 1)] == t_seq[mine])
-            line[where[ok]] = [found[n] for n in t_node[mine][ok].tolist()]
-    key = np.where(line >= 0, -line - 1, site)
-    call_line = np.array([s.line if here(s := sites.get(a)) else -2 for a in at], np.int64)
-    return seq, key, line, call_line
 
 
 def step_function(names: list[str]) -> str | None:

@@ -40,6 +40,21 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
     return {name: np.concatenate(p) for name, p in parts.items()}
 
 
+def event_sites(store):
+    """(``seq``, ``site``) int64 columns of every op and transfer, in seq order (the steps' cuts)."""
+    site = "CASE WHEN typeof(site) = 'integer' THEN site ELSE 0 END"  # a damaged one: no site, as elsewhere
+    ops, moves = (int_columns(store, t, {"seq": "seq", "site": site}) for t in ("ops", "transfers"))
+    seq, site = np.concatenate([ops["seq"], moves["seq"]]), np.concatenate([ops["site"], moves["site"]])
+    order = np.argsort(seq, kind="stable")
+    return seq[order], site[order]
+
+
+def transfer_stack_columns(store):
+    """(``seq``, ``node``) int64 columns of the transfers made under a recorded call stack."""
+    cols = int_columns(store, "transfer_stacks", {"seq": "seq", "node": "CASE WHEN typeof(node) = 'integer' THEN node ELSE 0 END"})
+    return cols["seq"], cols["node"]
+
+
 def parse_ints(joined, n: int, what: str) -> np.ndarray:
     """The ``n`` integers of a ``group_concat`` string (None: no row)."""
     if not n:

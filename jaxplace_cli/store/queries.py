@@ -348,26 +348,6 @@ def jit_ops(store) -> list[tuple[int, str, int, str]]:
     return store.conn.execute("SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,)).fetchall()
 
 
-def event_sites(store):
-    """(``seq``, ``site``) int64 columns of every op and transfer, in seq order (the steps' cuts)."""
-    import numpy as np
-
-    from jaxplace_cli.store.columns import int_columns
-
-    ops, moves = (int_columns(store, t, {"seq": "seq", "site": "site"}) for t in ("ops", "transfers"))
-    seq, site = np.concatenate([ops["seq"], moves["seq"]]), np.concatenate([ops["site"], moves["site"]])
-    order = np.argsort(seq, kind="stable")
-    return seq[order], site[order]
-
-
-def transfer_stack_columns(store):
-    """(``seq``, ``node``) int64 columns of the transfers made under a recorded call stack."""
-    from jaxplace_cli.store.columns import int_columns
-
-    cols = int_columns(store, "transfer_stacks", {"seq": "seq", "node": "node"})
-    return cols["seq"], cols["node"]
-
-
 def transfer_columns_from(store, start_seq: int) -> dict:
     """Every transfer from ``start_seq`` on, small ones included, as int64 columns ``seq``,
     ``kind`` (the index of its kind in ``TRANSFER_KINDS``, -1 for another) and ``bytes`` (an

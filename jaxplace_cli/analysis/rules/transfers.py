@@ -2,6 +2,7 @@
 uncommitted arrays copied on every use."""
 from __future__ import annotations
 
+import ast
 import bisect
 import re
 from collections import Counter, defaultdict
@@ -31,16 +32,38 @@ _DEFAULT_READ_FIX = ("keep the value on device (accumulate with jnp) and read it
 _TEST_FIX = ("the loop tests a device value to decide whether to go on (a convergence test): run "
              "the whole loop on the device with jax.lax.while_loop (its cond_fun makes the test), "
              "or test every N iterations")
-_TESTS = re.compile(r"(if|elif|while|assert)\b|.*\bbreak\b")
+_READS = {"float", "int", "bool", "complex", "item", "tolist", "device_get", "asarray", "array"}
 
 
 def _read_fix(api: str, text: str) -> str:
     """The fix for a blocking read by ``api`` on a line whose source is ``text``: a read that
     decides the loop's course (``if float(err) < tol: break``, ``while err > tol:``) cannot be
-    read later or every N steps as a logged loss can."""
-    if api == "bool()" or _TESTS.match(text):
+    read later or every N steps as a logged loss can; ``if verbose: print(float(loss))`` is
+    a logged loss."""
+    if api == "bool()" or _tests_a_read(text):
         return _TEST_FIX
     return _READ_FIXES.get(api, _DEFAULT_READ_FIX)
+
+
+def _tests_a_read(text: str) -> bool:
+    """Whether the source line ``text`` is an ``if``/``elif``/``while`` whose condition reads
+    a value (``float(err) < tol``, ``loss.item() > 0``). Parsed, never run; bounded by the
+    site text's 500 characters."""
+    head = re.match(r"(el)?(if|while)\b", text)
+    if head is None or len(text) > 500:
+        return False
+    src = text[len(head.group(1) or ""):]
+    for candidate in (src, src + " pass", src + ":\n pass"):
+        try:
+            tree = ast.parse(candidate)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        node = tree.body[0] if tree.body else None
+        test = getattr(node, "test", None)
+        return test is not None and any(
+            isinstance(n, ast.Call) and (getattr(n.func, "id", None) or getattr(n.func, "attr", None)) in _READS
+            for n in ast.walk(test))
+    return False
 
 
 def host_sync_in_loop(run, cfg) -> list[Finding]:
@@ -102,9 +125,8 @@ def _executions(run, steps, events, groups, cfg):
 
 def steps_with(seqs: list[int], steps) -> float | None:
     """The share of steady-state steps (warm-up excluded) holding at least one of ``seqs``,
-    among the steps of the loop that holds most of them (the steps whose calls come from one
-    line: a script that runs one step function in three loops reads in one of them); None
-    when the run's steps are unknown."""
+    among the steps of the loop that holds most of them (a script that runs one step function
+    in three loops reads in one of them); None when the run's steps are unknown."""
     if steps is None or not steps.steps:
         return None
     starts = [s.start_seq for s in steps.steps]
@@ -114,8 +136,8 @@ def steps_with(seqs: list[int], steps) -> float | None:
         if 0 <= i and seq < steps.steps[i].end_seq:
             hit.add(i)
     w = steps.warmup if len(starts) > steps.warmup else 0
-    loop = Counter(steps.steps[i].site for i in hit).most_common(1)[0][0] if hit else None
-    steady = [i for i in range(w, len(starts)) if steps.steps[i].site == loop]
+    loop = Counter(steps.steps[i].loop for i in hit).most_common(1)[0][0] if hit else None
+    steady = [i for i in range(w, len(starts)) if steps.steps[i].loop == loop]
     return sum(1 for i in steady if i in hit) / len(steady) if steady else 0.0
 
 

@@ -1,0 +1,149 @@
+"""Where one loop iteration ends and the next begins, around the calls of the step function.
+
+Between two step calls, the events whose source line, in the function that makes the next call,
+is above that call (``x = jax.device_put(batch)``; a loader generator's put counts at the
+``for`` line: a transfer's recorded stack names that frame) open the next iteration, and those
+below the call before (``float(loss)``) close its iteration. A cut at the next call alone
+charged each batch's upload to the step before, and a clean loader loop failed
+``--max-host-syncs-per-step 0`` at its last step (the read after the loop).
+
+*Loops*: calls from sites whose runs of calls interleave (the two branches of an ``if``, an
+epoch's train and eval loops) are one loop; sites called one after the other (a training loop,
+then ``while err > tol: x = step(x)``) are two. Between two loops a line that lies between the
+two calls closes the first loop's iteration or opens the second's only as it did inside its own
+loop, and the code between the loops is in no step. The first iteration starts at the run of
+events before the first call from keys (lines) that opened iterations; the last ends at the first
+event after the last call from a key that never closed one (the code after the loop). Events of
+other functions go with their neighbours; with no line above the call an iteration starts at its
+call, as before. Known limit: a call statement over several lines is at its first line, so the
+events of its argument lines below read as closing the iteration before."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from jaxplace_cli.analysis.stacks import MAX_DEPTH
+from jaxplace_cli.store.columns import event_sites, transfer_stack_columns
+from jaxplace_cli.store.stacks import stack_nodes
+
+MAX_FUNCTIONS = 3  # functions the step is called from that get lines (by calls): more is no loop
+MAX_LINE = 1 << 30  # a line past this (a damaged store) is no line
+
+
+def loop_groups(at: list[int]) -> list[int]:
+    """The loop of each call made at the sites ``at``, as the first call's index in it: sites
+    whose spans of calls overlap are one loop."""
+    span: dict[int, list[int]] = {}
+    for i, s in enumerate(at):
+        span.setdefault(s, [i, i])[1] = i
+    group, end, first = {}, -1, 0
+    for s, (lo, hi) in sorted(span.items(), key=lambda kv: kv[1]):
+        if lo > end:
+            first = lo
+        group[s], end = first, max(end, hi)
+    return [group[s] for s in at]
+
+
+def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> tuple[list[int], list[int], list[int]]:
+    """(starts, ends, loops) of the iterations around the step calls ``seqs`` made at the sites
+    ``at`` (``end`` exclusive; between two loops an end may lie before the next start)."""
+    calls, n = np.asarray(seqs, np.int64), len(seqs)
+    loops = loop_groups(at)
+    if n < 2:
+        return list(seqs), [end_seq] * n, loops
+    ev_seq, key, lines, call_fn, call_line = _lines(run, at)
+    k = np.searchsorted(calls, ev_seq, side="right") - 1  # the interval after call k (the call: seq == calls[k])
+    kk = np.clip(k, 0, n - 2)
+    between = (k >= 0) & (k < n - 1) & (ev_seq != calls[kk])
+    cols = np.arange(ev_seq.size)
+    la = np.where(call_fn[kk] >= 0, lines[np.maximum(call_fn[kk], 0), cols], -1)  # line in call k's function
+    lb = np.where(call_fn[kk + 1] >= 0, lines[np.maximum(call_fn[kk + 1], 0), cols], -1)
+    # a call's own line is neither: the other call's statement (``-x`` in ``step(p, -x)`` in
+    # an else branch below the if's call; the if's call's own uploads)
+    post = between & (la >= 0) & (la > call_line[kk]) & (lb != call_line[kk + 1])
+    pre = between & (lb >= 0) & (lb < call_line[kk + 1]) & (la != call_line[kk])
+    both = post & pre  # a line between two calls: settled by what it did between calls of one site
+    sites = np.asarray(at, np.int64)
+    p_key, q_key = sites[kk] * MAX_LINE + la, sites[kk + 1] * MAX_LINE + lb
+    seen_post = np.isin(p_key, np.unique(p_key[post & ~pre]))
+    seen_pre = np.isin(q_key, np.unique(q_key[pre & ~post]))
+    same_loop = np.asarray(loops, np.int64)[kk] == np.asarray(loops, np.int64)[kk + 1]
+    closes, opens = seen_post & ~seen_pre, seen_pre & ~seen_post
+    post &= ~both | closes | (~opens & same_loop)  # unsettled: closing within a loop, as before
+    pre &= ~both | opens  # ... and between two loops in neither
+    last_post = calls[:-1].copy()
+    np.maximum.at(last_post, k[post], ev_seq[post])
+    bound = calls[1:].copy()
+    pre &= ev_seq > last_post[kk]
+    np.minimum.at(bound, k[pre], ev_seq[pre])
+    # between two loops the first one's iteration ends after its last closing event or its
+    # call's own events (its line); what follows up to the next opening event is in no step
+    own = between & ((ev_seq <= last_post[kk]) | (la == call_line[kk]))
+    closed = calls[:-1] + 1
+    np.maximum.at(closed, k[own], ev_seq[own] + 1)
+    same = np.asarray(loops[:-1]) == np.asarray(loops[1:])
+    ends = np.where(same, bound, np.minimum(closed, bound))
+    opened = between & (ev_seq >= bound[kk])
+    back = np.isin(key, np.unique(key[opened]))
+    first = int(np.searchsorted(ev_seq, calls[0]))  # the events before the first call: [:first]
+    bad = np.flatnonzero(~back[:first])
+    lo = int(bad[-1]) + 1 if bad.size else 0  # where the run of opening keys before it starts
+    start = int(ev_seq[lo]) if lo < first else int(calls[0])
+    ahead = np.isin(key, np.unique(key[between & ~opened]))
+    last = int(np.searchsorted(ev_seq, calls[-1], side="right"))
+    bad = np.flatnonzero(~ahead[last:])
+    end = int(ev_seq[last + bad[0]]) if bad.size else end_seq
+    return [start, *bound.tolist()], [*ends.tolist(), end], loops
+
+
+def _lines(run, at: list[int]) -> tuple:
+    """Every op and transfer in seq order, as ``(seq, key, lines, call_fn, call_line)``:
+    ``lines[f]`` is each event's line in the f-th function the step is called from (its own
+    site's, or for a transfer made deeper, its stack's frame there; -1 for none); ``call_fn``
+    and ``call_line`` each call's function (-1: another) and line; ``key`` an event's first
+    such (function, line) where it has one, else its site, negative and positive apart."""
+    sites = run.store.sites()
+
+    def where(s) -> tuple | None:
+        return (s.file, s.function) if s is not None else None
+
+    fns = [f for f, _ in Counter(where(sites.get(a)) for a in at).most_common(MAX_FUNCTIONS) if f is not None]
+    index = {f: i for i, f in enumerate(fns)}
+    seq, site = event_sites(run.store)
+    uniq, inv = np.unique(site, return_inverse=True)
+    lines = np.full((max(len(fns), 1), seq.size), -1, np.int64)
+    for f in range(len(fns)):
+        per = [_line(s) if where(s := sites.get(u)) == fns[f] else -1 for u in uniq.tolist()]
+        lines[f] = np.asarray(per or [-1], np.int64)[inv]
+    if fns and getattr(run.store, "has_stacks", False):
+        nodes = stack_nodes(run.store)
+        t_seq, t_node = transfer_stack_columns(run.store)
+        pos = np.searchsorted(seq, t_seq)
+        ok = (pos < seq.size) & (seq[np.minimum(pos, max(seq.size - 1, 0))] == t_seq) if seq.size else pos < 0
+        for f in range(len(fns)):
+            found = {node: ln for node in np.unique(t_node).tolist() if (ln := _frame_line(nodes, node, fns[f])) >= 0}
+            if found:
+                mine = ok & np.isin(t_node, list(found))
+                lines[f, pos[mine]] = [found[x] for x in t_node[mine].tolist()]
+    first_f = np.argmax(lines >= 0, axis=0)
+    line0 = lines[first_f, np.arange(seq.size)]
+    key = np.where(line0 >= 0, -(first_f * MAX_LINE + line0) - 1, site)
+    call_fn = np.array([index.get(where(sites.get(a)), -1) for a in at], np.int64)
+    call_line = np.array([_line(sites.get(a)) if a in sites else -2 for a in at], np.int64)
+    call_line[call_fn < 0] = -2
+    return seq, key, lines, call_fn, call_line
+
+
+def _line(s) -> int:
+    """A site's or frame's line, -1 for none a store could hold (a damaged one: text, 1e30)."""
+    line = getattr(s, "line", None)
+    return line if isinstance(line, int) and 0 <= line < MAX_LINE else -1
+
+
+def _frame_line(nodes: dict, node: int, fn: tuple) -> int:
+    """The line of the innermost frame of ``node``'s stack in function ``fn``, or -1."""
+    n, depth = nodes.get(node), 0
+    while n is not None and (n.file, n.function) != fn and depth < MAX_DEPTH:
+        n, depth = nodes.get(n.parent), depth + 1
+    return _line(n) if n is not None and (n.file, n.function) == fn else -1
