@@ -116,10 +116,12 @@ def pingpong(run, cfg) -> list[Finding]:
             if t is not None:  # the input was copied for this op; the input itself stays put
                 h, chain = move(h, chain, t)
             # the longest history goes on; of two as long, a chain that came into the op (not
-            # one a copy for it started), then the one that moved last: an eager vjp's
-            # cotangent copied over for its backward op, or an array put over long before,
-            # took over the chain of the parameters just moved, and its legs were listed
-            key = (h[1], chain.born != seq, chain.last) if h is not None else (0,)
+            # one a copy for it started), then the one that moved last (of copies made for
+            # the op, the first argument's): an eager vjp's cotangent copied over for its
+            # backward op, or an array put over long before, took over the chain of the
+            # parameters just moved, and its legs were listed
+            came = chain is not None and chain.born != seq
+            key = (h[1], came, chain.last if came else 0) if h is not None else (0,)
             if key > best_key:
                 best, best_key = (h, chain), key
         if best[1] is not None:
