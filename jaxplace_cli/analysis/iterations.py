@@ -29,6 +29,7 @@ from jaxplace_cli.store.stacks import stack_nodes
 
 MAX_FUNCTIONS = 3  # functions the step is called from that get lines (by calls): more is no loop
 MAX_LINE = 1 << 30  # a line past this (a damaged store) is no line
+MAX_SKIP = 500  # call-line sites left unread (SQLite's parameters; a real run has one or a few)
 
 
 def loop_groups(at: list[int]) -> list[int]:
@@ -78,9 +79,13 @@ def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> tuple
     pre &= ev_seq > last_post[kk]
     np.minimum.at(bound, k[pre], ev_seq[pre])
     # between two loops the first one's iteration ends after its last closing event or its
-    # call's own events (its line); what follows up to the next opening event is in no step
+    # call's own events (its line: those at its site were not read, so up to the first other
+    # event after it); what follows up to the next opening event is in no step
     own = between & ((ev_seq <= last_post[kk]) | (la == call_line[kk]))
-    closed = calls[:-1] + 1
+    nxt = np.searchsorted(ev_seq, calls[:-1], side="right")
+    closed = np.where(nxt < ev_seq.size, ev_seq[np.minimum(nxt, max(ev_seq.size - 1, 0))] if ev_seq.size else 0,
+                      calls[1:])
+    closed = np.maximum(closed, calls[:-1] + 1)
     np.maximum.at(closed, k[own], ev_seq[own] + 1)
     same = np.asarray(loops[:-1]) == np.asarray(loops[1:])
     ends = np.where(same, bound, np.minimum(closed, bound))
@@ -110,12 +115,14 @@ def _lines(run, at: list[int]) -> tuple:
 
     fns = [f for f, _ in Counter(where(sites.get(a)) for a in at).most_common(MAX_FUNCTIONS) if f is not None]
     index = {f: i for i, f in enumerate(fns)}
-    seq, site = event_sites(run.store)
+    calls_at = {(s.file, s.function, s.line) for a in set(at) if (s := sites.get(a)) is not None}
+    skip = tuple(sorted(i for i, s in sites.items() if (s.file, s.function, s.line) in calls_at and isinstance(i, int)))
+    seq, site = event_sites(run.store, skip[:MAX_SKIP])
     uniq, inv = np.unique(site, return_inverse=True)
-    lines = np.full((max(len(fns), 1), seq.size), -1, np.int64)
+    lines = np.full((max(len(fns), 1), seq.size), -1, np.int32)
     for f in range(len(fns)):
         per = [_line(s) if where(s := sites.get(u)) == fns[f] else -1 for u in uniq.tolist()]
-        lines[f] = np.asarray(per or [-1], np.int64)[inv]
+        lines[f] = np.asarray(per or [-1], np.int32)[inv]
     if fns and getattr(run.store, "has_stacks", False):
         nodes = stack_nodes(run.store)
         t_seq, t_node = transfer_stack_columns(run.store)

@@ -40,10 +40,13 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
     return {name: np.concatenate(p) for name, p in parts.items()}
 
 
-def event_sites(store):
-    """(``seq``, ``site``) int64 columns of every op and transfer, in seq order (the steps' cuts)."""
+def event_sites(store, skip: tuple = ()):
+    """(``seq``, ``site``) int64 columns of every op and transfer, in seq order (the steps' cuts),
+    but those made at the sites ``skip`` (the step call's own line: 9 in 10 events of a call with
+    32 scalar arguments, which say nothing of where an iteration starts)."""
     site = "CASE WHEN typeof(site) = 'integer' THEN site ELSE 0 END"  # a damaged one: no site, as elsewhere
-    ops, moves = (int_columns(store, t, {"seq": "seq", "site": site}) for t in ("ops", "transfers"))
+    where = f"site NOT IN ({', '.join('?' * len(skip))})" if skip else "1"
+    ops, moves = (int_columns(store, t, {"seq": "seq", "site": site}, where, tuple(skip)) for t in ("ops", "transfers"))
     seq, site = np.concatenate([ops["seq"], moves["seq"]]), np.concatenate([ops["site"], moves["site"]])
     order = np.argsort(seq, kind="stable")
     return seq[order], site[order]
