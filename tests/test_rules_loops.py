@@ -292,20 +292,27 @@ def test_code_between_two_loops_is_in_no_step(tmp_path):
 
 def test_a_damaged_line_is_no_line(tmp_path):
     # a site's line of 1e30 (REAL) or text, as a hand-edited store may hold: the audit reads the
-    # run (exit 0), the events of those sites with no line (they go with their neighbours)
+    # run (exit 0), the events of those sites with no line (they go with their neighbours); a
+    # step call's NULL site is no site to the steps (another analysis may call the store
+    # damaged: one line, exit 2)
     from conftest import cli
 
+    from jaxplace_cli.analysis.steps import detect_steps
     from jaxplace_cli.model.events import Site
 
-    r = Rows()
-    put, call = r.site(11), r.site(12)
-    for i in range(4):
-        r.xfer(3 * i + 1, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
-        r.op(3 * i + 2, "jit(step)", kind="jit", site=call)
-    r.tables["sites"][0] = Site(put, "train.py", 1e30, "main")
-    r.tables["sites"][1] = Site(call, "train.py", "twelve", "main")
-    proc = cli("audit", r.open(tmp_path / "run").path, "--max-h2d-per-step", "1")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for null in (False, True):
+        r = Rows()
+        put, call = r.site(11), r.site(12)
+        for i in range(4):
+            r.xfer(3 * i + 1, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
+            r.op(3 * i + 2, "jit(step)", kind="jit", site=None if null and i == 2 else call)
+        r.tables["sites"][0] = Site(put, "train.py", 1e30, "main")
+        r.tables["sites"][1] = Site(call, "train.py", "twelve", "main")
+        run = r.open(tmp_path / f"run{null}")
+        assert len(detect_steps(run).steps) == 4
+        proc = cli("audit", run.path, "--max-h2d-per-step", "1")
+        assert proc.returncode == (2 if null else 0), proc.stdout + proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == (1 if null else 0)
 
 
 def test_a_read_in_a_loop_condition_is_a_test():
@@ -332,3 +339,23 @@ def test_a_read_in_one_branch_every_10_steps_is_no_sync_in_the_loop(tmp_path):
             r.xfer(seq + 1, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
         seq += 2
     assert host_sync_in_loop(r.open(tmp_path / "run"), CFG) == []
+
+
+def test_a_line_between_the_calls_of_two_branches_goes_with_the_nearer_call(tmp_path):
+    # for i: 12 put x; if i % 2 == 0: 14 step(p, x), 15 float(loss) else: 17 put noise,
+    # 18 step(p, x + n). Lines 15 and 17 lie below the if's call and above the else's: by hand,
+    # 15 closes the if's iteration and 17 opens the else's; each iteration runs from its put
+    r = Rows()
+    put, if_call, read, noise, else_call = (r.site(n) for n in (12, 14, 15, 17, 18))
+    seq, opens = 1, []
+    for i in range(6):
+        opens.append(seq)
+        r.xfer(seq, H2D, "host", "cpu:0", 4 * KiB, put, "jax.device_put")
+        if i % 2 == 0:
+            r.op(seq + 1, "jit(step)", kind="jit", site=if_call)
+            r.xfer(seq + 2, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
+        else:
+            r.xfer(seq + 1, H2D, "host", "cpu:0", 4 * KiB, noise, "jax.device_put")
+            r.op(seq + 2, "jit(step)", kind="jit", site=else_call)
+        seq += 3
+    assert _cuts(tmp_path, r) == list(zip(opens, [*opens[1:], seq]))

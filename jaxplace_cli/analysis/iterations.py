@@ -11,7 +11,8 @@ charged each batch's upload to the step before, and a clean loader loop failed
 epoch's train and eval loops) are one loop; sites called one after the other (a training loop,
 then ``while err > tol: x = step(x)``) are two. Between two loops a line that lies between the
 two calls closes the first loop's iteration or opens the second's only as it did inside its own
-loop, and the code between the loops is in no step. The first iteration starts at the run of
+loop, and the code between the loops is in no step; within one loop (the branches of an ``if``)
+it goes with the nearer call. The first iteration starts at the run of
 events before the first call from keys (lines) that opened iterations; the last ends at the first
 event after the last call from a key that never closed one (the code after the loop). Events of
 other functions go with their neighbours; with no line above the call an iteration starts at its
@@ -71,8 +72,13 @@ def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> tuple
     seen_pre = np.isin(q_key, np.unique(q_key[pre & ~post]))
     same_loop = np.asarray(loops, np.int64)[kk] == np.asarray(loops, np.int64)[kk + 1]
     closes, opens = seen_post & ~seen_pre, seen_pre & ~seen_post
-    post &= ~both | closes | (~opens & same_loop)  # unsettled: closing within a loop, as before
-    pre &= ~both | opens  # ... and between two loops in neither
+    # unsettled within a loop (the two branches of an if: ``print(float(loss))`` under the if's
+    # call, ``n = put(noise)`` above the else's): the nearer call's, closing on a tie; between
+    # two loops: neither
+    nearer = (la - call_line[kk]) <= (call_line[kk + 1] - lb)
+    unsettled = both & ~closes & ~opens & same_loop
+    post &= ~both | closes | (unsettled & nearer)
+    pre &= ~both | opens | (unsettled & ~nearer)
     last_post = calls[:-1].copy()
     np.maximum.at(last_post, k[post], ev_seq[post])
     bound = calls[1:].copy()

@@ -132,7 +132,7 @@ def _in_the_loop(run, name: str, seqs: list[int]) -> tuple[list[int], list[int]]
     end = len(seqs)
     while end > MIN_CALLS and site.get(seqs[end - 1]) != loop and per_line[site.get(seqs[end - 1])] == 1:
         end -= 1
-    return seqs[:end], [site.get(s, 0) for s in seqs[:end]]
+    return seqs[:end], [x if isinstance(x := site.get(s), int) else 0 for s in seqs[:end]]  # NULL: none
 
 
 def step_function(names: list[str]) -> str | None:
