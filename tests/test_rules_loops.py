@@ -359,3 +359,21 @@ def test_a_line_between_the_calls_of_two_branches_goes_with_the_nearer_call(tmp_
             r.op(seq + 2, "jit(step)", kind="jit", site=else_call)
         seq += 3
     assert _cuts(tmp_path, r) == list(zip(opens, [*opens[1:], seq]))
+
+
+def test_a_put_on_the_call_line_opens_the_iteration_it_feeds(tmp_path):
+    # for b in data: 11 w, l = step(w, jax.device_put(b)); 12 float(l) -- then ``l = step(w, x)[1]``
+    # style indexing at the call line (its result is no input of the next call). By hand: each
+    # iteration starts at its own put; the indexing after a call stays in that call's step
+    r = Rows()
+    call, read = r.site(11), r.site(12)
+    seq, opens, buf = 1, [], 100
+    for _ in range(5):
+        opens.append(seq)
+        r.op(seq, "device_put", kind="device_put", outs=[buf], site=call)
+        r.xfer(seq + 1, H2D, "host", "cpu:0", 4 * KiB, call, "jax.device_put", buf=buf, op_seq=seq)
+        r.op(seq + 2, "jit(step)", kind="jit", ins=[7, buf], outs=[buf + 1, buf + 2], site=call)
+        r.op(seq + 3, "getitem", kind="method", ins=[buf + 2], outs=[buf + 3], site=call)
+        r.xfer(seq + 4, D2H, "cpu:0", "host", 4, read, "float()", blocking=True)
+        seq, buf = seq + 5, buf + 10
+    assert _cuts(tmp_path, r) == list(zip(opens, [*opens[1:], seq]))

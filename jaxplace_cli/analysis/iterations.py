@@ -15,7 +15,9 @@ loop, and the code between the loops is in no step; within one loop (the branche
 it goes with the nearer call. The first iteration starts at the run of
 events before the first call from keys (lines) that opened iterations; the last ends at the first
 event after the last call from a key that never closed one (the code after the loop). Events of
-other functions go with their neighbours; with no line above the call an iteration starts at its
+other functions go with their neighbours; an op on the call's own line whose result is an input
+of the next call (``step(p, jax.device_put(b))``'s put) opens its iteration (data flow: the line
+alone cannot tell it from ``step(p, x)[1]``'s indexing); with neither, an iteration starts at its
 call, as before. Known limit: a call statement over several lines is at its first line, so the
 events of its argument lines below read as closing the iteration before."""
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections import Counter
 import numpy as np
 
 from jaxplace_cli.analysis.stacks import MAX_DEPTH
+from jaxplace_cli.store import queries
 from jaxplace_cli.store.columns import event_sites, transfer_stack_columns
 from jaxplace_cli.store.stacks import stack_nodes
 
@@ -54,7 +57,7 @@ def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> tuple
     loops = loop_groups(at)
     if n < 2:
         return list(seqs), [end_seq] * n, loops
-    ev_seq, key, lines, call_fn, call_line = _lines(run, at)
+    ev_seq, key, lines, call_fn, call_line, skip = _lines(run, at)
     k = np.searchsorted(calls, ev_seq, side="right") - 1  # the interval after call k (the call: seq == calls[k])
     kk = np.clip(k, 0, n - 2)
     between = (k >= 0) & (k < n - 1) & (ev_seq != calls[kk])
@@ -84,6 +87,9 @@ def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> tuple
     bound = calls[1:].copy()
     pre &= ev_seq > last_post[kk]
     np.minimum.at(bound, k[pre], ev_seq[pre])
+    feed_k, feed_seq = _feeding(run, skip, calls)  # ``step(p, jax.device_put(b))``'s put
+    inner = (feed_k >= 0) & (feed_seq > last_post[np.maximum(feed_k, 0)])
+    np.minimum.at(bound, feed_k[inner], feed_seq[inner])
     # between two loops the first one's iteration ends after its last closing event or its
     # call's own events (its line: those at its site were not read, so up to the first other
     # event after it); what follows up to the next opening event is in no step
@@ -101,6 +107,8 @@ def iteration_bounds(run, seqs: list[int], at: list[int], end_seq: int) -> tuple
     bad = np.flatnonzero(~back[:first])
     lo = int(bad[-1]) + 1 if bad.size else 0  # where the run of opening keys before it starts
     start = int(ev_seq[lo]) if lo < first else int(calls[0])
+    fed = feed_seq[(feed_k < 0) & ((feed_seq > ev_seq[bad[-1]]) if bad.size else True)]
+    start = min(start, int(fed.min())) if fed.size else start
     ahead = np.isin(key, np.unique(key[between & ~opened]))
     last = int(np.searchsorted(ev_seq, calls[-1], side="right"))
     bad = np.flatnonzero(~ahead[last:])
@@ -145,7 +153,29 @@ def _lines(run, at: list[int]) -> tuple:
     call_fn = np.array([index.get(where(sites.get(a)), -1) for a in at], np.int64)
     call_line = np.array([_line(sites.get(a)) if a in sites else -2 for a in at], np.int64)
     call_line[call_fn < 0] = -2
-    return seq, key, lines, call_fn, call_line
+    return seq, key, lines, call_fn, call_line, skip
+
+
+def _feeding(run, skip: tuple, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(interval, seq) of the ops on the step call's own line (the sites ``skip``) that make an
+    input of the next step call: ``step(p, jax.device_put(b))``'s put, which opens that call's
+    iteration (-1: before the first call). Found by data flow, since a line cannot tell them
+    from ``step(p, x)[1]``'s indexing of the call before."""
+    made = [(s, o) for s, o in queries.ops_at_sites(run.store, skip[:MAX_SKIP]) if isinstance(o, str) and o]
+    nxt = np.searchsorted(calls, np.asarray([s for s, _ in made], np.int64), side="right")
+    wanted = [(s, o, j) for (s, o), j in zip(made, nxt.tolist()) if j < len(calls) and s != calls[j - 1]]
+    inputs = queries.in_bufs_of(run.store, sorted({int(calls[j]) for _, _, j in wanted}))
+    out = [(j - 1, s) for s, o, j in wanted if _shares(o, inputs.get(int(calls[j])))]
+    return np.asarray([j for j, _ in out], np.int64), np.asarray([s for _, s in out], np.int64)
+
+
+def _shares(outs: str, ins) -> bool:
+    """Whether the comma-joined buffer ids ``outs`` and ``ins`` share one (text that is no id
+    list, a damaged store: no)."""
+    if not isinstance(ins, str):
+        return False
+    made = {x for x in outs.split(",") if x.isdigit() and x != "0"}
+    return any(x in made for x in ins.split(","))
 
 
 def _line(s) -> int:

@@ -348,6 +348,19 @@ def jit_ops(store) -> list[tuple[int, str, int, str]]:
     return store.conn.execute("SELECT seq, name, site, devices FROM ops WHERE kind = ?", (OP_JIT,)).fetchall()
 
 
+def ops_at_sites(store, sites: tuple) -> list[tuple[int, str]]:
+    """``[(seq, out_bufs)]`` of the ops made at ``sites``, in order (the step call's own line)."""
+    marks = ", ".join("?" * len(sites))
+    return store.conn.execute(f"SELECT seq, out_bufs FROM ops WHERE site IN ({marks}) ORDER BY seq",
+                              sites).fetchall() if sites else []
+
+
+def in_bufs_of(store, seqs: list[int]) -> dict[int, str]:
+    """``{seq: in_bufs}`` of the ops ``seqs``."""
+    return {seq: bufs for i in range(0, len(seqs), 500) for seq, bufs in store.conn.execute(
+        f"SELECT seq, in_bufs FROM ops WHERE seq IN ({', '.join('?' * len(seqs[i:i + 500]))})", seqs[i:i + 500])}
+
+
 def transfer_columns_from(store, start_seq: int) -> dict:
     """Every transfer from ``start_seq`` on, small ones included, as int64 columns ``seq``,
     ``kind`` (the index of its kind in ``TRANSFER_KINDS``, -1 for another) and ``bytes`` (an
