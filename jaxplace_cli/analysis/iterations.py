@@ -157,11 +157,11 @@ def _lines(run, at: list[int]) -> tuple:
 
 
 def _feeding(run, skip: tuple, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(interval, seq) of the ops on the step call's own line (the sites ``skip``) that make an
-    input of the next step call: ``step(p, jax.device_put(b))``'s put, which opens that call's
+    """(interval, seq) of the eager ops on the step call's own line (the sites ``skip``) that
+    make an input of the next step call: ``step(p, jax.device_put(b))``'s put, which opens that call's
     iteration (-1: before the first call). Found by data flow, since a line cannot tell them
     from ``step(p, x)[1]``'s indexing of the call before."""
-    made = [(s, o) for s, o in queries.ops_at_sites(run.store, skip[:MAX_SKIP]) if isinstance(o, str) and o]
+    made = [(s, o) for s, o in queries.eager_ops_at_sites(run.store, skip[:MAX_SKIP]) if isinstance(o, str) and o]
     nxt = np.searchsorted(calls, np.asarray([s for s, _ in made], np.int64), side="right")
     wanted = [(s, o, j) for (s, o), j in zip(made, nxt.tolist()) if j < len(calls) and s != calls[j - 1]]
     inputs = queries.in_bufs_of(run.store, sorted({int(calls[j]) for _, _, j in wanted}))
