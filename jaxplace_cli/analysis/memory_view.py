@@ -21,16 +21,16 @@ SNAPSHOTS = 200
 TOP = 5  # lines listed per snapshot
 
 
-def buckets(series: list[tuple[int, int]], lo: int, hi: int, limit: int = MAX_POINTS) -> list[tuple[int, int]]:
+def buckets(series, lo: int, hi: int, limit: int = MAX_POINTS) -> list[tuple[int, int]]:
     """At most ``limit`` (seq, bytes), the largest value of each seq bucket; the end state exact."""
     if len(series) <= limit:
-        return series
+        return list(series)
     width = max(1, (hi - lo + 1) // limit + 1)
-    seq, nbytes = (np.array(c, dtype=np.int64) for c in zip(*series))
+    seq, nbytes = series.seq, series.bytes  # analysis.memory.Series: no tuple per point
     k = (seq - lo) // width
     o = np.lexsort((np.arange(k.size), -nbytes, k))  # per bucket: the first of its largest values
     head = o[np.concatenate([[True], k[o][1:] != k[o][:-1]])]
-    out = [series[i] for i in head.tolist()]
+    out = list(zip(seq[head].tolist(), nbytes[head].tolist()))
     out[int(np.searchsorted(k[head], k[-1]))] = series[-1]  # the end state exact
     return out
 
@@ -88,10 +88,10 @@ def memory_view(conn, report, known: dict[int, int], t0: int) -> list[dict]:
     timeline already holds. Empty for a run without memory events (or a job's merged audit)."""
     if report is None or not report.events:
         return []
-    seqs_all = [s for d in report.devices for s, _ in d.series]
-    if not seqs_all:
+    spans = [sp for d in report.devices if (sp := d.series.span()) is not None]
+    if not spans:
         return []
-    lo, hi = min(seqs_all), max(seqs_all)
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
     plan = []
     for dm in report.devices:
         pts = buckets(dm.series, lo, hi)

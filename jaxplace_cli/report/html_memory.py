@@ -22,8 +22,8 @@ def memory_chart(result, tl=None) -> str:  # long: one SVG, axis, then a series 
     mem = getattr(result, "memory", None)
     if mem is None or not mem.devices:
         return ""
-    seqs = [s for d in mem.devices for s, _ in d.series]
-    lo, hi = (min(seqs), max(seqs)) if seqs else (0, 1)
+    spans = [sp for d in mem.devices if (sp := d.series.span()) is not None]
+    lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 1)
     top = max(d.peak_bytes for d in mem.devices) or 1
     timed = {m["device"]: m for m in (tl.memory if tl is not None else [])}
     span = max(tl.t1 - tl.t0, 1) if timed else max(hi - lo, 1)
