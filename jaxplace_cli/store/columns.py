@@ -15,10 +15,12 @@ from jaxplace_cli.model.errors import DataError
 CHUNK = 1 << 20  # rows a query: a column's string stays ~10 MB whatever the table's size
 
 
-def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", params: tuple = ()) -> dict:
+def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", params: tuple = (),
+                expr_params: tuple = ()) -> dict:
     """``{name: int64 array}`` of the integer SQL expressions ``exprs`` (jaxplace's own, never
-    input) over the rows of ``table`` where ``where`` holds, in rowid order, ``CHUNK`` rows a
-    query (keyed on the last rowid read: a table with sparse rowids costs no more)."""
+    input; ``expr_params`` bound to their ``?`` in order) over the rows of ``table`` where
+    ``where`` holds, in rowid order, ``CHUNK`` rows a query (keyed on the last rowid read: a
+    table with sparse rowids costs no more)."""
     names = list(exprs)
     parts: dict[str, list] = {name: [] for name in names}
     bad = " OR ".join(f"typeof(c{i}) != 'integer'" for i in range(len(names)))
@@ -28,7 +30,7 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
            f"(SELECT rowid AS r, {inner} FROM {table} WHERE rowid > ? AND ({where}) ORDER BY rowid LIMIT ?)")
     last = -(1 << 63)
     while True:
-        row = store.conn.execute(sql, (last, *params, CHUNK)).fetchone()
+        row = store.conn.execute(sql, (*expr_params, last, *params, CHUNK)).fetchone()
         n, top, nbad = row[0], row[1], row[2]
         if nbad:
             raise DataError(f"{table}: {nbad} rows hold a value that is not an integer in {', '.join(names)}")
