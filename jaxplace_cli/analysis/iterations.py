@@ -26,7 +26,9 @@ from collections import Counter
 
 import numpy as np
 
-from jaxplace_cli.analysis.stacks import MAX_DEPTH
+from jaxplace_cli.analysis.rules.base import ids
+from jaxplace_cli.analysis.stacks import stack_path
+from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.store import queries
 from jaxplace_cli.store.columns import event_sites, transfer_stack_columns
 from jaxplace_cli.store.stacks import stack_nodes
@@ -142,8 +144,10 @@ def _lines(run, at: list[int]) -> tuple:
         t_seq, t_node = transfer_stack_columns(run.store)
         pos = np.searchsorted(seq, t_seq)
         ok = (pos < seq.size) & (seq[np.minimum(pos, max(seq.size - 1, 0))] == t_seq) if seq.size else pos < 0
+        cache: dict = {}
         for f in range(len(fns)):
-            found = {node: ln for node in np.unique(t_node).tolist() if (ln := _frame_line(nodes, node, fns[f])) >= 0}
+            found = {node: ln for node in np.unique(t_node).tolist()
+                     if (ln := _frame_line(stack_path(node, ("?", 0, "?"), nodes, cache), fns[f])) >= 0}
             if found:
                 mine = ok & np.isin(t_node, list(found))
                 lines[f, pos[mine]] = [found[x] for x in t_node[mine].tolist()]
@@ -172,21 +176,23 @@ def _feeding(run, skip: tuple, calls: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _shares(outs: str, ins) -> bool:
     """Whether the comma-joined buffer ids ``outs`` and ``ins`` share one (text that is no id
     list, a damaged store: no)."""
-    if not isinstance(ins, str):
+    try:
+        return isinstance(ins, str) and bool(set(ids(outs)) & set(ids(ins)) - {0})
+    except DataError:
         return False
-    made = {x for x in outs.split(",") if x.isdigit() and x != "0"}
-    return any(x in made for x in ins.split(","))
 
 
 def _line(s) -> int:
-    """A site's or frame's line, -1 for none a store could hold (a damaged one: text, 1e30)."""
-    line = getattr(s, "line", None)
+    """A site's line, -1 for none a store could hold (a damaged one: text, 1e30)."""
+    return _line_of(getattr(s, "line", None))
+
+
+def _line_of(line) -> int:
     return line if isinstance(line, int) and 0 <= line < MAX_LINE else -1
 
 
-def _frame_line(nodes: dict, node: int, fn: tuple) -> int:
-    """The line of the innermost frame of ``node``'s stack in function ``fn``, or -1."""
-    n, depth = nodes.get(node), 0
-    while n is not None and (n.file, n.function) != fn and depth < MAX_DEPTH:
-        n, depth = nodes.get(n.parent), depth + 1
-    return _line(n) if n is not None and (n.file, n.function) == fn else -1
+def _frame_line(path: tuple, fn: tuple) -> int:
+    """The line of the innermost frame of the stack ``path`` (outermost first: (file, line,
+    function) each, ``analysis/stacks.stack_path``) in function ``fn``, or -1."""
+    here = [frame for frame in path if (frame[0], frame[2]) == fn]
+    return _line_of(here[-1][1]) if here else -1

@@ -72,7 +72,7 @@ class StackTree:
             todo.extend((depth + 1, c) for c in reversed(f.children))
 
 
-def _path(node: int, site: tuple, nodes: dict, cache: dict) -> tuple:
+def stack_path(node: int, site: tuple, nodes: dict, cache: dict) -> tuple:
     """(file, line, function) of each frame from the outermost down to ``node``'s; ``site``'s
     alone for no node. A node the trie lacks, a cycle or a chain past MAX_DEPTH (a damaged
     store) leaves what was walked."""
@@ -115,7 +115,7 @@ def stack_tree(store, sites: dict, max_frames: int = MAX_FRAMES, steady: tuple =
         if t.kind not in TRANSFER_KINDS:
             continue
         s = sites.get(t.site)
-        path = _path(t.node, (s.file, s.line, s.function) if s else ("?", 0, "?"), nodes, cache)
+        path = stack_path(t.node, (s.file, s.line, s.function) if s else ("?", 0, "?"), nodes, cache)
         parent = root
         for i in range(len(path)):
             f = index.get(path[:i + 1])
