@@ -1,55 +1,99 @@
 """store/memory.py's and store/columns.py's column readers (the memory analysis reads the
-buffers, frees and shards tables as numpy columns from one aggregate query, the step counts the
-transfers a million rows at a time): checked against the rows SQLite returns one
-by one, on both ways device labels become codes (a CASE in the query, or a Python map past
-MAX_CASE_LABELS), and on damaged values (one-line data errors, never a wrong number)."""
+buffers, frees and shards tables as numpy columns, the step counts the transfers, the summary
+groups them): checked against the rows SQLite returns one by one, on both paths — store/_columns.c
+(a store opened from a file, by its URI) and the SQL path without it (group_concat strings; the
+device labels as a CASE in the query, or a Python map past MAX_CASE_LABELS) — and on damaged
+values (one-line data errors, never a wrong number)."""
 import sqlite3
 from types import SimpleNamespace
 
 import pytest
 
 from jaxplace_cli.model.errors import DataError
-from jaxplace_cli.store import columns, queries
+from jaxplace_cli.store import columns, groups, queries
 from jaxplace_cli.store import memory as q
 
 ROWS = [(7, 1, "cpu:0", 4096, 3), (9, 1, "cpu:1", 16, 3), (8, 2, "cpu:0,cpu:1", 2048, 4),
         (12, 5, "cpu:2", 0, 5), (-3, 6, "cpu:1", 8, 5)]
+PATHS = ["native", "sql"]
 
 
-def _store(rows):
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE TABLE buffers (buf INTEGER, seq INTEGER, device TEXT, bytes INTEGER, site INTEGER)")
-    conn.executemany("INSERT INTO buffers VALUES (?, ?, ?, ?, ?)", rows)
-    return SimpleNamespace(conn=conn)
+@pytest.fixture(params=PATHS)
+def make_store(request, tmp_path):
+    """``make_store(schema, rows, insert)``: a store on a file, read through store/_columns.c
+    ("native": it has a ``uri``) or through Python's sqlite3 ("sql": no ``uri``)."""
+    if request.param == "native" and columns.NATIVE is None:
+        pytest.skip("store/_columns.c is not built here (test_native says whether it must be)")
+    made = []
+
+    def make(schema, rows, insert):
+        path = tmp_path / f"s{len(made)}.sqlite"
+        made.append(path)
+        conn = sqlite3.connect(path)
+        conn.execute(schema)
+        conn.executemany(insert, rows)
+        conn.commit()
+        store = SimpleNamespace(conn=conn, path=request.param)
+        if request.param == "native":
+            store.uri = f"file:{path}?mode=ro"
+        return store
+    return make
 
 
-@pytest.mark.parametrize("case_limit", [q.MAX_CASE_LABELS, 1])
-def test_columns_equal_the_rows_read_one_by_one(monkeypatch, case_limit):
-    monkeypatch.setattr(q, "MAX_CASE_LABELS", case_limit)  # 1: the Python map of the labels
-    cols, labels = q.buffer_columns(_store(ROWS))
+def _store(make_store, rows):
+    return make_store("CREATE TABLE buffers (buf INTEGER, seq INTEGER, device TEXT, bytes INTEGER, site INTEGER)",
+                      rows, "INSERT INTO buffers VALUES (?, ?, ?, ?, ?)")
+
+
+@pytest.mark.parametrize("case_limit", [columns.MAX_CASE_LABELS, 1])
+def test_columns_equal_the_rows_read_one_by_one(monkeypatch, make_store, case_limit):
+    monkeypatch.setattr(columns, "MAX_CASE_LABELS", case_limit)  # 1: the Python map of the labels
+    cols, labels = q.buffer_columns(_store(make_store, ROWS))
     got = list(zip(cols["buf"].tolist(), cols["seq"].tolist(), [labels[c] for c in cols["device"].tolist()],
                    cols["bytes"].tolist(), cols["site"].tolist()))
     assert got == ROWS
 
 
-def test_an_empty_table_is_empty_columns():
-    cols, labels = q.buffer_columns(_store([]))
+def test_an_empty_table_is_empty_columns(make_store):
+    cols, labels = q.buffer_columns(_store(make_store, []))
     assert labels == [] and all(c.size == 0 for c in cols.values())
 
 
 @pytest.mark.parametrize("bad", [(1, 1, "cpu:0", "4k", 1), (1, 1, "cpu:0", 1.5, 1), (1, None, "cpu:0", 4, 1),
-                                 (1, 1, None, 4, 1)])
-def test_a_damaged_value_is_a_data_error(bad):
+                                 (1, 1, None, 4, 1), (1, 1, b"cpu:0", 4, 1)])
+def test_a_damaged_value_is_a_data_error(make_store, bad):
     with pytest.raises(DataError):
-        q.buffer_columns(_store(ROWS + [bad]))
+        q.buffer_columns(_store(make_store, ROWS + [bad]))
+
+
+def test_many_distinct_texts_keep_their_rows(make_store):
+    """3,000 labels (past the C reader's first table sizes, and MAX_CASE_LABELS), each in runs
+    and scattered, a non-ASCII one and an empty one: every row reads back its own label."""
+    names = [f"dev{i % 3000}" for i in range(9000)] + ["gpu:ü", "", "dev7"]
+    rows = [(i, i, name, i, 1) for i, name in enumerate(names)]
+    cols, labels = q.buffer_columns(_store(make_store, rows))
+    assert [labels[c] for c in cols["device"].tolist()] == names
+    assert sorted(labels) == sorted(set(names))
+
+
+def test_text_that_is_not_utf8_is_an_error(make_store):
+    with pytest.raises((sqlite3.DatabaseError, DataError)):
+        store = _store(make_store, ROWS)
+        store.conn.execute("UPDATE buffers SET device = CAST(x'ff00' AS TEXT) WHERE buf = 7")
+        store.conn.commit()
+        q.buffer_columns(store)
 
 
 # -- store/columns.py: the same reader a million rows at a time (the per-step transfer counts) --
 
-def _transfers(rows):
+def _transfers(rows, make_store=None):
+    schema = "CREATE TABLE transfers (seq INTEGER, kind TEXT, bytes INTEGER)"
+    insert = "INSERT INTO transfers (rowid, seq, kind, bytes) VALUES (?, ?, ?, ?)"
+    if make_store is not None:
+        return make_store(schema, rows, insert)
     conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE TABLE transfers (seq INTEGER, kind TEXT, bytes INTEGER)")
-    conn.executemany("INSERT INTO transfers (rowid, seq, kind, bytes) VALUES (?, ?, ?, ?)", rows)
+    conn.execute(schema)
+    conn.executemany(insert, rows)
     return SimpleNamespace(conn=conn)
 
 
@@ -59,9 +103,9 @@ TRANSFERS = [(-5, 10, "h2d", 4), (1, 11, "d2h", 16), (2, 3, "h2d", 8), (7, 12, "
 
 
 @pytest.mark.parametrize("chunk", [columns.CHUNK, 1, 2, 4])
-def test_transfer_columns_equal_the_rows_read_one_by_one(monkeypatch, chunk):
-    monkeypatch.setattr(columns, "CHUNK", chunk)
-    cols = queries.transfer_columns_from(_transfers(TRANSFERS), 10)
+def test_transfer_columns_equal_the_rows_read_one_by_one(monkeypatch, make_store, chunk):
+    monkeypatch.setattr(columns, "CHUNK", chunk)  # the SQL path's chunks; the C path reads all at once
+    cols = queries.transfer_columns_from(_transfers(TRANSFERS, make_store), 10)
     got = list(zip(cols["seq"].tolist(), cols["kind"].tolist(), cols["bytes"].tolist()))
     # by hand: rows of seq >= 10 in rowid order; h2d 0, d2h 1, d2d 2, another kind -1; a size
     # that is NULL or negative counts as 0 bytes
@@ -69,10 +113,10 @@ def test_transfer_columns_equal_the_rows_read_one_by_one(monkeypatch, chunk):
 
 
 @pytest.mark.parametrize("bad", [(99, 15, "h2d", "4k"), (99, 15, "h2d", 1.5), (99, "x", "h2d", 4)])
-def test_a_damaged_transfer_is_a_data_error(monkeypatch, bad):
+def test_a_damaged_transfer_is_a_data_error(monkeypatch, make_store, bad):
     monkeypatch.setattr(columns, "CHUNK", 2)
     with pytest.raises(DataError):
-        queries.transfer_columns_from(_transfers(TRANSFERS + [bad]), 0)
+        queries.transfer_columns_from(_transfers(TRANSFERS + [bad], make_store), 0)
 
 
 def test_per_step_counts_by_hand_also_past_int64():
@@ -90,3 +134,67 @@ def test_per_step_counts_by_hand_also_past_int64():
     store = _transfers([(1, 1, "h2d", 5), (2, 3, "h2d", 7)])  # the int64 path
     stats = per_step_transfers(SimpleNamespace(store=store), info)
     assert (stats["h2d"].counts, stats["h2d"].bytes) == ([2, 0], [12, 0])
+
+
+# -- store/groups.py: the transfers grouped (the audit's kind totals, routes and sites) --------
+
+GROUP_SCHEMA = ("CREATE TABLE transfers (kind TEXT, src TEXT, dst TEXT, bytes INTEGER, implicit INTEGER, "
+                "blocking INTEGER, api TEXT, site INTEGER)")
+GROUP_INSERT = "INSERT INTO transfers VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _groups(make_store, rows, min_bytes=1024):
+    return groups.transfer_groups(make_store(GROUP_SCHEMA, rows, GROUP_INSERT), min_bytes)
+
+
+def test_groups_by_hand(make_store):
+    rows = [("h2d", "host", "cpu:0", 4096, 1, 0, "jit(f)", 3), ("h2d", "host", "cpu:0", 10, 1, 0, "jit(f)", 3),
+            ("h2d", "host", "cpu:0", -1, 1, 0, "jit(f)", 3), ("d2h", "cpu:0", "host", 2048, 0, 1, "float", 9),
+            ("h2d", "host", "cpu:0", 1024, 1, 0, "jit(f)", 3), ("h2d", "host", "cpu:1", 8, 0, 0, "device_put", 2),
+            ("d2d", "cpu:0", "cpu:1", 2**40, 0, 0, "device_put", 2), ("d2h", "cpu:0", "host", 4, 0, 1, "float", 9)]
+    # by hand, keys ascending (kind, src, dst, site, api, implicit, blocking): count and bytes
+    # >= 1024, count and bytes below, count of negative sizes
+    assert _groups(make_store, rows) == [
+        ("d2d", "cpu:0", "cpu:1", 2, "device_put", 0, 0, 1, 2**40, 0, 0, 0),
+        ("d2h", "cpu:0", "host", 9, "float", 0, 1, 1, 2048, 1, 4, 0),
+        ("h2d", "host", "cpu:0", 3, "jit(f)", 1, 0, 2, 5120, 1, 10, 1),
+        ("h2d", "host", "cpu:1", 2, "device_put", 0, 0, 0, 0, 1, 8, 0)]
+    assert _groups(make_store, []) == []
+
+
+def test_both_paths_group_alike(tmp_path):
+    """Both paths over one file of 20,000 transfers (every key varied, sites past 2**24 apart,
+    text keys that sort differently as bytes and as Python's casefold): the same rows."""
+    if columns.NATIVE is None:
+        pytest.skip("store/_columns.c is not built here")
+    import random
+
+    rnd = random.Random(5)
+    kinds, devs, apis = ["h2d", "d2h", "d2d"], ["host", "cpu:0", "cpu:1", "Cpu:0", "gpu:é"], ["a", "B", "jit(f)", "é"]
+    rows = [(rnd.choice(kinds), rnd.choice(devs), rnd.choice(devs), rnd.choice([-1, 0, 5, 1023, 1024, 2**33, 2**50]),
+             rnd.randint(0, 1), rnd.randint(0, 1), rnd.choice(apis), rnd.choice([0, 1, 7, 2**30, 2**40]))
+            for _ in range(20_000)]
+    path = tmp_path / "t.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute(GROUP_SCHEMA)
+    conn.executemany(GROUP_INSERT, rows)
+    conn.commit()
+    native = groups.transfer_groups(SimpleNamespace(conn=conn, uri=f"file:{path}?mode=ro"), 1024)
+    sql = groups.transfer_groups(SimpleNamespace(conn=conn), 1024)
+    assert native == sql and len(sql) > 500
+    assert sum(r[7] + r[9] + r[11] for r in sql) == len(rows)
+
+
+@pytest.mark.parametrize("bad", [("h2d", "host", "cpu:0", "4k", 0, 0, "a", 1), ("h2d", "host", "cpu:0", None, 0, 0, "a", 1),
+                                 ("h2d", "host", "cpu:0", 1.5, 0, 0, "a", 1)])
+def test_a_damaged_size_is_a_data_error_when_grouped(make_store, bad):
+    with pytest.raises(DataError):
+        _groups(make_store, [("h2d", "host", "cpu:0", 8, 0, 0, "a", 1), bad])
+
+
+def test_sizes_summing_past_64_bits_are_refused(make_store):
+    """SQLite's SUM refuses it ("integer overflow"); the C path says the same: never a wrapped sum."""
+    rows = [("h2d", "host", "cpu:0", 2**62, 0, 0, "a", 1)] * 2
+    with pytest.raises((DataError, sqlite3.OperationalError)):
+        _groups(make_store, rows)
+    assert _groups(make_store, rows[:1] + [("h2d", "host", "cpu:0", 2**62 - 1, 0, 0, "a", 1)])[0][8] == 2**63 - 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from jaxplace_cli.analysis.run import RunData
 from jaxplace_cli.model.events import HOST, TRANSFER_KINDS
 from jaxplace_cli.store import queries
+from jaxplace_cli.store.groups import transfer_groups
 
 
 @dataclass
@@ -100,7 +101,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
     small = {k: KindTotal() for k in TRANSFER_KINDS}
     unknown = {k: 0 for k in TRANSFER_KINDS}
     # one scan of the transfers gives the routes, the kind totals and the sites (bench P8)
-    groups = queries.transfer_groups(run.store, min_bytes)
+    groups = transfer_groups(run.store, min_bytes)
     routes = _routes(groups)
     for r in routes:
         if r.kind in totals:
@@ -125,7 +126,7 @@ def summarize(run: RunData, min_bytes: int = 1024, top_sites: int = 20, top_ops:
 
 
 def _routes(groups) -> list[RouteTotal]:
-    """``queries.transfer_groups`` rows folded per (kind, src, dst)."""
+    """``store.groups.transfer_groups`` rows folded per (kind, src, dst)."""
     out: dict[tuple, RouteTotal] = {}
     for kind, src, dst, _site, _api, _implicit, blocking, n, b, sn, sb, unknown in groups:
         r = out.get((kind, src, dst))
@@ -139,7 +140,7 @@ def _routes(groups) -> list[RouteTotal]:
 
 def _sites(groups, sites: dict, top: int) -> tuple[list, list]:
     """(the ``top`` sites by bytes of at least ``min_bytes``, each with the small transfers of
-    its group; the ``top`` sites with only small ones) from ``queries.transfer_groups`` rows: a
+    its group; the ``top`` sites with only small ones) from ``store.groups.transfer_groups`` rows: a
     site is (site id, kind, api, implicit, blocking), its routes those of its transfers of the
     size listed. Equal bytes and counts keep the order of their keys."""
     folded: dict[tuple, list] = {}

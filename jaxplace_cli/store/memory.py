@@ -10,7 +10,7 @@ import numpy as np
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import MARKER_MEMORY_STATS, MARKER_OOM, OP_DEVICE_PUT
 from jaxplace_cli.model.untrusted import parse_value
-from jaxplace_cli.store.columns import int_columns
+from jaxplace_cli.store.columns import coded_columns
 
 
 class FailedAllocation(NamedTuple):
@@ -28,14 +28,15 @@ def has_memory(store) -> bool:
 def buffer_columns(store) -> tuple[dict[str, np.ndarray], list]:
     """Every ``buffers`` row as columns, in table order: ``buf``, ``seq``, ``bytes``, ``site``
     (int64) and ``device`` (an index into the labels returned beside)."""
-    return _columns(store, "buffers", ("buf", "seq", "bytes", "site"))
+    cols, labels = coded_columns(store, "buffers", ("buf", "seq", "bytes", "site"), ("device",))
+    return cols, labels["device"]
 
 
 def free_columns(store) -> dict[str, np.ndarray]:
     """Every ``frees`` row as int64 columns ``buf`` and ``seq``, in table order."""
     if not has_memory(store):
         return {"buf": np.zeros(0, np.int64), "seq": np.zeros(0, np.int64)}
-    return _columns(store, "frees", ("buf", "seq"), text=None)[0]
+    return coded_columns(store, "frees", ("buf", "seq"))[0]
 
 
 def shard_columns(store) -> tuple[dict[str, np.ndarray], list]:
@@ -43,43 +44,8 @@ def shard_columns(store) -> tuple[dict[str, np.ndarray], list]:
     ``buf``, ``bytes`` and ``device`` (an index into the labels beside), in table order."""
     if not has_memory(store):
         return {"buf": np.zeros(0, np.int64), "bytes": np.zeros(0, np.int64), "device": np.zeros(0, np.int64)}, []
-    return _columns(store, "shards", ("buf", "bytes"))
-
-
-# More device labels than this are mapped row by row in Python, not by one CASE in the query.
-MAX_CASE_LABELS = 500
-
-
-def _columns(store, table: str, ints: tuple, text: str | None = "device") -> tuple[dict, list]:
-    """``ints`` (and ``text`` as indices into its distinct values) of every row of ``table``.
-
-    Read as store/columns.py reads (comma-joined strings numpy parses, a million rows a query),
-    with ``text`` mapped to indices in the same query. A value that is not an integer (a
-    damaged store) is a ``DataError``, not a silently wrong number."""
-    labels: list = []
-    exprs = {c: c for c in ints}
-    params: list = []
-    if text is not None:
-        labels = [r[0] for r in store.conn.execute(f"SELECT DISTINCT {text} FROM {table}")]
-        if len(labels) <= MAX_CASE_LABELS:
-            params = labels
-            whens = " ".join(f"WHEN ? THEN {i}" for i in range(len(labels)))
-            exprs[text] = f"CASE {text} {whens} ELSE -1 END" if labels else "-1"
-    # a million rows a query (store/columns.py): one query's strings for 4.8M buffers made the
-    # 10M-event audit's peak 1.4 GB (P8)
-    out = int_columns(store, table, exprs, expr_params=tuple(params))
-    n = len(next(iter(out.values()))) if out else 0
-    if text is not None:
-        if len(labels) <= MAX_CASE_LABELS:
-            codes = out[text]
-        else:
-            index = {v: i for i, v in enumerate(labels)}
-            codes = np.fromiter((index[r[0]] for r in store.conn.execute(f"SELECT {text} FROM {table}")),
-                                np.int64, n)
-        if codes.size and codes.min() < 0:
-            raise DataError(f"{table}.{text} holds a NULL")
-        out[text] = codes
-    return out, labels
+    cols, labels = coded_columns(store, "shards", ("buf", "bytes"), ("device",))
+    return cols, labels["device"]
 
 
 def _json_markers(store, kind: str) -> list[tuple[int, dict]]:

@@ -208,22 +208,6 @@ def transfer_endpoints(store) -> set[str]:
     return {d for row in store.conn.execute("SELECT DISTINCT src, dst FROM transfers") for d in row}
 
 
-def transfer_groups(store, min_bytes: int) -> list[tuple]:
-    """Every transfer in one scan, per (kind, src, dst, site, api, implicit, blocking): (those
-    7, count and bytes of at least ``min_bytes``, count and bytes below, count of unknown size).
-    The audit's kind totals, routes and sites are all folded from these rows (issue 26: one set
-    of numbers); one GROUP BY costs what the route query and the top-sites query cost before
-    (2.5M transfers: ~9 s on a loaded 2-core box, both ~8-10 s)."""
-    rows = store.conn.execute(
-        "SELECT kind, src, dst, site, api, implicit, blocking,"
-        " SUM(bytes >= ?), SUM(CASE WHEN bytes >= ? THEN bytes ELSE 0 END),"
-        " SUM(bytes >= 0 AND bytes < ?), SUM(CASE WHEN bytes >= 0 AND bytes < ? THEN bytes ELSE 0 END),"
-        " SUM(bytes < 0), SUM(typeof(bytes) != 'integer')"
-        " FROM transfers GROUP BY kind, src, dst, site, api, implicit, blocking", (min_bytes,) * 4).fetchall()
-    _typed(rows, "transfers", "bytes", "an integer")
-    return [r[:-1] for r in rows]
-
-
 def policy_moves(store) -> tuple[int, int]:
     """(count, bytes) of the transfers a placement policy caused (their api says so)."""
     count, nbytes = store.conn.execute(

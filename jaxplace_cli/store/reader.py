@@ -95,7 +95,9 @@ class StoreReader:
                 target, mode = Path(self._copy.name) / "events.sqlite", ""
                 shutil.copyfile(self.path, target)
                 shutil.copyfile(wal, str(target) + "-wal")
-            self.conn = sqlite3.connect(f"file:{urllib.parse.quote(os.fsencode(target))}{mode}", uri=True)
+            # the URI again: store/columns.py's C reader opens its own connection with it
+            self.uri = f"file:{urllib.parse.quote(os.fsencode(target))}{mode}"
+            self.conn = sqlite3.connect(self.uri, uri=True)
             # Only real tables are read: a hostile file could define 'ops' as a view (an
             # endless recursive query) and the audit would never finish.
             kinds = dict(self.conn.execute("SELECT name, type FROM sqlite_master").fetchall())
