@@ -198,3 +198,43 @@ def test_sizes_summing_past_64_bits_are_refused(make_store):
     with pytest.raises((DataError, sqlite3.OperationalError)):
         _groups(make_store, rows)
     assert _groups(make_store, rows[:1] + [("h2d", "host", "cpu:0", 2**62 - 1, 0, 0, "a", 1)])[0][8] == 2**63 - 1
+
+
+# -- analysis/memory_columns.py: the allocations and each device's events, by hand -------------
+
+def test_lives_and_device_events_by_hand(make_store):
+    """Rows out of (seq, buf) order; buffer 10 seen twice (one allocation) and freed twice (its
+    first free counts); 13 a device_put of 12 onto its own device (an alias: one allocation, freed
+    at the later of the two frees); 14 over two devices by its label (split evenly); 15 by its
+    shard rows; 11 and 15 never freed."""
+    from jaxplace_cli.analysis import memory_columns as mc
+
+    store = _store(make_store, [(20, 3, "cpu:0", 100, 1), (10, 1, "cpu:0", 64, 1), (11, 1, "cpu:1", 32, 2),
+                                (12, 2, "cpu:0", 16, 2), (13, 2, "cpu:0", 16, 3), (14, 4, "cpu:0,cpu:1", 50, 4),
+                                (15, 5, "cpu:0,cpu:1", 40, 5), (10, 6, "cpu:0", 64, 1)])
+    for schema, rows in [("frees (buf INTEGER, seq INTEGER)", [(12, 7), (13, 9), (10, 8), (10, 5), (14, 10), (20, 4)]),
+                         ("shards (buf INTEGER, device TEXT, bytes INTEGER)", [(15, "cpu:0", 30), (15, "cpu:1", 10)]),
+                         ("ops (seq INTEGER, kind TEXT, error TEXT, in_bufs TEXT, out_bufs TEXT)",
+                          [(2, "device_put", "", "12", "13")])]:
+        store.conn.execute(f"CREATE TABLE {schema}")
+        store.conn.executemany(f"INSERT INTO {schema.split()[0]} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    store.conn.commit()
+    store.has_memory = True
+    lv = mc.lives(store)
+    assert lv.root.tolist() == [10, 11, 12, 20, 14, 15] and lv.buf.tolist() == [10, 11, 12, 20, 14, 15]
+    assert lv.seq.tolist() == [1, 1, 2, 3, 4, 5] and lv.site.tolist() == [1, 2, 2, 1, 4, 5]
+    assert lv.nbytes.tolist() == [64, 32, 16, 100, 50, 40]
+    assert lv.end.tolist() == [5, 0, 9, 4, 10, 0] and lv.ended.tolist() == [True, False, True, True, True, False]
+    parts = [(e, lv.devices[d], b) for e, d, b in zip(lv.part_life.tolist(), lv.part_dev.tolist(), lv.part_bytes.tolist())]
+    assert parts == [(0, "cpu:0", 64), (1, "cpu:1", 32), (2, "cpu:0", 16), (3, "cpu:0", 100), (4, "cpu:0", 25),
+                     (4, "cpu:1", 25), (5, "cpu:0", 30), (5, "cpu:1", 10)]
+    ev = {lv.devices[d]: e for d, e in mc.device_events(lv).items()}
+    cpu0 = ev["cpu:0"]
+    # a free sorts before the allocations of its seq
+    assert list(zip(cpu0.seq.tolist(), cpu0.delta.tolist(), cpu0.life.tolist())) == [
+        (1, 64, 0), (2, 16, 2), (3, 100, 3), (4, -100, 3), (4, 25, 4), (5, -64, 0), (5, 30, 5), (9, -16, 2), (10, -25, 4)]
+    assert list(zip(cpu0.series_seq.tolist(), cpu0.series_bytes.tolist())) == [
+        (1, 64), (2, 80), (3, 180), (4, 105), (5, 71), (9, 55), (10, 30)]
+    assert mc.peak(cpu0.series_seq, cpu0.series_bytes) == (180, 3)
+    cpu1 = ev["cpu:1"]
+    assert list(zip(cpu1.seq.tolist(), cpu1.delta.tolist())) == [(1, 32), (4, 25), (5, 10), (10, -25)]

@@ -112,11 +112,16 @@ class MemoryReport:
 
     def live_at(self, device: str, seq: int) -> int:
         """Live bytes on ``device`` after every event up to and including ``seq``."""
+        return self.live_at_each(device, [seq])[0]
+
+    def live_at_each(self, device: str, seqs: list[int]) -> list[int]:
+        """``live_at`` of each of ``seqs``, in one search (a 10M-event run's 140k steps: 1.8 s
+        one by one)."""
         dm = next((d for d in self.devices if d.device == device), None)
         if dm is None or not len(dm.series):
-            return 0
-        i = int(np.searchsorted(dm.series.seq, seq, "right")) - 1
-        return int(dm.series.bytes[i]) if i >= 0 else 0
+            return [0] * len(seqs)
+        i = np.searchsorted(dm.series.seq, np.asarray(seqs, dtype=np.int64), "right") - 1
+        return np.where(i >= 0, dm.series.bytes[np.maximum(i, 0)], 0).tolist()
 
 
 def memory_tracked(run) -> bool:
@@ -221,7 +226,7 @@ def step_ends(report: MemoryReport, steps, least: int = 2) -> dict[str, tuple[fl
     if len(steady) < least:
         return out
     for dm in report.devices:
-        ends = [report.live_at(dm.device, s.end_seq - 1) for s in steady]
+        ends = report.live_at_each(dm.device, [s.end_seq - 1 for s in steady])
         out[dm.device] = ((ends[-1] - ends[0]) / (len(ends) - 1), ends)
     return out
 
@@ -239,10 +244,14 @@ def total_peak(report: MemoryReport) -> tuple[int, int, list[Holder]]:
     if not evs:
         return 0, 0, []
     lv = report.lives
-    seq, delta, life = (np.concatenate([getattr(e, k) for e in evs]) for k in ("seq", "delta", "life"))
-    o = np.lexsort((lv.root[life], delta >= 0, seq))  # stable: a tie keeps its device's order
-    seq, delta, life = seq[o], delta[o], life[o]
-    nbytes, peak_seq = cols.peak(*cols.series(seq, delta))
+    if len(evs) == 1:  # one device: its events are in this order already (no 0.3 GB of copies at 10M events)
+        seq, delta, life = evs[0].seq, evs[0].delta, evs[0].life
+        nbytes, peak_seq = cols.peak(evs[0].series_seq, evs[0].series_bytes)
+    else:
+        seq, delta, life = (np.concatenate([getattr(e, k) for e in evs]) for k in ("seq", "delta", "life"))
+        o = np.lexsort((lv.root[life], delta >= 0, seq))  # stable: a tie keeps its device's order
+        seq, delta, life = seq[o], delta[o], life[o]
+        nbytes, peak_seq = cols.peak(*cols.series(seq, delta))
     n = int(np.searchsorted(seq, peak_seq, "right"))
     ent, held, entered = cols.live_reset(life, delta, n)
     return nbytes, peak_seq, _holders(lv.site[ent], held, entered, report.sites)
