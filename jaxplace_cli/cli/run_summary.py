@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 # Above this many ops + transfers the audit at a run's end would hold the shell for seconds
-# (~1 s per 100,000 events here): the summary says so instead.
+# (~0.5 s per 100,000 events here, bench P8): the summary says so instead.
 VERDICT_MAX_EVENTS = 1_000_000
 SMALL = 1024  # bytes: the counts line's "under 1 KiB" (report/run_lines.py)
 
@@ -52,7 +52,7 @@ def summary_lines_of(manifest, run_dir, quiet: bool, saved: bool, verdict_wanted
     lines = summary_lines(manifest, _kinds(run_dir, verdict), run_dir, saved, verdict)
     if big and saved:
         lines.insert(-1, f"jaxplace: {ev.ops + ev.transfers:,} events: the verdict is left to "
-                         f"`jaxplace audit` (about 1 s per 100,000 events)")
+                         f"`jaxplace audit` (about 1 s per 200,000 events)")
     return lines
 
 

@@ -75,7 +75,7 @@ def _exact_sums(inv: np.ndarray, values: np.ndarray, groups: int) -> list[int]:
     np.add.at(hi, inv, values >> 32)
     out = [(h << 32) + low for h, low in zip(hi.tolist(), lo.tolist())]
     if any(not -I64_MAX - 1 <= s <= I64_MAX for s in out):
-        raise DataError("transfers: the sizes of one group sum past 64 bits; the events store was altered")
+        raise DataError("transfers: the sizes of one group sum past 64 bits (integer overflow); the events store was altered")
     return out
 
 
