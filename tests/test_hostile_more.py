@@ -164,6 +164,22 @@ def test_a_generated_column_the_schema_check_did_not_see_is_a_data_error(tmp_pat
         _data_error(_limited(cmd, run), "sites", "columns")
 
 
+def test_a_column_that_declares_a_collation_is_a_data_error(tmp_path):
+    """``kind TEXT COLLATE NOCASE`` passes PRAGMA table_xinfo (it says TEXT): SQL would compare
+    'H2D' equal to 'h2d' while the C reader's grouping (store/groups.py) keeps them apart, two
+    numbers for one store. jaxplace declares no collation; a store that does is not its own."""
+    run = _run(tmp_path)
+    with contextlib.closing(sqlite3.connect(run / "events.sqlite")) as c, c:
+        sql = c.execute("SELECT sql FROM sqlite_master WHERE name = 'transfers'").fetchone()[0]
+        c.execute("ALTER TABLE transfers RENAME TO old_transfers")
+        c.execute(sql.replace("kind TEXT", "kind TEXT COLLATE NOCASE"))
+        c.execute("INSERT INTO transfers SELECT * FROM old_transfers")
+        c.execute("DROP TABLE old_transfers")
+        c.execute("UPDATE transfers SET kind = upper(kind) WHERE rowid % 2 = 0")
+    for cmd in ("audit", "suggest"):
+        _data_error(_limited(cmd, run), "collation")
+
+
 # -- JSON files -------------------------------------------------------------------------------
 
 def test_an_unterminated_string_of_escaped_quotes_is_read_in_one_pass(tmp_path):

@@ -238,3 +238,28 @@ def test_lives_and_device_events_by_hand(make_store):
     assert mc.peak(cpu0.series_seq, cpu0.series_bytes) == (180, 3)
     cpu1 = ev["cpu:1"]
     assert list(zip(cpu1.seq.tolist(), cpu1.delta.tolist())) == [(1, 32), (4, 25), (5, 10), (10, -25)]
+
+
+def test_the_row_at_the_smallest_rowid_is_read(make_store, monkeypatch):
+    """The SQL path reads a chunk at a time from rowid -2**63 on: its first query skipped that
+    very row (``rowid > ?``), and a 10 GB buffer stored there went missing from the peak (review)."""
+    monkeypatch.setattr(columns, "CHUNK", 1)
+    store = make_store("CREATE TABLE frees (buf INTEGER, seq INTEGER)", [(-(2**63), 7, 1), (1, 8, 2), (2**63 - 1, 9, 3)],
+                       "INSERT INTO frees (rowid, buf, seq) VALUES (?, ?, ?)")
+    store.has_memory = True
+    cols = q.free_columns(store)
+    assert cols["buf"].tolist() == [7, 8, 9] and cols["seq"].tolist() == [1, 2, 3]
+
+
+def test_live_bytes_at_seqs_past_int64_are_read_not_raised():
+    """A damaged store's step may end at a seq past int64 (the markers hold any integer): before
+    every point of the series is 0 bytes, after every point the last; was OverflowError, exit 3."""
+    import numpy as np
+
+    from jaxplace_cli.analysis.memory import DeviceMemory, MemoryReport, Series
+
+    series = Series(np.array([-(2**63), 5, 9]), np.array([10, 30, 20]))
+    report = MemoryReport("tracked", [DeviceMemory("cpu:0", 30, 5, None, 20, series=series)], [])
+    # by hand: -2**63 - 1 precedes the first point; -2**63 is the first; 7 after 5; past 2**63 the last
+    assert report.live_at_each("cpu:0", [-(2**63) - 1, -(2**63), 4, 7, 2**63, 2**70]) == [0, 10, 10, 30, 20, 20]
+    assert report.live_at_each("cpu:1", [1, 2]) == [0, 0] and report.live_at("cpu:0", 9) == 20

@@ -120,8 +120,9 @@ class MemoryReport:
         dm = next((d for d in self.devices if d.device == device), None)
         if dm is None or not len(dm.series):
             return [0] * len(seqs)
-        i = np.searchsorted(dm.series.seq, np.asarray(seqs, dtype=np.int64), "right") - 1
-        return np.where(i >= 0, dm.series.bytes[np.maximum(i, 0)], 0).tolist()
+        lo, hi = -(1 << 63), (1 << 63) - 1  # a damaged step's seq may lie past int64: before every point, or after
+        i = np.searchsorted(dm.series.seq, np.array([min(max(s, lo), hi) for s in seqs], dtype=np.int64), "right") - 1
+        return [0 if s < lo or k < 0 else b for s, k, b in zip(seqs, i.tolist(), dm.series.bytes[np.maximum(i, 0)].tolist())]
 
 
 def memory_tracked(run) -> bool:

@@ -33,17 +33,21 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
         cols, _texts, bad = read(store.uri, f"SELECT {inner} FROM {table} WHERE ({where}) ORDER BY rowid",
                                  (*expr_params, *params), "i" * len(names))
         if any(bad):
-            raise DataError(f"{table}: {sum(bad)} values that are not integers in {', '.join(names)}")
+            raise DataError(f"{table}: {_values(sum(bad))} that {'is' if sum(bad) == 1 else 'are'} not an integer "
+                            f"in {', '.join(names)}")
         return {name: np.frombuffer(c, dtype=np.int64) for name, c in zip(names, cols)}
     parts: dict[str, list] = {name: [] for name in names}
     bad = " OR ".join(f"typeof(c{i}) != 'integer'" for i in range(len(names)))
+    first = True  # the first query includes rowid -2**63 (``>=``), the later ones start past ``last``
     cols = ", ".join(f"group_concat(c{i})" for i in range(len(names)))
     inner = ", ".join(f"{exprs[name]} AS c{i}" for i, name in enumerate(names))
-    sql = (f"SELECT count(*), max(r), coalesce(sum({bad}), 0), {cols} FROM "
-           f"(SELECT rowid AS r, {inner} FROM {table} WHERE rowid > ? AND ({where}) ORDER BY rowid LIMIT ?)")
+    sql = {op: (f"SELECT count(*), max(r), coalesce(sum({bad}), 0), {cols} FROM "
+                f"(SELECT rowid AS r, {inner} FROM {table} WHERE rowid {op} ? AND ({where}) ORDER BY rowid LIMIT ?)")
+           for op in (">=", ">")}
     last = -(1 << 63)
     while True:
-        row = store.conn.execute(sql, (*expr_params, last, *params, CHUNK)).fetchone()
+        row = store.conn.execute(sql[">=" if first else ">"], (*expr_params, last, *params, CHUNK)).fetchone()
+        first = False
         n, top, nbad = row[0], row[1], row[2]
         if nbad:
             raise DataError(f"{table}: {nbad} rows hold a value that is not an integer in {', '.join(names)}")
@@ -74,7 +78,7 @@ def coded_columns(store, table: str, ints: tuple, texts: tuple = (), where: str 
         cols, values, bad = read(store.uri, f"SELECT {', '.join(names)} FROM {table} WHERE ({where}) ORDER BY rowid",
                                  tuple(params), "i" * len(ints) + "t" * len(texts))
         if any(bad):
-            raise DataError(f"{table}: {sum(bad)} values are NULL or of the wrong type in {', '.join(names)}")
+            raise DataError(f"{table}: {_values(sum(bad))} NULL or of the wrong type in {', '.join(names)}")
         out = {name: np.frombuffer(c, dtype=np.int64) for name, c in zip(names, cols)}
         return out, dict(zip(texts, values[len(ints):]))
     exprs, expr_params, labels, mapped = {c: c for c in ints}, [], {}, []
@@ -96,6 +100,10 @@ def coded_columns(store, table: str, ints: tuple, texts: tuple = (), where: str 
         if None in labels[text] or any(not isinstance(v, str) for v in labels[text]):
             raise DataError(f"{table}.{text} holds a NULL or a value that is not a text")
     return out, labels
+
+
+def _values(n: int) -> str:
+    return f"{n} value{'' if n == 1 else 's'}"
 
 
 def native_reader(store):

@@ -95,9 +95,11 @@ class StoreReader:
                 target, mode = Path(self._copy.name) / "events.sqlite", ""
                 shutil.copyfile(self.path, target)
                 shutil.copyfile(wal, str(target) + "-wal")
-            # the URI again: store/columns.py's C reader opens its own connection with it
-            self.uri = f"file:{urllib.parse.quote(os.fsencode(target))}{mode}"
-            self.conn = sqlite3.connect(self.uri, uri=True)
+            uri = f"file:{urllib.parse.quote(os.fsencode(target))}{mode}"
+            self.conn = sqlite3.connect(uri, uri=True)
+            # store/columns.py's C reader opens its own connection by this URI: an immutable
+            # file only (a private copy's WAL and locks stay the sqlite3 module's alone)
+            self.uri = uri if self._copy is None else None
             # Only real tables are read: a hostile file could define 'ops' as a view (an
             # endless recursive query) and the audit would never finish.
             kinds = dict(self.conn.execute("SELECT name, type FROM sqlite_master").fetchall())
@@ -120,6 +122,11 @@ class StoreReader:
                 f"{self.path} has events schema version {version}, this jaxplace reads "
                 f"version {SCHEMA_VERSION}; use the jaxplace version that recorded it"
             )
+        # jaxplace declares no collation: a column compared as NOCASE would make GROUP BY and
+        # the C reader's grouping (store/groups.py) count one store two ways
+        collated = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE sql LIKE '%collate%'")]
+        if collated:
+            raise StoreError(f"{self.path} is not a jaxplace events database ({collated[0]!r} declares a collation)")
         not_tables = [t for t in TABLES if kinds.get(t) != "table"]
         if not_tables:
             raise StoreError(f"{self.path} is not a jaxplace events database (no table {not_tables[0]!r})")
