@@ -26,10 +26,11 @@ def make_store(request, tmp_path):
         pytest.skip("store/_columns.c is not built here (test_native says whether it must be)")
     made = []
 
-    def make(schema, rows, insert):
+    def make(schema, rows, insert, encoding="UTF-8"):
         path = tmp_path / f"s{len(made)}.sqlite"
         made.append(path)
         conn = sqlite3.connect(path)
+        conn.execute(f"PRAGMA encoding = '{encoding}'")
         conn.execute(schema)
         conn.executemany(insert, rows)
         conn.commit()
@@ -66,12 +67,17 @@ def test_a_damaged_value_is_a_data_error(make_store, bad):
         q.buffer_columns(_store(make_store, ROWS + [bad]))
 
 
-def test_many_distinct_texts_keep_their_rows(make_store):
+@pytest.mark.parametrize("encoding", ["UTF-8", "UTF-16le"])
+def test_many_distinct_texts_keep_their_rows(make_store, encoding):
     """3,000 labels (past the C reader's first table sizes, and MAX_CASE_LABELS), each in runs
-    and scattered, a non-ASCII one and an empty one: every row reads back its own label."""
+    and scattered, a non-ASCII one and an empty one: every row reads back its own label, in a
+    UTF-8 store (read as stored) and a UTF-16 one (converted)."""
     names = [f"dev{i % 3000}" for i in range(9000)] + ["gpu:ü", "", "dev7"]
     rows = [(i, i, name, i, 1) for i, name in enumerate(names)]
-    cols, labels = q.buffer_columns(_store(make_store, rows))
+    store = make_store("CREATE TABLE buffers (buf INTEGER, seq INTEGER, device TEXT, bytes INTEGER, site INTEGER)",
+                       rows, "INSERT INTO buffers VALUES (?, ?, ?, ?, ?)", encoding)
+    assert store.conn.execute("PRAGMA encoding").fetchone()[0] == encoding
+    cols, labels = q.buffer_columns(store)
     assert [labels[c] for c in cols["device"].tolist()] == names
     assert sorted(labels) == sorted(set(names))
 
