@@ -28,21 +28,12 @@
 #include <stdint.h>
 #include <string.h>
 
-static PyObject *DatabaseError, *OperationalError, *ProgrammingError;
+#include "_sqlite_api.h"
+
 
 #define MAX_COLS 16
 #define SIGNAL_EVERY (1 << 22) /* SQLite VM steps between checks for Ctrl-C */
 
-static PyObject *sqlite_error(sqlite3 *db, int rc) {
-    PyObject *cls;
-    switch (rc & 0xff) {
-    case SQLITE_CORRUPT: case SQLITE_NOTADB: case SQLITE_INTERNAL: cls = DatabaseError; break;
-    case SQLITE_MISUSE: case SQLITE_RANGE: cls = ProgrammingError; break;
-    default: cls = OperationalError;
-    }
-    PyErr_SetString(cls, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-    return NULL;
-}
 
 /* The distinct texts of one column: an open-addressing table of indices into values. */
 typedef struct {
@@ -56,8 +47,16 @@ typedef struct {
 
 /* Python's own hash of bytes: SipHash under the process's random key. An unkeyed hash (FNV)
    let a store of 2^17 crafted labels (6 MB) land in one probe cluster: 12 s to read, growing
-   4x with each doubling, where the sqlite3 module's path took 0.5 s (review). */
+   4x with each doubling, where the sqlite3 module's path took 0.5 s (review). PYTHONHASHSEED=0
+   makes the key public: whoever sets it gives that up, as for Python's own dicts. */
+#if PY_VERSION_HEX >= 0x030E0000
+static uint64_t text_hash(const unsigned char *s, int n) { return (uint64_t)Py_HashBuffer(s, n); }
+#else
+#if PY_VERSION_HEX >= 0x030D0000 /* exported, but declared in the internal headers only (review) */
+PyAPI_FUNC(Py_hash_t) _Py_HashBytes(const void *, Py_ssize_t);
+#endif
 static uint64_t text_hash(const unsigned char *s, int n) { return (uint64_t)_Py_HashBytes(s, n); }
+#endif
 
 static int texts_init(Texts *t) {
     t->values = PyList_New(0);
@@ -146,36 +145,8 @@ static int bind_all(sqlite3 *db, sqlite3_stmt *stmt, PyObject *params) {
                      sqlite3_bind_parameter_count(stmt), n);
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyTuple_GET_ITEM(params, i);
-        int rc;
-        if (v == Py_None) {
-            rc = sqlite3_bind_null(stmt, (int)i + 1);
-        } else if (PyLong_Check(v)) {
-            int overflow = 0;
-            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-            if (overflow) {
-                PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to SQLite INTEGER");
-                return -1;
-            }
-            if (x == -1 && PyErr_Occurred()) return -1;
-            rc = sqlite3_bind_int64(stmt, (int)i + 1, x);
-        } else if (PyFloat_Check(v)) {
-            rc = sqlite3_bind_double(stmt, (int)i + 1, PyFloat_AS_DOUBLE(v));
-        } else if (PyUnicode_Check(v)) {
-            Py_ssize_t len;
-            const char *s = PyUnicode_AsUTF8AndSize(v, &len);
-            if (!s) return -1;
-            rc = sqlite3_bind_text(stmt, (int)i + 1, s, (int)len, SQLITE_TRANSIENT);
-        } else {
-            PyErr_Format(ProgrammingError, "parameter %zd: type '%s' is not supported", i + 1, Py_TYPE(v)->tp_name);
-            return -1;
-        }
-        if (rc != SQLITE_OK) {
-            sqlite_error(db, rc);
-            return -1;
-        }
-    }
+    for (Py_ssize_t i = 0; i < n; i++) /* params (a tuple the caller holds) outlive the statement */
+        if (bind_value(db, stmt, (int)i + 1, PyTuple_GET_ITEM(params, i)) < 0) return -1;
     return 0;
 }
 
@@ -340,12 +311,6 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_columns",
                                     "store/columns.py's bulk reads in C (P8).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__columns(void) {
-    PyObject *sqlite3_mod = PyImport_ImportModule("sqlite3");
-    if (!sqlite3_mod) return NULL;
-    DatabaseError = PyObject_GetAttrString(sqlite3_mod, "DatabaseError");
-    OperationalError = PyObject_GetAttrString(sqlite3_mod, "OperationalError");
-    ProgrammingError = PyObject_GetAttrString(sqlite3_mod, "ProgrammingError");
-    Py_DECREF(sqlite3_mod);
-    if (!DatabaseError || !OperationalError || !ProgrammingError) return NULL;
+    if (load_sqlite_errors() < 0) return NULL;
     return PyModule_Create(&moddef);
 }

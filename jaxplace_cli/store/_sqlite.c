@@ -8,9 +8,10 @@
    rows), close() -- and raises the sqlite3 module's own exception classes with SQLite's own
    message, so the writer's error handling (disk full, a removed directory) is unchanged.
 
-   Binding is what pysqlite does for the types the store holds: None, int (bool included;
-   OverflowError past 64 bits), float, str (UTF-8), bytes; anything else is
-   sqlite3.ProgrammingError. Only for a single-threaded process: the GIL is held throughout
+   Binding (store/_sqlite_api.h, shared with store/_columns.c) is what pysqlite does for the
+   types the store holds: None, int (bool included; OverflowError past 64 bits), float, str
+   (UTF-8), bytes; anything else is sqlite3.ProgrammingError. Only for a single-threaded
+   process: the GIL is held throughout
    (the writer process has no other thread; the in-process writer keeps pysqlite, which
    releases the GIL around each step for the user's threads).
 
@@ -22,7 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
-static PyObject *DatabaseError, *OperationalError, *IntegrityError, *ProgrammingError;
+#include "_sqlite_api.h"
+
 
 #define N_STMTS 16 /* StoreWriter prepares ~12 distinct statements */
 
@@ -36,17 +38,6 @@ typedef struct {
                  must not close the connection or evict the statement in use */
 } Conn;
 
-static PyObject *sqlite_error(sqlite3 *db, int rc) {
-    PyObject *cls;
-    switch (rc & 0xff) {
-    case SQLITE_CONSTRAINT: cls = IntegrityError; break;
-    case SQLITE_CORRUPT: case SQLITE_NOTADB: case SQLITE_INTERNAL: cls = DatabaseError; break;
-    case SQLITE_MISUSE: case SQLITE_RANGE: cls = ProgrammingError; break;
-    default: cls = OperationalError;
-    }
-    PyErr_SetString(cls, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-    return NULL;
-}
 
 static void finalize_all(Conn *c) {
     for (int i = 0; i < N_STMTS; i++) {
@@ -130,42 +121,6 @@ static sqlite3_stmt *prepared(Conn *self, PyObject *sql) {
     return stmt;
 }
 
-/* One value; the text and blob pointers stay valid while the row (which holds them) lives,
-   and every parameter is bound again before each step. */
-static int bind(Conn *self, sqlite3_stmt *stmt, int i, PyObject *v) {
-    int rc;
-    if (v == Py_None) {
-        rc = sqlite3_bind_null(stmt, i);
-    } else if (PyLong_Check(v)) {
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow) {
-            PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to SQLite INTEGER");
-            return -1;
-        }
-        if (x == -1 && PyErr_Occurred()) return -1;
-        rc = sqlite3_bind_int64(stmt, i, x);
-    } else if (PyFloat_Check(v)) {
-        rc = sqlite3_bind_double(stmt, i, PyFloat_AS_DOUBLE(v));
-    } else if (PyUnicode_Check(v)) {
-        Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
-        if (!s) return -1;
-        rc = sqlite3_bind_text(stmt, i, s, (int)n, SQLITE_STATIC);
-    } else if (PyBytes_Check(v)) {
-        rc = sqlite3_bind_blob(stmt, i, PyBytes_AS_STRING(v), (int)PyBytes_GET_SIZE(v), SQLITE_STATIC);
-    } else {
-        PyErr_Format(ProgrammingError, "Error binding parameter %d: type '%s' is not supported", i,
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    if (rc != SQLITE_OK) {
-        sqlite_error(self->db, rc);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *executemany_(Conn *self, PyObject *sql, PyObject *rows);
 
 static PyObject *conn_executemany(Conn *self, PyObject *args) {
@@ -204,7 +159,7 @@ static PyObject *executemany_(Conn *self, PyObject *sql, PyObject *rows) {
         PyObject **items = PySequence_Fast_ITEMS(seq);
         int ok = 1;
         for (Py_ssize_t j = 0; j < n && ok; j++)
-            ok = bind(self, stmt, (int)j + 1, items[j]) == 0;
+            ok = bind_value(self->db, stmt, (int)j + 1, items[j]) == 0; /* the row holds the values until the step */
         if (ok) {
             int rc = sqlite3_step(stmt);
             if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
@@ -544,14 +499,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_sqlite",
                                     "The writer process's SQLite connection in C (issue 29).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__sqlite(void) {
-    PyObject *sqlite3_mod = PyImport_ImportModule("sqlite3");
-    if (!sqlite3_mod) return NULL;
-    DatabaseError = PyObject_GetAttrString(sqlite3_mod, "DatabaseError");
-    OperationalError = PyObject_GetAttrString(sqlite3_mod, "OperationalError");
-    IntegrityError = PyObject_GetAttrString(sqlite3_mod, "IntegrityError");
-    ProgrammingError = PyObject_GetAttrString(sqlite3_mod, "ProgrammingError");
-    Py_DECREF(sqlite3_mod);
-    if (!DatabaseError || !OperationalError || !IntegrityError || !ProgrammingError) return NULL;
+    if (load_sqlite_errors() < 0) return NULL;
     if (PyType_Ready(&ConnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
