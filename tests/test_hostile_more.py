@@ -180,6 +180,36 @@ def test_a_column_that_declares_a_collation_is_a_data_error(tmp_path):
         _data_error(_limited(cmd, run), "collation")
 
 
+def test_a_killed_runs_wal_is_read_by_the_c_reader_from_the_settled_copy(tmp_path):
+    """A killed run's rows in its -wal: the reader's private copy is checkpointed and opened
+    immutable for store/columns.py's C reader, which then sees the WAL's rows as SQL does; the
+    run directory gets no -shm and its -wal is untouched."""
+    from jaxplace_cli.store import columns
+    from jaxplace_cli.store.reader import StoreReader
+
+    run = _run(tmp_path)
+    code = ("import os, sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('PRAGMA journal_mode=WAL')\n"
+            "c.execute(\"INSERT INTO transfers (seq, kind, src, dst, bytes, implicit, blocking, api, site, buf, op_seq, "
+            "ts_ns, thread) VALUES (99999, 'h2d', 'host', 'cpu:0', 12345, 0, 0, 'x', 0, 0, 0, 0, 0)\")\n"
+            "os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code, str(run / "events.sqlite")], check=True)
+    (run / "events.sqlite-shm").unlink(missing_ok=True)
+    wal = (run / "events.sqlite-wal").read_bytes()
+    assert wal
+    reader = StoreReader(run / "events.sqlite")
+    try:
+        assert reader.uri and reader.uri.endswith("?mode=ro&immutable=1") and "jaxplace-store-" in reader.uri
+        by_sql = [r[0] for r in reader.conn.execute("SELECT bytes FROM transfers ORDER BY rowid")]
+        cols = columns.int_columns(reader, "transfers", {"bytes": "bytes"})
+        assert columns.NATIVE is None or columns.native_reader(reader) is not None
+        assert cols["bytes"].tolist() == by_sql and by_sql[-1] == 12345
+    finally:
+        reader.close()
+    assert not (run / "events.sqlite-shm").exists() and (run / "events.sqlite-wal").read_bytes() == wal
+
+
 # -- JSON files -------------------------------------------------------------------------------
 
 def test_an_unterminated_string_of_escaped_quotes_is_read_in_one_pass(tmp_path):

@@ -97,9 +97,10 @@ class StoreReader:
                 shutil.copyfile(wal, str(target) + "-wal")
             uri = f"file:{urllib.parse.quote(os.fsencode(target))}{mode}"
             self.conn = sqlite3.connect(uri, uri=True)
-            # store/columns.py's C reader opens its own connection by this URI: an immutable
-            # file only (a private copy's WAL and locks stay the sqlite3 module's alone)
-            self.uri = uri if self._copy is None else None
+            # store/columns.py's C reader opens its own connection by this URI, an immutable file
+            # only: no lock and no WAL it could share with this one (a second copy of SQLite in
+            # the process would break them). A private copy is made one: its WAL moved into it.
+            self.uri = uri if self._copy is None else self._settled(target)
             # Only real tables are read: a hostile file could define 'ops' as a view (an
             # endless recursive query) and the audit would never finish.
             kinds = dict(self.conn.execute("SELECT name, type FROM sqlite_master").fetchall())
@@ -152,6 +153,14 @@ class StoreReader:
                                  "written by jaxplace")
         self.meta = meta
         self._check_integrity()
+
+    def _settled(self, target: Path) -> str | None:
+        """The private copy's WAL checkpointed into it (its own file: nothing else reads it), then
+        its immutable URI; None (the sqlite3 module reads all) where the checkpoint did not finish."""
+        busy, frames, done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy or frames != done:
+            return None
+        return f"file:{urllib.parse.quote(os.fsencode(target))}?mode=ro&immutable=1"
 
     def _check_integrity(self) -> None:
         """SQLite's ``quick_check``: a page damaged where no query of one command reads it
