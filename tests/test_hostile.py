@@ -290,17 +290,23 @@ def _(ws):
     return ["audit", run], None
 
 
-@case("store: a killed run's WAL, no -shm: audited from a copy", expect=(0,), checks=("no_shm",))
-def _(ws):
-    run = _run(ws)
+def _in_wal(run: Path, statement: str) -> None:
+    """``statement`` committed into the store's -wal by a process that dies before any
+    checkpoint (a killed run), and the -shm it leaves removed."""
     code = ("import os, sqlite3, sys\n"
             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
             "c.execute('PRAGMA journal_mode=WAL')\n"
-            "c.execute(\"INSERT INTO markers VALUES (9998, 0, 'policy-note', 'from the wal')\")\n"
+            "c.execute(sys.argv[2])\n"
             "os._exit(0)\n")
-    subprocess.run([sys.executable, "-c", code, str(run / "events.sqlite")], check=True)
+    subprocess.run([sys.executable, "-c", code, str(run / "events.sqlite"), statement], check=True)
     (run / "events.sqlite-shm").unlink(missing_ok=True)
     assert (run / "events.sqlite-wal").stat().st_size > 0
+
+
+@case("store: a killed run's WAL, no -shm: audited from a copy", expect=(0,), checks=("no_shm",))
+def _(ws):
+    run = _run(ws)
+    _in_wal(run, "INSERT INTO markers VALUES (9998, 0, 'policy-note', 'from the wal')")
     return ["audit", run], None
 
 

@@ -22,7 +22,7 @@ from conftest import REPO, child_env, cli
 
 sys.path.insert(0, str(REPO / "tests" / "scripts" / "faults"))
 import xspace  # noqa: E402
-from test_hostile import _run, _sql  # noqa: E402 - a copy of a golden run, SQL on its store
+from test_hostile import _in_wal, _run, _sql  # noqa: E402 - a copy of a golden run, SQL on its store
 
 AS_LIMIT = 2 << 30  # bytes of address space for a child that could otherwise eat memory
 
@@ -188,16 +188,9 @@ def test_a_killed_runs_wal_is_read_by_the_c_reader_from_the_settled_copy(tmp_pat
     from jaxplace_cli.store.reader import StoreReader
 
     run = _run(tmp_path)
-    code = ("import os, sqlite3, sys\n"
-            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-            "c.execute('PRAGMA journal_mode=WAL')\n"
-            "c.execute(\"INSERT INTO transfers (seq, kind, src, dst, bytes, implicit, blocking, api, site, buf, op_seq, "
-            "ts_ns, thread) VALUES (99999, 'h2d', 'host', 'cpu:0', 12345, 0, 0, 'x', 0, 0, 0, 0, 0)\")\n"
-            "os._exit(0)\n")
-    subprocess.run([sys.executable, "-c", code, str(run / "events.sqlite")], check=True)
-    (run / "events.sqlite-shm").unlink(missing_ok=True)
+    _in_wal(run, "INSERT INTO transfers (seq, kind, src, dst, bytes, implicit, blocking, api, site, buf, op_seq, "
+                 "ts_ns, thread) VALUES (99999, 'h2d', 'host', 'cpu:0', 12345, 0, 0, 'x', 0, 0, 0, 0, 0)")
     wal = (run / "events.sqlite-wal").read_bytes()
-    assert wal
     reader = StoreReader(run / "events.sqlite")
     try:
         assert reader.uri and reader.uri.endswith("?mode=ro&immutable=1") and "jaxplace-store-" in reader.uri
