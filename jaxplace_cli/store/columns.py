@@ -1,9 +1,14 @@
-"""Integer columns of a table read in bulk: each column of up to ``CHUNK`` rows comes back from
-SQLite as one comma-joined string that numpy parses (``group_concat`` + ``np.fromstring``). On a
-479k-row table that is ~0.2 s where ``fetchall`` of the rows as tuples took ~0.45 s and splitting
-the tuples into columns 0.1-0.3 s more (measured on 2 cores). All the aggregates of one query
-step over the same rows in the same order, so the columns stay aligned. A value that is not an
-integer (a damaged store) is a ``DataError``, never a silently wrong number."""
+"""Integer and text columns of a table read in bulk, as numpy arrays.
+
+Through store/_columns.c where it is built (a store opened immutable: its ``uri``): one SELECT,
+each value from SQLite's C API into an int64 array, texts as indices into their distinct values;
+the 10M-event audit's buffers (4.8M rows, five columns) in 2.3 s and 219 MB (bench/README.md,
+round 22). Otherwise each column of up to ``CHUNK`` rows comes back from SQLite as one
+comma-joined string that numpy parses (``group_concat`` + ``np.fromstring``): on a 479k-row
+table ~0.2 s where ``fetchall`` of the rows as tuples took ~0.45 s, but 7.9 s and 415 MB for
+those 4.8M buffers. All the aggregates of one query step over the same rows in the same order,
+so the columns stay aligned. A value that is not an integer (a damaged store) is a
+``DataError``, never a silently wrong number."""
 from __future__ import annotations
 
 import warnings
@@ -12,7 +17,7 @@ import numpy as np
 
 from jaxplace_cli.model.errors import DataError
 
-try:  # 10M-event audit (P8): the buffers' five columns 7.9 s, 415 MB here; 1.5 s, 192 MB in C
+try:
     from jaxplace_cli.store._columns import read as NATIVE
 except ImportError:  # not built (no compiler or no sqlite3.h): the group_concat path
     NATIVE = None
@@ -24,8 +29,8 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
                 expr_params: tuple = ()) -> dict:
     """``{name: int64 array}`` of the integer SQL expressions ``exprs`` (jaxplace's own, never
     input; ``expr_params`` bound to their ``?`` in order) over the rows of ``table`` where
-    ``where`` holds, in rowid order, ``CHUNK`` rows a query (keyed on the last rowid read: a
-    table with sparse rowids costs no more)."""
+    ``where`` holds, in rowid order: in C in one query, else ``CHUNK`` rows a query (keyed on
+    the last rowid read: a table with sparse rowids costs no more)."""
     names = list(exprs)
     read = native_reader(store)
     if read is not None:
@@ -38,13 +43,12 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
         return {name: np.frombuffer(c, dtype=np.int64) for name, c in zip(names, cols)}
     parts: dict[str, list] = {name: [] for name in names}
     bad = " OR ".join(f"typeof(c{i}) != 'integer'" for i in range(len(names)))
-    first = True  # the first query includes rowid -2**63 (``>=``), the later ones start past ``last``
     cols = ", ".join(f"group_concat(c{i})" for i in range(len(names)))
     inner = ", ".join(f"{exprs[name]} AS c{i}" for i, name in enumerate(names))
     sql = {op: (f"SELECT count(*), max(r), coalesce(sum({bad}), 0), {cols} FROM "
                 f"(SELECT rowid AS r, {inner} FROM {table} WHERE rowid {op} ? AND ({where}) ORDER BY rowid LIMIT ?)")
            for op in (">=", ">")}
-    last = -(1 << 63)
+    last, first = -(1 << 63), True  # the first query includes rowid -2**63 (``>=``), the later ones start past ``last``
     while True:
         row = store.conn.execute(sql[">=" if first else ">"], (*expr_params, last, *params, CHUNK)).fetchone()
         first = False
