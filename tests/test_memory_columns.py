@@ -34,7 +34,7 @@ def make_store(request, tmp_path):
         conn.execute(schema)
         conn.executemany(insert, rows)
         conn.commit()
-        store = SimpleNamespace(conn=conn, path=request.param)
+        store = SimpleNamespace(conn=conn)
         if request.param == "native":
             store.uri = f"file:{path}?mode=ro"
         return store

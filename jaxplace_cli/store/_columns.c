@@ -9,9 +9,9 @@
    read(uri, sql, params, kinds) opens its own read-only connection (the store's URI, only for
    a store opened immutable: no lock, no WAL, so a second copy of SQLite in the process, as in a
    Python that links its own, cannot disturb the sqlite3 module's connection), runs one SELECT
-   and returns
-   (columns, texts, bad): one bytearray of native int64 per result column, and for each text
-   column the distinct values in the order first seen (the column holds indices into them).
+   and returns (columns, texts, bad): one bytearray of native int64 per result column, and for
+   each text column the distinct values in the order first seen (the column holds indices into
+   them).
    kinds has one letter per result column: 'i' an integer, 't' a text. A value of another
    storage class (a NULL, a real, a text where an integer belongs, a blob) is stored as 0 and
    counted in bad per column: store/columns.py makes that a DataError, never a silently wrong
@@ -30,15 +30,13 @@
 
 #include "_sqlite_api.h"
 
-
 #define MAX_COLS 16
 #define SIGNAL_EVERY (1 << 22) /* SQLite VM steps between checks for Ctrl-C */
 
-
 /* The distinct texts of one column: an open-addressing table of indices into values. */
 typedef struct {
-    PyObject *values; /* list of str, in the order first seen */
-    PyObject *bytes;  /* list of bytes: each value's UTF-8, what the table compares */
+    PyObject *values; /* list of str, in the order first seen; each one's UTF-8 (cached in the
+                         str when it is added) is what the table compares */
     int64_t *slot;    /* index + 1, 0 empty */
     uint64_t *hash;
     size_t cap;
@@ -60,12 +58,11 @@ static uint64_t text_hash(const unsigned char *s, int n) { return (uint64_t)_Py_
 
 static int texts_init(Texts *t) {
     t->values = PyList_New(0);
-    t->bytes = PyList_New(0);
     t->cap = 64;
     t->slot = PyMem_Calloc(t->cap, sizeof(int64_t));
     t->hash = PyMem_Calloc(t->cap, sizeof(uint64_t));
     t->last = -1;
-    if (!t->values || !t->bytes || !t->slot || !t->hash) {
+    if (!t->values || !t->slot || !t->hash) {
         PyErr_NoMemory();
         return -1;
     }
@@ -74,15 +71,18 @@ static int texts_init(Texts *t) {
 
 static void texts_free(Texts *t) {
     Py_CLEAR(t->values);
-    Py_CLEAR(t->bytes);
     PyMem_Free(t->slot);
     PyMem_Free(t->hash);
     t->slot = NULL;
     t->hash = NULL;
 }
 
-static int same(PyObject *b, const unsigned char *s, int n) {
-    return PyBytes_GET_SIZE(b) == n && memcmp(PyBytes_AS_STRING(b), s, (size_t)n) == 0;
+/* Whether value k is the text s (n bytes): its UTF-8 was made and cached when it was added,
+   so this cannot fail. */
+static int same(Texts *t, int64_t k, const unsigned char *s, int n) {
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(t->values, k), &len);
+    return len == n && memcmp(u, s, (size_t)n) == 0;
 }
 
 static int texts_grow(Texts *t) {
@@ -112,12 +112,12 @@ static int texts_grow(Texts *t) {
 
 /* The index of text s (n bytes), added when new; -1 with an exception set. */
 static int64_t texts_index(Texts *t, const unsigned char *s, int n) {
-    if (t->last >= 0 && same(PyList_GET_ITEM(t->bytes, t->last), s, n)) return t->last;
+    if (t->last >= 0 && same(t, t->last, s, n)) return t->last;
     uint64_t h = text_hash(s, n);
     size_t j = h & (t->cap - 1);
     while (t->slot[j]) {
         int64_t k = t->slot[j] - 1;
-        if (t->hash[j] == h && same(PyList_GET_ITEM(t->bytes, k), s, n)) return t->last = k;
+        if (t->hash[j] == h && same(t, k, s, n)) return t->last = k;
         j = (j + 1) & (t->cap - 1);
     }
     PyObject *str = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
@@ -126,10 +126,9 @@ static int64_t texts_index(Texts *t, const unsigned char *s, int n) {
         PyErr_SetString(OperationalError, "Could not decode to UTF-8");
         return -1;
     }
-    PyObject *b = PyBytes_FromStringAndSize((const char *)s, n);
-    int bad = !b || PyList_Append(t->values, str) < 0 || PyList_Append(t->bytes, b) < 0;
+    /* strict UTF-8 in, the same bytes out: the cached UTF-8 is s itself */
+    int bad = !PyUnicode_AsUTF8AndSize(str, NULL) || PyList_Append(t->values, str) < 0;
     Py_DECREF(str);
-    Py_XDECREF(b);
     if (bad) return -1;
     int64_t k = PyList_GET_SIZE(t->values) - 1;
     t->slot[j] = k + 1;
@@ -197,9 +196,9 @@ static int step_all(sqlite3 *db, sqlite3_stmt *stmt, Result *r) {
                 if (type == SQLITE_INTEGER) v = sqlite3_column_int64(stmt, c);
                 else r->bad[c]++;
             } else if (type == SQLITE_TEXT) {
-                /* A UTF-8 store's text as stored (sqlite3_column_blob): sqlite3_column_text copies
-                   each value to NUL-terminate it, a malloc a value (transfers' four text columns:
-                   3.6 s of 4.8M rows). Another encoding is converted (sqlite3_column_text). */
+                /* A UTF-8 store's text as stored (sqlite3_column_blob), not NUL-terminated by
+                   sqlite3_column_text (the transfers' eight columns at 10M events: 4.5/3.9 ->
+                   4.0/3.6 s). Another encoding is converted (sqlite3_column_text). */
                 const unsigned char *s = r->utf8 ? sqlite3_column_blob(stmt, c) : sqlite3_column_text(stmt, c);
                 int n = sqlite3_column_bytes(stmt, c);
                 if (!s && n == 0 && sqlite3_errcode(db) != SQLITE_NOMEM) s = (const unsigned char *)""; /* "" as a blob */

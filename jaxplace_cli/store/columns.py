@@ -32,15 +32,8 @@ def int_columns(store, table: str, exprs: dict[str, str], where: str = "1", para
     ``where`` holds, in rowid order: in C in one query, else ``CHUNK`` rows a query (keyed on
     the last rowid read: a table with sparse rowids costs no more)."""
     names = list(exprs)
-    read = native_reader(store)
-    if read is not None:
-        inner = ", ".join(exprs[name] for name in names)
-        cols, _texts, bad = read(store.uri, f"SELECT {inner} FROM {table} WHERE ({where}) ORDER BY rowid",
-                                 (*expr_params, *params), "i" * len(names))
-        if any(bad):
-            raise DataError(f"{table}: {_values(sum(bad))} that {'is' if sum(bad) == 1 else 'are'} not an integer "
-                            f"in {', '.join(names)}")
-        return {name: np.frombuffer(c, dtype=np.int64) for name, c in zip(names, cols)}
+    if native_reader(store) is not None:
+        return _read_native(store, table, exprs, (), where, (*expr_params, *params))[0]
     parts: dict[str, list] = {name: [] for name in names}
     bad = " OR ".join(f"typeof(c{i}) != 'integer'" for i in range(len(names)))
     cols = ", ".join(f"group_concat(c{i})" for i in range(len(names)))
@@ -76,15 +69,8 @@ def coded_columns(store, table: str, ints: tuple, texts: tuple = (), where: str 
     ``DataError``. With store/_columns.c one scan (the texts interned in C, in the order first
     seen); without it a DISTINCT query per text column and a CASE (or past ``MAX_CASE_LABELS``
     values, a Python map of each row)."""
-    read = native_reader(store)
-    if read is not None:
-        names = (*ints, *texts)
-        cols, values, bad = read(store.uri, f"SELECT {', '.join(names)} FROM {table} WHERE ({where}) ORDER BY rowid",
-                                 tuple(params), "i" * len(ints) + "t" * len(texts))
-        if any(bad):
-            raise DataError(f"{table}: {_values(sum(bad))} NULL or of the wrong type in {', '.join(names)}")
-        out = {name: np.frombuffer(c, dtype=np.int64) for name, c in zip(names, cols)}
-        return out, dict(zip(texts, values[len(ints):]))
+    if native_reader(store) is not None:
+        return _read_native(store, table, {c: c for c in ints}, texts, where, tuple(params))
     exprs, expr_params, labels, mapped = {c: c for c in ints}, [], {}, []
     for text in texts:
         labels[text] = [r[0] for r in store.conn.execute(f"SELECT DISTINCT {text} FROM {table} WHERE ({where})", params)]
@@ -106,8 +92,17 @@ def coded_columns(store, table: str, ints: tuple, texts: tuple = (), where: str 
     return out, labels
 
 
-def _values(n: int) -> str:
-    return f"{n} value{'' if n == 1 else 's'}"
+def _read_native(store, table: str, ints: dict, texts: tuple, where: str, params: tuple) -> tuple[dict, dict]:
+    """``int_columns``/``coded_columns`` through store/_columns.c: the integer expressions ``ints``
+    and the text columns ``texts`` in one SELECT; any value of another type is a ``DataError``."""
+    names = (*ints, *texts)
+    cols, values, bad = NATIVE(store.uri, f"SELECT {', '.join((*ints.values(), *texts))} FROM {table} "
+                                          f"WHERE ({where}) ORDER BY rowid", params, "i" * len(ints) + "t" * len(texts))
+    if any(bad):
+        n = sum(bad)
+        raise DataError(f"{table}: {n} value{'' if n == 1 else 's'} NULL or of the wrong type in {', '.join(names)}")
+    return ({name: np.frombuffer(c, dtype=np.int64) for name, c in zip(names, cols)},
+            dict(zip(texts, values[len(ints):])))
 
 
 def native_reader(store):
