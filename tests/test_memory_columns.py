@@ -246,6 +246,28 @@ def test_lives_and_device_events_by_hand(make_store):
     assert list(zip(cpu1.seq.tolist(), cpu1.delta.tolist())) == [(1, 32), (4, 25), (5, 10), (10, -25)]
 
 
+def test_label_splits_past_the_bound_are_a_data_error(make_store, monkeypatch):
+    """Buffers without shard rows are split by their label: a store whose labels name thousands
+    of devices on many rows asked for rows x devices parts (unbounded memory from a crafted
+    store). Past MAX_SPLIT_PARTS that is a one-line DataError before any part is made; at the
+    bound, the split is made as before (6 parts: 2 rows x 3 devices)."""
+    from jaxplace_cli.analysis import memory_columns as mc
+
+    store = _store(make_store, [(1, 1, "a,b,c", 30, 1), (2, 2, "a,b,c", 60, 1), (3, 3, "a", 5, 1)])
+    for schema in ("frees (buf INTEGER, seq INTEGER)", "shards (buf INTEGER, device TEXT, bytes INTEGER)",
+                   "ops (seq INTEGER, kind TEXT, error TEXT, in_bufs TEXT, out_bufs TEXT)"):
+        store.conn.execute(f"CREATE TABLE {schema}")
+    store.conn.commit()
+    store.has_memory = True
+    monkeypatch.setattr(mc, "MAX_SPLIT_PARTS", 6)
+    lv = mc.lives(store)
+    assert [(lv.devices[d], b) for d, b in zip(lv.part_dev.tolist(), lv.part_bytes.tolist())] == [
+        ("a", 10), ("b", 10), ("c", 10), ("a", 20), ("b", 20), ("c", 20), ("a", 5)]
+    monkeypatch.setattr(mc, "MAX_SPLIT_PARTS", 5)
+    with pytest.raises(DataError, match=r"^buffers: their multi-device labels would split into 6 per-device parts"):
+        mc.lives(store)
+
+
 def test_the_row_at_the_smallest_rowid_is_read(make_store, monkeypatch):
     """The SQL path reads a chunk at a time from rowid -2**63 on: its first query skipped that
     very row (``rowid > ?``), and a 10 GB buffer stored there went missing from the peak (review)."""

@@ -33,6 +33,11 @@ from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.store import memory as q
 
 I64 = np.int64
+# Parts made by splitting multi-device labels (buffers without shard rows: jaxplace writes shard
+# rows for every array over several devices, so only an older or altered store splits labels).
+# Three int64 columns a part: 2**24 parts are 400 MB, within P8's 1 GB. A store whose labels
+# name thousands of devices on a million rows asked for rows x devices parts (review, stop 56).
+MAX_SPLIT_PARTS = 1 << 24
 
 
 @dataclass
@@ -205,9 +210,11 @@ def _parts(store, ebuf, edev, ebytes, labels: list) -> tuple[np.ndarray, np.ndar
     rows = so[np.repeat(lo - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))]
     smap = np.array([code(v) for v in slabels], dtype=I64)
     out = [(np.repeat(L, cnt), smap[sc["device"][rows]], sc["bytes"][rows])]
+    rest = np.flatnonzero(~sharded)
+    _split_parts_bounded(labels, edev[rest])
     # the entries of each label, labels in code order, entries ascending within one: one sort,
     # not a scan of every entry per label (30k labels x 112k buffers: 1 min 41 s, review)
-    for c, L in _groups(edev, np.flatnonzero(~sharded)):
+    for c, L in _groups(edev, rest):
         label = labels[c]
         if "," not in label:
             out.append((L, edev[L], ebytes[L]))
@@ -218,6 +225,19 @@ def _parts(store, ebuf, edev, ebytes, labels: list) -> tuple[np.ndarray, np.ndar
     life, dev, nbytes = (np.concatenate([p[i] for p in out]).astype(I64) for i in range(3))
     o = np.argsort(life, kind="stable")
     return life[o], dev[o], nbytes[o]
+
+
+def _split_parts_bounded(labels: list, codes: np.ndarray) -> None:
+    """A ``DataError`` before the split, when the multi-device labels of ``codes`` would make
+    more than ``MAX_SPLIT_PARTS`` parts (counted per label, no part made)."""
+    if not codes.size:
+        return
+    counts = np.bincount(codes, minlength=len(labels)).tolist()
+    total = sum(n * (labels[c].count(",") + 1) for c, n in enumerate(counts) if n and "," in labels[c])
+    if total > MAX_SPLIT_PARTS:
+        raise DataError(f"buffers: their multi-device labels would split into {total:,} per-device parts, "
+                        f"more than {MAX_SPLIT_PARTS:,} (jaxplace writes shard rows for such buffers: "
+                        "the events store was altered)")
 
 
 def _groups(code: np.ndarray, rows: np.ndarray | None = None):

@@ -24,10 +24,10 @@ def suggest_ops(store) -> list:
 
 def suggest_op_devices(store) -> list[str]:
     """Every device some op ran on (a run may use devices its manifest does not list)."""
-    out = []
+    out: dict[str, None] = {}  # first-seen order; a list's `not in` was quadratic in a crafted store's devices
     for (text,) in store.conn.execute("SELECT DISTINCT devices FROM ops"):
-        out += [d for d in (text or "").split(",") if d and d not in out]
-    return out
+        out.update(dict.fromkeys(d for d in (text or "").split(",") if d))
+    return list(out)
 
 
 def suggest_host_transfers(store, kinds: tuple) -> list:

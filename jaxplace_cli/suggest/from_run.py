@@ -131,7 +131,8 @@ def build_run_graph(run, devices: list[str] | None = None, retarget_puts: bool =
     all_devices = manifest.device_names
     bufs = q.suggest_buffers(store)
     ops = q.suggest_ops(store)
-    all_devices += [d for d in q.suggest_op_devices(store) if d not in all_devices]
+    known = set(all_devices)
+    all_devices += [d for d in q.suggest_op_devices(store) if d not in known]
     moves = defaultdict(list)  # op seq -> the device-to-device moves it caused
     for op_seq, msrc, mdst, mbytes, mbuf in q.suggest_device_moves(store, D2D):
         moves[op_seq].append((msrc, mdst, mbytes, mbuf))
