@@ -53,3 +53,53 @@ def test_callbacks_are_at_the_calling_line_on_every_run(tmp_path):
                 "LEFT JOIN sites s ON s.id = t.site WHERE t.api LIKE '%callback%' "
                 "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").fetchall()
         assert got == expected, f"run {i}"
+
+
+THREE_LINES = """\
+import numpy as np
+import jax, jax.numpy as jnp
+from jax.experimental import io_callback
+
+def host_fn(x):
+    return np.asarray(x) * 2
+
+@jax.jit
+def f(x):
+    jax.debug.callback(lambda v: None, x[0, 0])
+    y = jax.pure_callback(host_fn, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return io_callback(host_fn, jax.ShapeDtypeStruct(x.shape, x.dtype), y) + 1
+
+x = jnp.ones((64, 64))
+a = f(x)
+b = f(a)
+c = f(b)
+print(float(c.sum()))
+"""
+
+
+def test_callbacks_run_inside_a_call_are_at_that_calls_line(tmp_path):
+    """One jitted function called from lines 15, 16 and 17: XLA runs these callbacks inside the
+    call on the calling thread, so each call's legs are at its own line with its own op seq
+    (they were all at line 15, the call that traced them, beside the later calls' op seqs)."""
+    script = tmp_path / "three.py"
+    script.write_text(THREE_LINES)
+    out = tmp_path / "run"
+    proc = jaxplace("run", "--no-trace", "--quiet", "--out", out, script)
+    assert proc.returncode == 0, proc.stderr
+    big = 64 * 64 * 4
+    legs = [("d2h", "jax.debug.callback (operands to host)", 4),
+            ("d2h", "jax.experimental.io_callback (operands to host)", big),
+            ("d2h", "jax.pure_callback (operands to host)", big),
+            ("h2d", "jax.experimental.io_callback (results to device)", big),
+            ("h2d", "jax.pure_callback (results to device)", big)]
+    with sqlite3.connect(out / "events.sqlite") as conn:
+        got = conn.execute(
+            "SELECT t.kind, t.api, s.line, count(*), sum(t.bytes), count(DISTINCT t.op_seq) FROM transfers t "
+            "LEFT JOIN sites s ON s.id = t.site WHERE t.api LIKE '%callback%' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").fetchall()
+        calls = conn.execute("SELECT s.line, o.seq FROM ops o JOIN sites s ON s.id = o.site "
+                             "WHERE o.name = 'jit(f)' ORDER BY o.seq").fetchall()
+        seqs = conn.execute("SELECT s.line, t.op_seq FROM transfers t JOIN sites s ON s.id = t.site "
+                            "WHERE t.api LIKE '%callback%'").fetchall()
+    assert got == [(kind, api, line, 1, n, 1) for kind, api, n in legs for line in (15, 16, 17)]
+    assert [line for line, _ in calls] == [15, 16, 17]
+    assert set(seqs) == set(calls)

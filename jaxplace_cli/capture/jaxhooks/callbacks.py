@@ -103,17 +103,19 @@ def make_noting(original):
 
 
 def _where(callback):
-    """(device label, site, op seq) of the call the callback runs inside. A callback traced
-    by a recorded call is put at that call's line, always: XLA may run a callback on its own
-    thread, after the dispatching call returned, where the thread's state would put it at
-    ``?:0`` (or at a later call's line), differently on every run. Known limit: a jitted
-    function called from several lines has its callbacks at the line whose call traced it.
-    The op seq is the call in flight on this thread when it is that function (0 otherwise:
-    which of its calls is not known)."""
+    """(device label, site, op seq) of the call the callback runs inside: the call in flight on
+    this thread when it is the function that traced the callback (its line and seq: a jitted
+    function called from three lines has its callbacks at each; they were all at the first,
+    beside the right op seq). Else, for a callback traced by a recorded call, that call's line
+    and no op seq: XLA may run a callback on its own thread, after the dispatching call
+    returned, where the thread's state would put it at ``?:0`` (or at a later call's line),
+    differently on every run; which of the function's calls it belongs to is not known there."""
     op = tls.op
     origin = _ORIGIN.get(id(callback))
     if origin is not None and origin[0] is callback:
-        return origin[3], origin[1], op[1] if op is not None and origin[2] in (None, op[0]) else 0
+        if op is not None and origin[2] in (None, op[0]):
+            return origin[3], op[2], op[1]
+        return origin[3], origin[1], 0
     dev = _device_of(op)
     return (dev, op[2], op[1]) if op is not None else (dev, 0, 0)
 
