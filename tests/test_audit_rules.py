@@ -88,7 +88,7 @@ def test_pingpong_fires_with_every_leg(report):
     assert (pp["count"], pp["bytes"]) == (8, 8 * MiB)
     assert pp["devices"] == ["cpu:0", "cpu:1"]
     legs = [(r["line"], r["role"]) for r in pp["related"]]
-    assert legs == [(23, "leg cpu:0->cpu:1: 1 transfers, 1.0 MiB"),
+    assert legs == [(23, "leg cpu:0->cpu:1: 1 transfer, 1.0 MiB"),
                     (25, "leg cpu:1->cpu:0: 4 transfers, 4.0 MiB"),
                     (25, "leg cpu:0->cpu:1: 4 transfers, 4.0 MiB")]
     assert "cpu:1->cpu:0 at pingpong_eager.py:25 x4" in pp["message"]

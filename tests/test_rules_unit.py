@@ -145,7 +145,7 @@ def test_pingpong_follows_the_data_and_ignores_a_one_way_move(tmp_path):
                          "moved back) along the data flow of 1 array, in 3 transfers (12.0 KiB); legs: cpu:0->cpu:1 at train.py:11 x2, "
                          "cpu:1->cpu:0 at train.py:12 x1")
     assert [x["role"] for x in f.related] == ["leg cpu:0->cpu:1: 2 transfers, 8.0 KiB",
-                                              "leg cpu:1->cpu:0: 1 transfers, 4.0 KiB"]
+                                              "leg cpu:1->cpu:0: 1 transfer, 4.0 KiB"]
     # the budget counts the returns
     (b,) = check(audit_run(run, CFG), run, budget_from_dict({"pingpong": 1}, "t"), 1024)
     assert (b.rule, b.limit, b.actual, b.line) == ("pingpong", 1, 2, 11)
@@ -255,9 +255,9 @@ def test_fwd_bwd_split_counts_residuals_read_across_devices(tmp_path):
     assert (f.rule, f.severity, f.line, f.count, f.bytes, f.devices) == (
         "fwd-bwd-split", "warning", 7, 1, 4096, ["cpu:0", "cpu:1"])
     assert f.message == ("the backward pass at train.py:7 ran on cpu:1 but its forward ran on cpu:0: 1 backward "
-                         "ops in 1 backward pass read 1 forward arrays (residuals) from cpu:0, 1 transfers (4.0 KiB)")
+                         "op in 1 backward pass read 1 forward array (residuals) from cpu:0, 1 transfer (4.0 KiB)")
     assert [(x["line"], x["role"]) for x in f.related] == [
-        (4, "forward ran on cpu:0 here"), (8, "forward data moved cpu:0->cpu:1 here (1 transfers)")]
+        (4, "forward ran on cpu:0 here"), (8, "forward data moved cpu:0->cpu:1 here (1 transfer)")]
     # below min_bytes: no finding
     assert fwd_bwd_split(run, RuleConfig(min_bytes=4097)) == []
 
