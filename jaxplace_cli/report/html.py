@@ -89,8 +89,8 @@ def _verdict(result: AuditResult) -> str:
     moved = " · ".join(f"{k} {kind_all(s, k).count:,} ({human_bytes(kind_all(s, k).bytes)}"
                        f"{small_note(s.small[k].count, kind_all(s, k).count, s.min_bytes)})" for k in TRANSFER_KINDS)
     out = [f'<section id="verdict"><h2>Verdict</h2><p class="verdict {cls}" id="verdict-text">{esc(text)}</p>',
-           f'<p id="verdict-moved">transfers: {esc(moved)} · {s.ops_total:,} ops on '
-           f'{len(s.devices)} devices</p>']
+           f'<p id="verdict-moved">transfers: {esc(moved)} · {s.ops_total:,} op{"" if s.ops_total == 1 else "s"} on '
+           f'{len(s.devices)} device{"" if len(s.devices) == 1 else "s"}</p>']
     if result.budget is not None:
         out += [f'<p class="breach">{esc(b.message)}</p>' for b in result.budget.breaches]
     if result.suggestion is not None:

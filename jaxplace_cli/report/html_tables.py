@@ -117,7 +117,7 @@ def steps(result: AuditResult) -> str:
 
 def ops(result: AuditResult) -> str:
     s = result.summary
-    out = [f'<section id="ops"><h2>Ops per device ({s.ops_total:,} ops'
+    out = [f'<section id="ops"><h2>Ops per device ({s.ops_total:,} op{"" if s.ops_total == 1 else "s"}'
            + (f", {s.op_errors} failed" if s.op_errors else "") + ')</h2><table class="totals"><thead><tr>'
            '<th>device</th><th>ops</th><th>dispatch time</th><th>device time</th><th>most frequent</th></tr></thead><tbody>']
     for d in s.ops_by_device:

@@ -266,7 +266,7 @@ def _memory(console: Console, result: AuditResult) -> None:
 
 def _ops_table(console: Console, s, title: str) -> None:
     device_time = any(d.device_ns is not None for d in s.ops_by_device)
-    ot = _table(f"{title} ({s.ops_total:,} ops" + (f", {s.op_errors} failed" if s.op_errors else "") + ")")
+    ot = _table(f"{title} ({s.ops_total:,} op{'' if s.ops_total == 1 else 's'}" + (f", {s.op_errors} failed" if s.op_errors else "") + ")")
     ot.add_column("device", overflow="fold")
     ot.add_column("ops", justify="right")
     ot.add_column("device time" if device_time else "dispatch time", justify="right")
