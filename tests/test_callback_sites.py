@@ -69,19 +69,25 @@ def f(x):
     y = jax.pure_callback(host_fn, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
     return io_callback(host_fn, jax.ShapeDtypeStruct(x.shape, x.dtype), y) + 1
 
+@jax.jit
+def g(x):
+    return f(x) * 3
+
 x = jnp.ones((64, 64))
 a = f(x)
 b = f(a)
-c = f(b)
-print(float(c.sum()))
+c = g(b)
+d = g(c)
+print(float(d.sum()))
 """
 
 
 def test_callbacks_run_inside_a_call_are_at_that_calls_line(tmp_path):
-    """One jitted function called from lines 15, 16 and 17: XLA runs these callbacks inside the
-    call on the calling thread, so each call's legs are at its own line with its own op seq
-    (they were all at line 15, the call that traced them, beside the later calls' op seqs)."""
-    script = tmp_path / "three.py"
+    """One jitted function called from lines 19 and 20, and inside another jit called from 21
+    and 22: XLA runs these callbacks inside the call on the calling thread, so each call's legs
+    are at its own line with its own op seq (all were at line 19, the call that traced them;
+    g's calls had op seq 0: the name check a review found)."""
+    script = tmp_path / "lines.py"
     script.write_text(THREE_LINES)
     out = tmp_path / "run"
     proc = jaxplace("run", "--no-trace", "--quiet", "--out", out, script)
@@ -96,10 +102,10 @@ def test_callbacks_run_inside_a_call_are_at_that_calls_line(tmp_path):
         got = conn.execute(
             "SELECT t.kind, t.api, s.line, count(*), sum(t.bytes), count(DISTINCT t.op_seq) FROM transfers t "
             "LEFT JOIN sites s ON s.id = t.site WHERE t.api LIKE '%callback%' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").fetchall()
-        calls = conn.execute("SELECT s.line, o.seq FROM ops o JOIN sites s ON s.id = o.site "
-                             "WHERE o.name = 'jit(f)' ORDER BY o.seq").fetchall()
+        calls = conn.execute("SELECT s.line, o.seq, o.name FROM ops o JOIN sites s ON s.id = o.site "
+                             "WHERE o.kind = 'jit' ORDER BY o.seq").fetchall()
         seqs = conn.execute("SELECT s.line, t.op_seq FROM transfers t JOIN sites s ON s.id = t.site "
                             "WHERE t.api LIKE '%callback%'").fetchall()
-    assert got == [(kind, api, line, 1, n, 1) for kind, api, n in legs for line in (15, 16, 17)]
-    assert [line for line, _ in calls] == [15, 16, 17]
-    assert set(seqs) == set(calls)
+    assert got == [(kind, api, line, 1, n, 1) for kind, api, n in legs for line in (19, 20, 21, 22)]
+    assert [(line, name) for line, _, name in calls] == [(19, "jit(f)"), (20, "jit(f)"), (21, "jit(g)"), (22, "jit(g)")]
+    assert set(seqs) == {(line, seq) for line, seq, _ in calls}

@@ -104,20 +104,23 @@ def make_noting(original):
 
 def _where(callback):
     """(device label, site, op seq) of the call the callback runs inside: the call in flight on
-    this thread when it is the function that traced the callback (its line and seq: a jitted
-    function called from three lines has its callbacks at each; they were all at the first,
-    beside the right op seq). Else, for a callback traced by a recorded call, that call's line
-    and no op seq: XLA may run a callback on its own thread, after the dispatching call
-    returned, where the thread's state would put it at ``?:0`` (or at a later call's line),
-    differently on every run; which of the function's calls it belongs to is not known there."""
+    this thread, whatever its name (its line and seq: a jitted function called from three lines
+    has its callbacks at each, and one called inside another jit at the outer call's line, where
+    all were at the first call that traced it): XLA runs a program's callbacks inside its
+    dispatch on the dispatching thread, or on a thread of its own (a TPU's; a loop's on the CPU:
+    tests/test_callback_sites.py). There (no call in flight), a callback traced by a recorded call
+    is at that call's line with no op seq: it may run after the dispatching call returned, where
+    the thread's state would put it at ``?:0``, differently on every run, and which of the
+    function's calls it belongs to is not known there."""
     op = tls.op
     origin = _ORIGIN.get(id(callback))
-    if origin is not None and origin[0] is callback:
-        if op is not None and origin[2] in (None, op[0]):
-            return origin[3], op[2], op[1]
+    if origin is not None and origin[0] is not callback:
+        origin = None
+    if op is not None:
+        return (origin[3] if origin is not None else _device_of(op)), op[2], op[1]
+    if origin is not None:
         return origin[3], origin[1], 0
-    dev = _device_of(op)
-    return (dev, op[2], op[1]) if op is not None else (dev, 0, 0)
+    return _device_of(None), 0, 0
 
 
 def _mark_on_host(leaves) -> None:
