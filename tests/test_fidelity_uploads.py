@@ -266,8 +266,11 @@ def test_a_compiled_function_that_donates_or_returns_nothing():
         for _ in range(3):
             c2(ref, np.ones(1000, np.float32))
     assert [how for _, _, how in r.frees].count("donated") == 3
-    assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4000, "jit(add) (numpy argument)")] * 3
-    assert [o.name for o in r.ops][-3:] == ["jit(add)"] * 3
+    # add's jit name: "jit(add)", with its line where another add took that name in this process
+    name = r.ops[-1].name
+    assert name in ("jit(add)", "jit(add) [test_fidelity_uploads.py:258]")
+    assert [(t.bytes, t.api) for t in r.of("h2d")] == [(4000, f"{name} (numpy argument)")] * 3
+    assert [o.name for o in r.ops][-3:] == [name] * 3
     np.testing.assert_array_equal(np.asarray(ref[...]), np.full(1000, 3.0, np.float32))
 
 
@@ -284,7 +287,8 @@ def test_a_compiled_function_runs_where_it_was_compiled_under_a_policy(jax_devic
         ys = [c(n, 3.0) for _ in range(2)]
     assert [y.devices() for y in ys] == [{jax_devices[0]}] * 2
     np.testing.assert_array_equal(np.asarray(ys[1]), n * 3)
-    assert [o.name for o in r.ops] == ["jit(<lambda>)"] * 2 and r.of("d2d") == []
+    names = [o.name for o in r.ops]  # the lambda's jit name (see the test below)
+    assert len(names) == 2 and len(set(names)) == 1 and names[0].startswith("jit(<lambda>)") and r.of("d2d") == []
 
 
 def test_a_policy_run_per_op_counts_each_upload_once(jax_devices):
@@ -380,7 +384,10 @@ def test_every_call_of_an_ahead_of_time_compiled_function_is_a_jit_call():
         for _ in range(3):
             y = c(n, 3.0, n)
     np.testing.assert_array_equal(np.asarray(y), n * 3)
-    assert [o.name for o in r.ops] == ["jit(<lambda>)"] * 3
+    # the lambda's jit name: "jit(<lambda>)", with its line where another lambda took that name
+    # in this process (capture/jaxhooks/jit.py jit_name)
+    names = [o.name for o in r.ops]
+    assert len(names) == 3 and len(set(names)) == 1 and names[0].startswith("jit(<lambda>)")
     assert [t.bytes for t in r.of("h2d")] == [16, 4] * 3
 
 

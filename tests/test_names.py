@@ -100,3 +100,36 @@ def test_the_most_specific_directory_decides_a_frames_tier():
     assert tier("/py/lib/python3.11/site-packages/jax/_src/api.py") == INTERNAL
     assert tier("/py/lib/python3.11/site-packages/numpyro/diagnostics.py") == LIBRARY
     assert tier("/home/me/train.py") == USER
+
+
+AOT = """\
+import jax, jax.numpy as jnp
+
+def f(x):
+    return x * 2
+
+def make():
+    def f(x):
+        return x + 1
+    return jax.jit(f)
+
+g, h = jax.jit(f), make()
+cg, ch = g.lower(jnp.ones(4)).compile(), h.lower(jnp.ones(4)).compile()
+for _ in range(2):
+    cg(jnp.ones(4)), ch(jnp.ones(4)), g(jnp.ones(4)), h(jnp.ones(4))
+"""
+
+
+def test_ahead_of_time_calls_have_their_functions_jit_names(tmp_path):
+    """Two functions named ``f`` (lines 3 and 7), each jitted, compiled ahead of time and called
+    both ways: a compiled call is named as its function's jit calls (the second ``f`` is
+    ``jit(f) [aot.py:7]``); both compiled calls were ``jit(f)``, one function to steps and
+    recompiles."""
+    script = tmp_path / "aot.py"
+    script.write_text(AOT)
+    out = tmp_path / "run"
+    proc = jaxplace("run", "--no-trace", "--quiet", "--out", out, script)
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(out / "events.sqlite") as conn:
+        names = [n for (n,) in conn.execute("SELECT name FROM ops WHERE kind = 'jit' ORDER BY seq")]
+    assert names == ["jit(f)", "jit(f) [aot.py:7]"] * 4

@@ -281,9 +281,20 @@ def _compiled_entry(compiled):
 
 
 def _compiled_name(compiled) -> str:
-    """``jit(f)``, as JAX names the compiled program's call (``jit(<lambda>)`` for a lambda);
-    ``compiled`` where it cannot be told."""
+    """The name of the function's jit calls (``jit_name``: ``jit(f) [model.py:12]`` where
+    another ``f`` took ``jit(f)``), found by where the function is defined (JAX's debug info,
+    ``f at FILE:LINE``); else ``jit(f)``, as JAX names the compiled program's call; ``compiled``
+    where it cannot be told. Two functions named ``f`` compiled ahead of time were one ``jit(f)``
+    (steps and recompiles are keyed on the name)."""
     try:
-        return str(compiled._executable.unsafe_call.name)
+        base = str(compiled._executable.unsafe_call.name)
     except Exception:  # another JAX, another executable
         return "compiled"
+    try:
+        where = compiled._executable._all_args_info.debug_info.func_src_info.rpartition(" at ")[2]
+        file, _, line = where.rpartition(":")
+        key = (file, int(line))
+    except Exception:  # another JAX: its debug info differs
+        return base
+    names = {name for k, name in _JIT_NAMES.items() if k[:2] == key}
+    return names.pop() if len(names) == 1 else base
