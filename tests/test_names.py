@@ -122,8 +122,8 @@ for _ in range(2):
 
 def test_ahead_of_time_calls_have_their_functions_jit_names(tmp_path):
     """Two functions named ``f`` (lines 3 and 7), each jitted, compiled ahead of time and called
-    both ways: a compiled call is named as its function's jit calls (the second ``f`` is
-    ``jit(f) [aot.py:7]``); both compiled calls were ``jit(f)``, one function to steps and
+    both ways: a compiled call is named as its function's jit calls (the second ``f`` with its
+    script's name and line 7); both compiled calls were ``jit(f)``, one function to steps and
     recompiles."""
     script = tmp_path / "aot.py"
     script.write_text(AOT)
