@@ -3,15 +3,30 @@ against JAX's own transfer guard on the same call (``jax.transfer_guard("log_exp
 stderr line per leg): the recorded h2d and d2d legs are exactly the guard's, on one device and
 on data over the 4 simulated devices of conftest. The guard is the oracle; each case is warmed
 up first, so both counts are of the steady state (JAX's fast path)."""
+import sqlite3
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import child_env, jaxplace, python
+from flax import nnx
 from inprocess import recorded
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 N = 4
+
+
+class Lazy:
+    """Converted by JAX through ``__jax_array__`` (the operator calls it, then dispatches what it
+    returned): NumPy data, or a device array it makes itself (``jnp.asarray`` inside)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __jax_array__(self):
+        return self.value() if callable(self.value) else self.value
 
 
 def _cases():
@@ -46,6 +61,11 @@ def _cases():
         # and Python scalars are that jit's uploads; None and str arguments are static
         "interp_np": lambda: jnp.interp(np.ones(4, np.float32), x, x),
         "interp_scalars": lambda: jnp.interp(2.0, x, x, left=0.0, right="extrapolate"),
+        # an operand JAX converts by its __jax_array__: the operator's own legs were 0 of 1
+        "jax_array_np": lambda: x * Lazy(np.arange(4, dtype=np.float32)),
+        "jax_array_asarray": lambda: x + Lazy(lambda: jnp.asarray(np.ones(4, np.float32))),
+        "jax_array_device": lambda: x - Lazy(x), "jax_array_both": lambda: Lazy(np.ones(4, np.float32)) + x,
+        "nnx_param_np": lambda: x + nnx.Param(np.ones(4, np.float32)), "nnx_param_device": lambda: x * nnx.Param(x),
     }
 
 
@@ -55,7 +75,8 @@ NAMES = [
     "jnp_scalar_index", "mask", "linspace", "array", "asarray", "mean", "softmax", "key",
     "lax_add", "grad", "device_put", "sharded_np", "sharded_scalar", "replicate", "shard",
     "to_device_1", "sharded_plus_one_device", "relu_np", "relu_scalar", "relu6_np", "interp_np",
-    "interp_scalars"]
+    "interp_scalars", "jax_array_np", "jax_array_asarray", "jax_array_device", "jax_array_both", "nnx_param_np",
+    "nnx_param_device"]
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +137,41 @@ def test_jaxs_inner_jitted_helpers_stay_transparent():
         else:
             assert pickle.loads(pickle.dumps(proxy)) is expected
     assert util._where is plain
+
+
+CONVERTED = """\
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+class Lazy:
+    def __init__(self, value):
+        self.value = value
+    def __jax_array__(self):
+        return self.value() if callable(self.value) else self.value
+
+x = jnp.ones(4)
+a = x * Lazy(np.arange(4, dtype=np.float32))
+b = x + Lazy(lambda: jnp.asarray(np.ones(4, np.float32)))
+c = x + nnx.Param(np.ones(4, np.float32))
+d = x * nnx.Param(x)
+print(float((a + b + c + d).sum()))
+"""
+
+
+@pytest.mark.parametrize("capture", ["native", "python"])
+def test_operands_converted_by_jax_are_counted_on_both_paths(tmp_path, capture):
+    """An operand JAX converts by its ``__jax_array__`` (a flax ``nnx.Param`` holding NumPy data,
+    a user's class), recorded by ``jaxplace run`` on the C and the pure-Python path. By hand:
+    ``jnp.ones``' fill value 4 B, then 16 B for each of the three host values; the device-held
+    Param nothing: 4 legs, 52 B (JAX's transfer guard logs 4). Before: the fill value alone."""
+    script = tmp_path / "converted.py"
+    script.write_text(CONVERTED)
+    env = child_env(JAXPLACE_CAPTURE=capture) if capture == "python" else None
+    proc = jaxplace("run", "--no-trace", "--quiet", "--out", tmp_path / "run", script, env=env)
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(tmp_path / "run" / "events.sqlite") as conn:
+        legs = conn.execute("SELECT bytes FROM transfers WHERE kind = 'h2d' ORDER BY seq").fetchall()
+    assert [b for (b,) in legs] == [4, 16, 16, 16]
+    guard = python(script, env=child_env(JAX_TRANSFER_GUARD="log"))
+    assert guard.returncode == 0 and guard.stderr.count("host-to-device transfer") == 4, guard.stderr[-2000:]

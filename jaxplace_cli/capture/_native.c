@@ -384,7 +384,7 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
     *S_sharding, *S_value, *S_device, *S_dict, *S_aval, *S_shape, *S_dtype, *S_committed, *S_name,
     *S_kind, *S_scalar_api, *S_scalars, *S_flatten, *S_host_data, *S_index, *S_static_argnums,
     *S_static_argnames, *S_buffer_id, *S_backlog_wait, *S_limit, *S_recording_failed, *S_api, *S_track,
-    *S_mem_state, *S_stack_of, *S_jit;
+    *S_mem_state, *S_stack_of, *S_jit, *S_foreign, *S_jax_array;
 
 /* Reads of the recorder's, the spec's and `active`'s fields (issue 29). They are __slots__ of
    their classes (capture/recorder.py, jaxhooks/state.py): for an object of the very type the
@@ -397,13 +397,13 @@ static PyObject *S_rec, *S_placing, *S_depth, *S_op, *S_seqs, *S_buf_ids, *S_ops
 enum { K_REC, K_SPEC, K_ACTIVE, N_KINDS };
 enum { R_SEQS, R_BUF_IDS, R_OPS, R_TRANSFERS, R_BUFFERS, R_TAIL, R_T0, R_ON_TRANSFER, R_MEM_STATE, R_LIMIT, R_N };
 enum { P_NAME, P_API, P_DEPTH, P_KIND, P_SCALARS, P_SCALAR_API, P_HOST_DATA, P_STATIC_ARGNUMS,
-       P_STATIC_ARGNAMES, P_INDEX, P_FLATTEN, P_N };
+       P_STATIC_ARGNAMES, P_INDEX, P_FLATTEN, P_FOREIGN, P_N };
 enum { A_REC, A_PLACING, A_ON_DISPATCH, A_N };
 #define MAX_FIELDS 12
 static PyObject **FIELD_NAMES[N_KINDS][MAX_FIELDS] = {
     {&S_seqs, &S_buf_ids, &S_ops, &S_transfers, &S_buffers, &S_tail, &S_t0, &S_on_transfer, &S_mem_state, &S_limit},
     {&S_name, &S_api, &S_depth, &S_kind, &S_scalars, &S_scalar_api, &S_host_data, &S_static_argnums,
-     &S_static_argnames, &S_index, &S_flatten},
+     &S_static_argnames, &S_index, &S_flatten, &S_foreign},
     {&S_rec, &S_placing, &S_on_dispatch},
 };
 static const int N_FIELDS[N_KINDS] = {R_N, P_N, A_N};
@@ -1071,6 +1071,7 @@ typedef struct {
     PyObject *rec, *spec, *fn, *args, *kwargs, *out, *site, *seq, *placed, *backward;
     PyObject *leaves; /* the operands record_fast reads: a new reference (args, or a jit's pytree leaves) */
     PyObject *operands; /* args less its static positions (operand_args): a new reference */
+    PyObject *twin; /* spec.foreign, held while it is the call's spec (record_call): a new reference */
     int64_t t0, t1, base;
 } Call;
 
@@ -1666,6 +1667,7 @@ static int recording_failed(PyObject *rec) {
 }
 
 static void call_clear(Call *c) {
+    Py_CLEAR(c->twin);
     Py_CLEAR(c->leaves);
     Py_CLEAR(c->operands);
     Py_CLEAR(c->rec);
@@ -1810,6 +1812,21 @@ static int record_result(Call *c, PyObject *kwargs) {
     return 0;
 }
 
+/* jaxhooks/state.py foreign_operand: an operand whose type has __jax_array__ (a flax
+   nnx.Variable), which the operator converts itself before its dispatch. Looked up on the type
+   (an instance's __getattr__ is not run); arrays, Python scalars and NumPy arrays are skipped
+   first (every `x * 0.5`). */
+static int foreign_operand(PyObject *args) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        PyTypeObject *t = Py_TYPE(PyTuple_GET_ITEM(args, i));
+        if (t == (PyTypeObject *)G.array_type || t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type ||
+            t == &PyComplex_Type || t == (PyTypeObject *)PyTuple_GET_ITEM(G.host_types, 0))
+            continue;
+        if (_PyType_Lookup(t, S_jax_array)) return 1;
+    }
+    return 0;
+}
+
 /* record_call(spec, fn, args, kwargs, backward=False): dispatch.python_record_call in C.
    What the user's call returns or raises is never changed by the recording: a recording
    failure before the call runs it unrecorded, one after it returns its result (both counted:
@@ -1838,6 +1855,15 @@ static PyObject *record_call(PyObject *mod, PyObject *const *argv, Py_ssize_t ar
     PyObject *kwargs = argv[3];
     Call c = {0};
     c.spec = argv[0];
+    /* an operator whose operand JAX converts itself: its plain twin (spec.foreign), so that the
+       dispatches inside count their host arguments (state.CallSpec.plain_twin) */
+    c.twin = field(c.spec, K_SPEC, P_FOREIGN);
+    if (!c.twin) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear(); /* a spec without the field: none */
+    } else if (c.twin != Py_None && foreign_operand(argv[2])) {
+        c.spec = c.twin;
+    }
     c.fn = argv[1];
     c.args = argv[2];
     c.kwargs = PyDict_GET_SIZE(kwargs) == 0 ? NULL : kwargs;
@@ -2442,6 +2468,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(S_backlog_wait, "wait_for_writer");
     INTERN(S_limit, "backlog_limit");
     INTERN(S_recording_failed, "recording_failed");
+    INTERN(S_foreign, "foreign");
+    INTERN(S_jax_array, "__jax_array__");
     INTERN(S_tstate_key, TSTATE_CAPSULE);
     if (!(G.empty = PyUnicode_InternFromString(""))) return NULL;
     if (!(ZERO = PyLong_FromLong(0)) || !(ONE = PyLong_FromLong(1))) return NULL;

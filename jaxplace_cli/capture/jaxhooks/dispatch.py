@@ -43,6 +43,7 @@ from jaxplace_cli.capture.jaxhooks.state import (  # noqa: F401 - CallSpec is im
     CallSpec,
     active,
     endpoint_label,
+    foreign_operand,
     sharding_label,
     static_positions,
     tls,
@@ -83,18 +84,16 @@ def python_record_call(spec: CallSpec, fn, args, kwargs, backward: bool = False)
 
     With a placement policy active (``device_placement`` on this thread, else ``--policy``), the placer first decides
     the device, moves the arguments there (recording those moves), may wrap ``fn`` to make array-less ops there.
-
-    This is the hot path of every eager op (measured in-process on the 2-core reference machine:
-    ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; ~1.2 us per row of a jit
-    call with 32 scalar arguments and 32 results; see bench/README.md): written flat on purpose —
-    no helper calls in the common case of a non-pytree op returning one array — and it leaves
-    ~1.7 GC-tracked objects per eager op (was 4.7: every tracked allocation brings the next
-    collection, and JAX's gc callback, closer).
-    """
+    The hot path of every eager op on the pure-Python path (measured in-process on the 2-core reference machine:
+    ~7 us on ``jnp.sin(x)``, ~14 us on ``x * 0.5`` with its scalar upload; bench/README.md): written flat on
+    purpose, and it leaves ~1.7 GC-tracked objects per eager op (was 4.7: every tracked allocation brings the
+    next collection, and JAX's gc callback, closer)."""
     rec = active.rec
     try:
         site = rec.site_of(sys._getframe(1))
         seq = next(rec.seqs)
+        if spec.foreign is not None and foreign_operand(args):  # legs of what JAX converts: inside
+            spec = spec.foreign
     except Exception as exc:  # the recording failed, not the call: run it unrecorded
         rec.recording_failed(exc)
         return fn(*args, **kwargs)

@@ -55,6 +55,8 @@ def install(patch, report) -> None:
                             scalar_operands=jitted or base in OPERATORS_ONE_DISPATCH)
             spec.index = base == "getitem"
             spec.depth = 2 if base in OPERATORS_ONE_DISPATCH else 1
+            if spec.depth == 2:  # an operand with __jax_array__: JAX converts it (state.foreign_operand)
+                spec.foreign = spec.plain_twin()
         elif attr.startswith("_") or attr in NOT_METHODS:
             continue
         else:

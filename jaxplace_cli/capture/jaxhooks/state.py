@@ -132,7 +132,7 @@ class CallSpec:
     """How a wrapped callable's arguments are read: which are operands, which are static."""
 
     __slots__ = ("name", "kind", "scalar_operands", "flatten", "static_argnums", "static_argnames",
-                 "scalars", "scalar_api", "host_data", "index", "api", "depth", "placed_by_jax")
+                 "scalars", "scalar_api", "host_data", "index", "api", "depth", "placed_by_jax", "foreign")
 
     def __init__(self, name, kind, scalar_operands=False, flatten=False,
                  static_argnums=(), static_argnames=(), api=None):
@@ -155,6 +155,27 @@ class CallSpec:
         self.index = False  # x[idx]: its uploads follow from the index (dispatch.index_uploads)
         # a program compiled ahead of time runs where it was compiled: no policy places it
         self.placed_by_jax = False
+        # an operator that counts its own host operands: the spec of a call with an operand JAX
+        # converts itself (``foreign_operand``), whose legs only its inner dispatches see
+        self.foreign = None
+
+    def plain_twin(self) -> CallSpec:
+        """This spec as a plain function's: its inner dispatches count their host arguments
+        (``x * v`` where ``v.__jax_array__()`` returns NumPy data, or uploads some itself)."""
+        twin = CallSpec(self.name, self.kind, api=self.api)
+        twin.index, twin.placed_by_jax = self.index, self.placed_by_jax
+        return twin
+
+
+def foreign_operand(args) -> bool:
+    """Whether an operand of an operator call is an object JAX converts by its ``__jax_array__``
+    (a flax ``nnx.Variable``): the operator calls it, then dispatches what it returned. Looked up
+    on the type, as ``capture/_native.c`` does: an instance's ``__getattr__`` is not run."""
+    for a in args:
+        t = type(a)
+        if t not in _PLAIN_OPERANDS and getattr(t, "__jax_array__", None) is not None:
+            return True
+    return False
 
 
 def static_positions(nums, n: int) -> set:
@@ -165,6 +186,7 @@ def static_positions(nums, n: int) -> set:
 
 HOST_DATA_TYPES = (np.ndarray, np.generic)
 PY_SCALARS = (int, float, bool, complex)
+_PLAIN_OPERANDS = frozenset((*PY_SCALARS, np.ndarray))
 
 
 def _inert_after_fork() -> None:
