@@ -104,6 +104,7 @@ def test_the_most_specific_directory_decides_a_frames_tier():
 
 AOT = """\
 import jax, jax.numpy as jnp
+import equinox as eqx
 
 def f(x):
     return x * 2
@@ -115,16 +116,19 @@ def make():
 
 g, h = jax.jit(f), make()
 cg, ch = g.lower(jnp.ones(4)).compile(), h.lower(jnp.ones(4)).compile()
+ce = eqx.filter_jit(f).lower(jnp.ones(4)).compile()
 for _ in range(2):
-    cg(jnp.ones(4)), ch(jnp.ones(4)), g(jnp.ones(4)), h(jnp.ones(4))
+    cg(jnp.ones(4)), ch(jnp.ones(4)), g(jnp.ones(4)), h(jnp.ones(4)), ce(jnp.ones(4))
 """
 
 
 def test_ahead_of_time_calls_have_their_functions_jit_names(tmp_path):
-    """Two functions named ``f`` (lines 3 and 7), each jitted, compiled ahead of time and called
+    """Two functions named ``f`` (lines 4 and 8), each jitted, compiled ahead of time and called
     both ways: a compiled call is named as its function's jit calls (the second ``f`` with its
-    script's name and line 7); both compiled calls were ``jit(f)``, one function to steps and
-    recompiles."""
+    script's name and line 8); both compiled calls were ``jit(f)``, one function to steps and
+    recompiles. equinox compiles every ``filter_jit`` function at one place of its own, where
+    its own helper is jitted too: the first ``f`` compiled through it stays ``jit(f)`` (a review
+    saw ``jit(branched_error_if_impl)``)."""
     script = tmp_path / "aot.py"
     script.write_text(AOT)
     out = tmp_path / "run"
@@ -132,4 +136,4 @@ def test_ahead_of_time_calls_have_their_functions_jit_names(tmp_path):
     assert proc.returncode == 0, proc.stderr
     with sqlite3.connect(out / "events.sqlite") as conn:
         names = [n for (n,) in conn.execute("SELECT name FROM ops WHERE kind = 'jit' ORDER BY seq")]
-    assert names == ["jit(f)", "jit(f) [aot.py:7]"] * 4
+    assert names == ["jit(f)", "jit(f) [aot.py:8]", "jit(f)", "jit(f) [aot.py:8]", "jit(f)"] * 2

@@ -291,10 +291,12 @@ def _compiled_name(compiled) -> str:
     except Exception:  # another JAX, another executable
         return "compiled"
     try:
-        where = compiled._executable._all_args_info.debug_info.func_src_info.rpartition(" at ")[2]
+        fname, _, where = compiled._executable._all_args_info.debug_info.func_src_info.rpartition(" at ")
         file, _, line = where.rpartition(":")
         key = (file, int(line))
     except Exception:  # another JAX: its debug info differs
         return base
-    names = {name for k, name in _JIT_NAMES.items() if k[:2] == key}
+    # the name too: a library's one wrapper for every function (equinox's filter_jit) is one place
+    # under many names, and its own jitted helper there took another name (a review)
+    names = {name for k, name in _JIT_NAMES.items() if k[:2] == key and str(k[2]).rpartition(".")[2] == fname}
     return names.pop() if len(names) == 1 else base
