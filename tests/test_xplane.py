@@ -127,7 +127,7 @@ def test_tpu_host_transfers_and_offload():
     assert per_device(off) == {(k, f"tpu:{i}"): 300 for k in (H2D, D2H) for i in range(4)}
     assert {x.api for x in off} == {f"xla-host-offload:copy-start{s}"
                                     for s in ("", ".1", ".2", ".3", ".4", ".5")}
-    assert any("2400 XLA host-offload copies" in n for n in t.notes)
+    assert any("2,400 XLA host-offload copies" in n for n in t.notes)
     # 'XLA Ops' minus the S(5) copy-start/copy-done events.
     assert t.device_op_count == {"tpu:0": 304, "tpu:1": 303, "tpu:2": 303, "tpu:3": 303}
     assert t.device_op_ns == {"tpu:0": 2736558719, "tpu:1": 2740087503,

@@ -58,3 +58,8 @@ def human_ns(ns: int) -> str:
     if ns < 1_000_000_000:
         return f"{ns / 1e6:.1f} ms"
     return f"{ns / 1e9:.2f} s"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 transfer``, ``2,400 transfers``: a count and its noun, as every report writes counts."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"

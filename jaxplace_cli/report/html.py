@@ -21,7 +21,7 @@ from jaxplace_cli.analysis.summary import kind_all, listed_sites
 from jaxplace_cli.model.events import TRANSFER_KINDS
 from jaxplace_cli.model.paths import below, site_name
 from jaxplace_cli.model.severity import SEVERITIES
-from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.model.sizes import human_bytes, plural
 from jaxplace_cli.report.html_data import esc, payload, script_json
 from jaxplace_cli.report.html_memory import memory_chart
 from jaxplace_cli.report.html_stacks import stacks_section
@@ -89,8 +89,8 @@ def _verdict(result: AuditResult) -> str:
     moved = " · ".join(f"{k} {kind_all(s, k).count:,} ({human_bytes(kind_all(s, k).bytes)}"
                        f"{small_note(s.small[k].count, kind_all(s, k).count, s.min_bytes)})" for k in TRANSFER_KINDS)
     out = [f'<section id="verdict"><h2>Verdict</h2><p class="verdict {cls}" id="verdict-text">{esc(text)}</p>',
-           f'<p id="verdict-moved">transfers: {esc(moved)} · {s.ops_total:,} op{"" if s.ops_total == 1 else "s"} on '
-           f'{len(s.devices)} device{"" if len(s.devices) == 1 else "s"}</p>']
+           f'<p id="verdict-moved">transfers: {esc(moved)} · {plural(s.ops_total, "op")} on '
+           f'{plural(len(s.devices), "device")}</p>']
     if result.budget is not None:
         out += [f'<p class="breach">{esc(b.message)}</p>' for b in result.budget.breaches]
     if result.suggestion is not None:

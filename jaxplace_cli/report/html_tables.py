@@ -11,7 +11,7 @@ from __future__ import annotations
 from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.analysis.summary import kind_all
 from jaxplace_cli.model.events import HOST, TRANSFER_KINDS
-from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.model.sizes import human_bytes, human_ns, plural
 from jaxplace_cli.report.html_data import esc
 
 
@@ -117,7 +117,7 @@ def steps(result: AuditResult) -> str:
 
 def ops(result: AuditResult) -> str:
     s = result.summary
-    out = [f'<section id="ops"><h2>Ops per device ({s.ops_total:,} op{"" if s.ops_total == 1 else "s"}'
+    out = [f'<section id="ops"><h2>Ops per device ({plural(s.ops_total, "op")}'
            + (f", {s.op_errors} failed" if s.op_errors else "") + ')</h2><table class="totals"><thead><tr>'
            '<th>device</th><th>ops</th><th>dispatch time</th><th>device time</th><th>most frequent</th></tr></thead><tbody>']
     for d in s.ops_by_device:

@@ -23,7 +23,7 @@ from jaxplace_cli.analysis import AuditResult
 from jaxplace_cli.analysis.summary import kind_all, listed_sites
 from jaxplace_cli.model import safe
 from jaxplace_cli.model.paths import below, file_name
-from jaxplace_cli.model.sizes import human_bytes, human_ns
+from jaxplace_cli.model.sizes import human_bytes, human_ns, plural
 from jaxplace_cli.report.distributed import render_job
 from jaxplace_cli.report.verdict import by_rule, cost_text, severity_counts, verdict_parts
 
@@ -266,7 +266,7 @@ def _memory(console: Console, result: AuditResult) -> None:
 
 def _ops_table(console: Console, s, title: str) -> None:
     device_time = any(d.device_ns is not None for d in s.ops_by_device)
-    ot = _table(f"{title} ({s.ops_total:,} op{'' if s.ops_total == 1 else 's'}" + (f", {s.op_errors} failed" if s.op_errors else "") + ")")
+    ot = _table(f"{title} ({plural(s.ops_total, 'op')}" + (f", {s.op_errors} failed" if s.op_errors else "") + ")")
     ot.add_column("device", overflow="fold")
     ot.add_column("ops", justify="right")
     ot.add_column("device time" if device_time else "dispatch time", justify="right")

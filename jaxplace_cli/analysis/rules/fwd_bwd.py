@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from jaxplace_cli.analysis.rules.base import WARNING, Finding, container_seqs, ids, related, short, site_of
 from jaxplace_cli.model.events import D2D, OP_DEVICE_GET, OP_DEVICE_PUT
-from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.model.sizes import human_bytes, plural
 from jaxplace_cli.store import queries
 
 
@@ -115,15 +115,15 @@ def _finding(key: tuple, g: _Group, sites: dict) -> Finding:
     file, line, _ = site_of(sites, sid)
     rel = [related(sites, s, f"forward ran on {fdev} here") for s in
            sorted(g.fwd_sites, key=lambda s: site_of(sites, s)[:2])]
-    rel += [related(sites, s, f"forward data moved {fdev}->{bdev} here ({n} transfer{'' if n == 1 else 's'})")
+    rel += [related(sites, s, f"forward data moved {fdev}->{bdev} here ({plural(n, 'transfer')})")
             for s, n in sorted(g.move_sites.items(), key=lambda kv: -kv[1])]
     n_pass = len(g.passes)
     return Finding(
         "fwd-bwd-split", WARNING,
         f"the backward pass at {short(file, line)} ran on {bdev} but its forward ran on "
-        f"{fdev}: {g.ops} backward op{'' if g.ops == 1 else 's'} in {n_pass} backward pass"
-        f"{'es' if n_pass != 1 else ''} read {len(g.bufs)} forward array{'' if len(g.bufs) == 1 else 's'} "
-        f"(residuals) from {fdev}, {g.count} transfer{'' if g.count == 1 else 's'} ({human_bytes(g.bytes)})",
+        f"{fdev}: {plural(g.ops, 'backward op')} in {plural(n_pass, 'backward pass', 'backward passes')} "
+        f"read {plural(len(g.bufs), 'forward array')} (residuals) from {fdev}, {plural(g.count, 'transfer')} "
+        f"({human_bytes(g.bytes)})",
         file, line, g.count, g.bytes,
         fix=f"run the backward pass where the forward ran: keep the cotangent and the "
             f"vjp function on {fdev} (no device_put of residuals), drop a `pass = "

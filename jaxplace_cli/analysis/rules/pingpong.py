@@ -7,7 +7,7 @@ from collections import defaultdict
 from jaxplace_cli.analysis.rules.base import ERROR, Finding, ids, short, site_of
 from jaxplace_cli.model.errors import DataError
 from jaxplace_cli.model.events import D2D, OP_DEVICE_PUT
-from jaxplace_cli.model.sizes import human_bytes
+from jaxplace_cli.model.sizes import human_bytes, plural
 from jaxplace_cli.store.queries import d2d_moves_by_op, dataflow_ops
 
 
@@ -159,7 +159,7 @@ def pingpong(run, cfg) -> list[Finding]:
         for (src, dst, sid), (n, b, _r) in legs.items():  # in the order the data took them
             f, ln, _ = site_of(sites, sid)
             rel.append({"file": f, "line": ln,
-                        "role": f"leg {src}->{dst}: {n:,} transfer{'' if n == 1 else 's'}, {human_bytes(b)}"})
+                        "role": f"leg {src}->{dst}: {plural(n, 'transfer')}, {human_bytes(b)}"})
             parts.append(f"{src}->{dst} at {short(f, ln)} x{n:,}")
         arrays = "1 array" if len(group) == 1 else f"{len(group)} arrays"
         # the legs add up to the transfers; the returns are those of them that came back (not

@@ -114,5 +114,3 @@ def stats(obj) -> dict:
     return out
 
 
-def plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -8,7 +8,7 @@ Device side, on a GPU plane's ``Stream #N`` lines: ``MemcpyH2D``/``MemcpyD2H``/`
 from __future__ import annotations
 
 from jaxplace_cli.model.events import D2D, D2H, H2D
-from jaxplace_cli.sources.xplane.common import plural
+from jaxplace_cli.model.sizes import plural
 
 DEVICE_COPY = {
     "MemcpyH2D": H2D,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jaxplace_cli.model.sizes import human_bytes, parse_size
-from jaxplace_cli.sources.xplane.common import HINT, TRACE_SUFFIX, TraceError, plural
+from jaxplace_cli.model.sizes import human_bytes, parse_size, plural
+from jaxplace_cli.sources.xplane.common import HINT, TRACE_SUFFIX, TraceError
 
 PARSER_LIMIT = 2**31 - 1  # the largest file ProfileData.from_file can take (protobuf's int limit)
 MAX_TRACE_BYTES = 2**30  # 1 GiB: well below PARSER_LIMIT

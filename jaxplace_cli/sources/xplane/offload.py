@@ -13,7 +13,7 @@ import re
 from collections import Counter
 
 from jaxplace_cli.model.events import D2H, H2D, HOST
-from jaxplace_cli.sources.xplane.common import plural
+from jaxplace_cli.model.sizes import plural
 
 HOST_MEMORY_SPACE = "S(5)"  # XLA's host memory space in layouts
 _SHAPE_RE = re.compile(r"([a-z][a-z0-9]*)\[([0-9,]*)\]")

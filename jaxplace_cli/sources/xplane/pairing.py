@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import Counter
 
 from jaxplace_cli.model.events import D2D, D2H, H2D, HOST
+from jaxplace_cli.model.sizes import plural
 from jaxplace_cli.sources.xplane import cuda, rocm
-from jaxplace_cli.sources.xplane.common import Copy, details, plural, stats, to_int
+from jaxplace_cli.sources.xplane.common import Copy, details, stats, to_int
 
 DEVICE_COPY = {**cuda.DEVICE_COPY, **rocm.DEVICE_COPY}
 HOST_API_PREFIXES = cuda.HOST_API_PREFIXES + rocm.HOST_API_PREFIXES

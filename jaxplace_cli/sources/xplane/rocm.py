@@ -9,7 +9,8 @@ one without a host call is counted as d2d and a note says the direction was assu
 from __future__ import annotations
 
 from jaxplace_cli.model.events import D2D, D2H, H2D, HOST
-from jaxplace_cli.sources.xplane.common import Copy, plural
+from jaxplace_cli.model.sizes import plural
+from jaxplace_cli.sources.xplane.common import Copy
 
 DEVICE_COPY = {
     "CopyHostToDevice": H2D,

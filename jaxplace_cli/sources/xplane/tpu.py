@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections import Counter
 
 from jaxplace_cli.model.events import D2H, H2D, HOST
-from jaxplace_cli.sources.xplane.common import Copy, plural, stats, to_int
+from jaxplace_cli.model.sizes import plural
+from jaxplace_cli.sources.xplane.common import Copy, stats, to_int
 
 TO_DEVICE = "tpu::System::TransferToDevice"
 FROM_DEVICE = "tpu::System::TransferFromDevice"
