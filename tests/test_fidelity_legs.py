@@ -175,3 +175,27 @@ def test_operands_converted_by_jax_are_counted_on_both_paths(tmp_path, capture):
     assert [b for (b,) in legs] == [4, 16, 16, 16]
     guard = python(script, env=child_env(JAX_TRANSFER_GUARD="log"))
     assert guard.returncode == 0 and guard.stderr.count("host-to-device transfer") == 4, guard.stderr[-2000:]
+
+
+def test_which_operands_are_converted_by_jax():
+    """``state.foreign_operand`` (the Python twin of ``capture/_native.c``'s): a type with a
+    ``__jax_array__`` in its MRO, not one set to None, and no metaclass code run to find out."""
+    from jaxplace_cli.capture.jaxhooks.state import foreign_operand
+
+    class Loud(type):
+        def __getattr__(cls, name):
+            raise AssertionError(f"ran the metaclass for {name}")
+
+    class Sub(Lazy):
+        pass
+
+    class Off(Lazy):
+        __jax_array__ = None
+
+    class Plain(metaclass=Loud):
+        pass
+
+    x = jnp.ones(2)
+    assert foreign_operand((x, Lazy(1.0))) and foreign_operand((Sub(1.0), x)) and foreign_operand((x, nnx.Param(x)))
+    assert not any(foreign_operand(args) for args in
+                   [(x, 2.0), (x, np.ones(2)), (x, x), (x, Off(1.0)), (x, Plain()), (x, None), (x, [1.0])])

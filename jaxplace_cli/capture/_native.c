@@ -1822,7 +1822,8 @@ static int foreign_operand(PyObject *args) {
         if (t == (PyTypeObject *)G.array_type || t == &PyFloat_Type || t == &PyLong_Type || t == &PyBool_Type ||
             t == &PyComplex_Type || t == (PyTypeObject *)PyTuple_GET_ITEM(G.host_types, 0))
             continue;
-        if (_PyType_Lookup(t, S_jax_array)) return 1;
+        PyObject *m = _PyType_Lookup(t, S_jax_array); /* borrowed; found in the MRO's dicts, no code run */
+        if (m && m != Py_None) return 1;
     }
     return 0;
 }

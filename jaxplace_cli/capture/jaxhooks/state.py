@@ -170,11 +170,16 @@ class CallSpec:
 def foreign_operand(args) -> bool:
     """Whether an operand of an operator call is an object JAX converts by its ``__jax_array__``
     (a flax ``nnx.Variable``): the operator calls it, then dispatches what it returned. Looked up
-    on the type, as ``capture/_native.c`` does: an instance's ``__getattr__`` is not run."""
+    in the dicts of the type's MRO, as ``capture/_native.c`` does (``_PyType_Lookup``): no
+    ``__getattr__`` of the instance or its metaclass is run."""
     for a in args:
         t = type(a)
-        if t not in _PLAIN_OPERANDS and getattr(t, "__jax_array__", None) is not None:
-            return True
+        if t not in _PLAIN_OPERANDS:
+            for k in t.__mro__:
+                if "__jax_array__" in k.__dict__:
+                    if k.__dict__["__jax_array__"] is not None:
+                        return True
+                    break
     return False
 
 
