@@ -3,6 +3,7 @@ against JAX's own transfer guard on the same call (``jax.transfer_guard("log_exp
 stderr line per leg): the recorded h2d and d2d legs are exactly the guard's, on one device and
 on data over the 4 simulated devices of conftest. The guard is the oracle; each case is warmed
 up first, so both counts are of the steady state (JAX's fast path)."""
+import json
 import sqlite3
 
 import jax
@@ -167,9 +168,13 @@ def test_operands_converted_by_jax_are_counted_on_both_paths(tmp_path, capture):
     Param nothing: 4 legs, 52 B (JAX's transfer guard logs 4). Before: the fill value alone."""
     script = tmp_path / "converted.py"
     script.write_text(CONVERTED)
-    env = child_env(JAXPLACE_CAPTURE=capture) if capture == "python" else None
+    env = child_env()
+    env.pop("JAXPLACE_CAPTURE", None)  # "native" is the C path even where the suite runs on Python's
+    if capture == "python":
+        env["JAXPLACE_CAPTURE"] = capture
     proc = jaxplace("run", "--no-trace", "--quiet", "--out", tmp_path / "run", script, env=env)
     assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["capture"] == capture
     with sqlite3.connect(tmp_path / "run" / "events.sqlite") as conn:
         legs = conn.execute("SELECT bytes FROM transfers WHERE kind = 'h2d' ORDER BY seq").fetchall()
     assert [b for (b,) in legs] == [4, 16, 16, 16]
